@@ -1,0 +1,1 @@
+"""kmq's client API: MSMQ semantics on Kafka topics."""

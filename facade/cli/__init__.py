@@ -1,0 +1,26 @@
+"""The ``kmq`` admin command line (typer + rich).
+
+Exit codes: 0 success; 1 the operation failed (one error line and a hint on stderr);
+2 usage error (unknown command or option, bad argument).
+"""
+
+from __future__ import annotations
+
+import typer
+
+from facade.cli import dev
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="kmq",
+    help="kmq: MSMQ semantics on Kafka. Exit codes: 0 ok, 1 operation failed, 2 usage error.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+app.add_typer(dev.app, name="dev")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

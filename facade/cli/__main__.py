@@ -1,0 +1,5 @@
+"""``python -m facade.cli`` runs the kmq CLI."""
+
+from facade.cli import main
+
+main()

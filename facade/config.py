@@ -1,0 +1,277 @@
+"""kmq configuration: where the Kafka broker, the directory and the local state are.
+
+Sources, strongest first: keyword arguments to :meth:`KmqConfig.load`, environment variables, a
+``kmq.toml`` file, and the defaults. With nothing configured, kmq uses the local dev stack
+(``kmq dev up``): a Kafka-API broker on loopback and the embedded directory under ``KMQ_HOME``.
+
+========================== ============================ =======================================
+Environment variable       ``kmq.toml`` key             Meaning
+========================== ============================ =======================================
+``KMQ_CONFIG``             (n/a)                        path of the ``kmq.toml`` to read
+``KMQ_BOOTSTRAP_SERVERS``  ``bootstrap_servers``        Kafka ``bootstrap.servers``; unset: dev
+                                                        stack broker
+``KMQ_DIRECTORY_URL``      ``directory.url``            ``ldap://host:port``, ``ldaps://...`` or
+                                                        ``embedded:PATH``; unset: embedded store
+                                                        under ``KMQ_HOME``
+``KMQ_DIRECTORY_BASE_DN``  ``directory.base_dn``        directory suffix (``dc=kmq,dc=local``)
+``KMQ_DIRECTORY_BIND_DN``  ``directory.bind_dn``        simple-bind DN
+``KMQ_DIRECTORY_PASSWORD`` ``directory.password``       simple-bind password
+``KMQ_DIRECTORY_STARTTLS`` ``directory.starttls``       ``1``/``true``: StartTLS on ``ldap://``
+``KMQ_HOME``               ``home``                     state directory (``~/.kmq``)
+``KMQ_QUEUE_MANAGER``      ``queue_manager``            queue manager (machine) name; default
+                                                        this host's name, lowercased
+(n/a)                      ``[kafka]`` table            extra librdkafka properties (TLS, SASL)
+========================== ============================ =======================================
+
+A ``kmq.toml`` is read from ``KMQ_CONFIG`` if set, else ``./kmq.toml``, else
+``$KMQ_HOME/kmq.toml``. Unknown keys are rejected, so a misspelling is an error, not a silent
+default.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from facade.errors import ConfigurationError
+
+__all__ = ["DEFAULT_BASE_DN", "DEFAULT_HOME", "DirectorySettings", "KmqConfig"]
+
+#: Default state directory when ``KMQ_HOME`` is not set.
+DEFAULT_HOME = Path("~/.kmq")
+#: Default directory suffix (matches ``deploy/ldap/bootstrap.ldif``).
+DEFAULT_BASE_DN = "dc=kmq,dc=local"
+
+_TOP_KEYS = {"bootstrap_servers", "home", "queue_manager", "directory", "kafka"}
+_DIRECTORY_KEYS = {"url", "base_dn", "bind_dn", "password", "starttls"}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+@dataclass(frozen=True)
+class DirectorySettings:
+    """Where the directory of public objects (MSMQ's Active Directory role) lives.
+
+    Attributes:
+        url (str | None): ``ldap://host:port``, ``ldaps://host:port`` or ``embedded:PATH``;
+            None means the embedded store at ``<home>/directory.json``.
+        base_dn (str): the suffix under which kmq's entries live.
+        bind_dn (str | None): DN for a simple bind; None binds anonymously.
+        password (str | None): password for ``bind_dn``. Never printed.
+        starttls (bool): upgrade an ``ldap://`` connection with StartTLS.
+    """
+
+    url: str | None = None
+    base_dn: str = DEFAULT_BASE_DN
+    bind_dn: str | None = None
+    password: str | None = field(default=None, repr=False)
+    starttls: bool = False
+
+    @property
+    def is_embedded(self) -> bool:
+        """True when the embedded ldap3 MOCK_SYNC store is used."""
+        return self.url is None or self.url.startswith("embedded:")
+
+
+@dataclass(frozen=True)
+class KmqConfig:
+    """Resolved kmq configuration. Build it with :meth:`load`.
+
+    Attributes:
+        bootstrap_servers (str | None): Kafka ``bootstrap.servers`` (``host:port[,host:port]``);
+            None means "use the local dev stack broker".
+        home (Path): state directory (outgoing queue, dev stack state, embedded directory).
+        queue_manager (str): this queue manager's (MSMQ machine's) name, lowercase.
+        directory (DirectorySettings): the directory of public objects.
+        kafka_options (Mapping[str, str]): extra librdkafka properties, e.g.
+            ``security.protocol``, ``sasl.mechanism``, ``ssl.ca.location``.
+    """
+
+    bootstrap_servers: str | None = None
+    home: Path = DEFAULT_HOME.expanduser()
+    queue_manager: str = field(default_factory=lambda: _default_queue_manager())
+    directory: DirectorySettings = DirectorySettings()
+    kafka_options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def load(
+        cls, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> KmqConfig:
+        """Read the configuration from ``kmq.toml``, the environment and ``overrides``.
+
+        Args:
+            environ (Mapping[str, str] | None): environment to read; default ``os.environ``.
+            **overrides: field values that win over everything else (``bootstrap_servers``,
+                ``home``, ``queue_manager``, ``directory``, ``kafka_options``).
+
+        Returns:
+            KmqConfig: the resolved configuration.
+
+        Raises:
+            ConfigurationError: the TOML file is unreadable or malformed, or has an unknown key
+                or a value of the wrong type; the message names the file and the key.
+        """
+        env = os.environ if environ is None else environ
+        toml_path = _find_toml(env)
+        doc = _read_toml(toml_path) if toml_path else {}
+        config = _from_toml(doc, toml_path) if doc else cls()
+        config = _apply_environment(config, env)
+        return replace(config, **overrides) if overrides else config
+
+    @property
+    def embedded_directory_path(self) -> Path:
+        """Path of the embedded directory's JSON file (``embedded:PATH`` or the default)."""
+        url = self.directory.url
+        if url and url.startswith("embedded:"):
+            return Path(url.removeprefix("embedded:")).expanduser()
+        return self.home / "directory.json"
+
+    @property
+    def dev_state_dir(self) -> Path:
+        """Where ``kmq dev`` keeps the local broker's pid, port and log."""
+        return self.home / "dev"
+
+
+def _default_queue_manager() -> str:
+    return socket.gethostname().split(".")[0].lower() or "localhost"
+
+
+def _find_toml(env: Mapping[str, str]) -> Path | None:
+    explicit = env.get("KMQ_CONFIG")
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise ConfigurationError(
+                f"KMQ_CONFIG names {str(path)!r}, which is not a file",
+                hint="point KMQ_CONFIG at an existing kmq.toml or unset it",
+            )
+        return path
+    home = Path(env.get("KMQ_HOME") or DEFAULT_HOME).expanduser()
+    for candidate in (Path("kmq.toml"), home / "kmq.toml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigurationError(
+            f"cannot read configuration file {str(path)!r}: {exc}",
+            hint="fix the TOML syntax or point KMQ_CONFIG elsewhere",
+        ) from exc
+
+
+def _from_toml(doc: Mapping[str, Any], path: Path | None) -> KmqConfig:
+    where = f"in {str(path)!r}"
+    _reject_unknown(doc, _TOP_KEYS, where)
+    directory_doc = doc.get("directory", {})
+    if not isinstance(directory_doc, Mapping):
+        raise ConfigurationError(f"[directory] must be a table {where}")
+    _reject_unknown(directory_doc, _DIRECTORY_KEYS, f"[directory] {where}")
+    kafka_doc = doc.get("kafka", {})
+    if not isinstance(kafka_doc, Mapping):
+        raise ConfigurationError(f"[kafka] must be a table of librdkafka properties {where}")
+    directory = DirectorySettings(
+        url=_opt_str(directory_doc, "url", where),
+        base_dn=_opt_str(directory_doc, "base_dn", where) or DEFAULT_BASE_DN,
+        bind_dn=_opt_str(directory_doc, "bind_dn", where),
+        password=_opt_str(directory_doc, "password", where),
+        starttls=_bool(directory_doc.get("starttls", False), "directory.starttls", where),
+    )
+    config = KmqConfig(
+        bootstrap_servers=_opt_str(doc, "bootstrap_servers", where),
+        directory=directory,
+        kafka_options=MappingProxyType({str(k): str(v) for k, v in kafka_doc.items()}),
+    )
+    if "home" in doc:
+        config = replace(config, home=Path(_opt_str(doc, "home", where) or "").expanduser())
+    if "queue_manager" in doc:
+        config = replace(config, queue_manager=_queue_manager_name(doc["queue_manager"], where))
+    return _validated(config, where)
+
+
+def _apply_environment(config: KmqConfig, env: Mapping[str, str]) -> KmqConfig:
+    where = "in the environment"
+    directory = config.directory
+    if env.get("KMQ_DIRECTORY_URL"):
+        directory = replace(directory, url=env["KMQ_DIRECTORY_URL"])
+    if env.get("KMQ_DIRECTORY_BASE_DN"):
+        directory = replace(directory, base_dn=env["KMQ_DIRECTORY_BASE_DN"])
+    if env.get("KMQ_DIRECTORY_BIND_DN"):
+        directory = replace(directory, bind_dn=env["KMQ_DIRECTORY_BIND_DN"])
+    if "KMQ_DIRECTORY_PASSWORD" in env:
+        directory = replace(directory, password=env["KMQ_DIRECTORY_PASSWORD"])
+    if "KMQ_DIRECTORY_STARTTLS" in env:
+        directory = replace(
+            directory, starttls=_bool(env["KMQ_DIRECTORY_STARTTLS"], "KMQ_DIRECTORY_STARTTLS", where)
+        )
+    changes: dict[str, Any] = {"directory": directory}
+    if env.get("KMQ_BOOTSTRAP_SERVERS"):
+        changes["bootstrap_servers"] = env["KMQ_BOOTSTRAP_SERVERS"]
+    if env.get("KMQ_HOME"):
+        changes["home"] = Path(env["KMQ_HOME"]).expanduser()
+    if env.get("KMQ_QUEUE_MANAGER"):
+        changes["queue_manager"] = _queue_manager_name(env["KMQ_QUEUE_MANAGER"], where)
+    return _validated(replace(config, **changes), where)
+
+
+def _validated(config: KmqConfig, where: str) -> KmqConfig:
+    url = config.directory.url
+    if url and not url.startswith(("ldap://", "ldaps://", "embedded:")):
+        raise ConfigurationError(
+            f"directory URL {url!r} {where} is not ldap://, ldaps:// or embedded:PATH",
+            hint="e.g. ldap://127.0.0.1:3890 or embedded:/var/lib/kmq/directory.json",
+        )
+    if config.bootstrap_servers is not None and not config.bootstrap_servers.strip():
+        raise ConfigurationError(f"bootstrap_servers {where} is empty", hint="give host:port")
+    return config
+
+
+def _reject_unknown(doc: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(doc) - allowed)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown configuration key(s) {', '.join(unknown)} {where}",
+            hint=f"allowed keys: {', '.join(sorted(allowed))}",
+        )
+
+
+def _opt_str(doc: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{key} {where} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _bool(value: Any, name: str, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigurationError(f"{name} {where} must be true or false, not {value!r}")
+
+
+def _queue_manager_name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"queue_manager {where} must be a non-empty string")
+    name = value.strip().lower()
+    if any(ch in name for ch in '\\;+,"\r\n /'):
+        raise ConfigurationError(
+            f"queue manager name {value!r} {where} contains a character MSMQ forbids in names",
+            hint="use letters, digits, '-', '_' and '.'",
+        )
+    return name

@@ -1,0 +1,222 @@
+"""The kmq error tree.
+
+Every error kmq raises on purpose is a :class:`MessageQueueError`. Where MSMQ has an error code
+for the failure, the class is named after it and carries the ``MQ_ERROR_*`` name and HRESULT, so
+code ported from MSMQ can map one to one::
+
+    MessageQueueError                      root; .error_code, .hresult, .queue, .hint
+    ├── FormatNameError (ValueError)       MQ_ERROR_ILLEGAL_FORMATNAME / ILLEGAL_QUEUE_PATHNAME
+    ├── InvalidParameter (ValueError)      MQ_ERROR_INVALID_PARAMETER / ILLEGAL_PROPERTY_VALUE
+    ├── QueueNotFound                      MQ_ERROR_QUEUE_NOT_FOUND
+    ├── QueueExists                        MQ_ERROR_QUEUE_EXISTS
+    ├── ReceiveTimeout (TimeoutError)      MQ_ERROR_IO_TIMEOUT
+    ├── MessageNotFound                    MQ_ERROR_MESSAGE_NOT_FOUND
+    ├── MessageAlreadyReceived             MQ_ERROR_MESSAGE_ALREADY_RECEIVED
+    ├── IllegalCursorAction                MQ_ERROR_ILLEGAL_CURSOR_ACTION
+    ├── UnsupportedFormatNameOperation     MQ_ERROR_UNSUPPORTED_FORMATNAME_OPERATION
+    ├── AccessDenied (PermissionError)     MQ_ERROR_ACCESS_DENIED
+    ├── TransactionUsage                   MQ_ERROR_TRANSACTION_USAGE
+    ├── MessageLockedUnderTransaction      MQ_ERROR_MESSAGE_LOCKED_UNDER_TRANSACTION
+    ├── EnvelopeError                      a Kafka record that is not a valid kmq envelope
+    ├── ConfigurationError (ValueError)    bad kmq configuration (environment, kmq.toml)
+    └── TransientQueueError                retriable infrastructure faults
+        ├── BrokerUnavailable              Kafka broker unreachable (MQ_ERROR_SERVICE_NOT_AVAILABLE)
+        └── DirectoryUnavailable           LDAP directory unreachable (MQ_ERROR_NO_DS)
+
+Messages name the thing that failed and, through ``hint``, the fix.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AccessDenied",
+    "BrokerUnavailable",
+    "ConfigurationError",
+    "DirectoryUnavailable",
+    "EnvelopeError",
+    "FormatNameError",
+    "IllegalCursorAction",
+    "InvalidParameter",
+    "MessageAlreadyReceived",
+    "MessageLockedUnderTransaction",
+    "MessageNotFound",
+    "MessageQueueError",
+    "QueueExists",
+    "QueueNotFound",
+    "ReceiveTimeout",
+    "TransactionUsage",
+    "TransientQueueError",
+    "UnsupportedFormatNameOperation",
+]
+
+
+class MessageQueueError(Exception):
+    """Root of every error kmq raises on purpose.
+
+    Args:
+        message (str): what failed, naming the queue, message or setting involved.
+        queue (str | None): the format name or path name of the queue concerned, if any.
+        hint (str | None): how to fix it; appended to ``str(error)``.
+
+    Attributes:
+        error_code (str | None): the MSMQ ``MQ_ERROR_*`` name, or None where MSMQ has none.
+        hresult (int | None): the MSMQ HRESULT as an unsigned 32-bit value (e.g. 0xC00E0003).
+    """
+
+    error_code: str | None = None
+    hresult: int | None = None
+
+    def __init__(self, message: str, *, queue: str | None = None, hint: str | None = None):
+        self.message = message
+        self.queue = queue
+        self.hint = hint
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return f"{self.message} (hint: {self.hint})" if self.hint else self.message
+
+
+class FormatNameError(MessageQueueError, ValueError):
+    """A format name or path name that does not follow MSMQ's grammar.
+
+    Args:
+        message (str): what was expected at ``position``.
+        text (str): the whole text that was parsed.
+        position (int): 0-based character offset of the first offending character.
+    """
+
+    error_code = "MQ_ERROR_ILLEGAL_FORMATNAME"
+    hresult = 0xC00E001E
+
+    def __init__(self, message: str, *, text: str, position: int, hint: str | None = None):
+        self.text = text
+        self.position = position
+        super().__init__(f"{message} at position {position} in {text!r}", queue=text, hint=hint)
+
+
+class InvalidParameter(MessageQueueError, ValueError):
+    """A message or queue property with a value outside its MSMQ range (label too long, priority
+    outside 0-7, ...)."""
+
+    error_code = "MQ_ERROR_INVALID_PARAMETER"
+    hresult = 0xC00E0006
+
+
+class QueueNotFound(MessageQueueError):
+    """The queue (its Kafka topic or directory entry) does not exist."""
+
+    error_code = "MQ_ERROR_QUEUE_NOT_FOUND"
+    hresult = 0xC00E0003
+
+
+class QueueExists(MessageQueueError):
+    """A queue with this path name already exists."""
+
+    error_code = "MQ_ERROR_QUEUE_EXISTS"
+    hresult = 0xC00E0005
+
+
+class ReceiveTimeout(MessageQueueError, TimeoutError):
+    """No message arrived before the receive or peek timeout elapsed."""
+
+    error_code = "MQ_ERROR_IO_TIMEOUT"
+    hresult = 0xC00E001B
+
+
+class MessageNotFound(MessageQueueError):
+    """No message with the requested id, correlation id or lookup id is in the queue."""
+
+    error_code = "MQ_ERROR_MESSAGE_NOT_FOUND"
+    hresult = 0xC00E0088
+
+
+class MessageAlreadyReceived(MessageQueueError):
+    """The message was removed from the queue (received, expired, purged) by someone else."""
+
+    error_code = "MQ_ERROR_MESSAGE_ALREADY_RECEIVED"
+    hresult = 0xC00E001D
+
+
+class IllegalCursorAction(MessageQueueError):
+    """A cursor operation that is not valid in the cursor's current position."""
+
+    error_code = "MQ_ERROR_ILLEGAL_CURSOR_ACTION"
+    hresult = 0xC00E001C
+
+
+class UnsupportedFormatNameOperation(MessageQueueError):
+    """The operation is not allowed on this kind of format name (send to a dead-letter queue or
+    journal, receive from a distribution list or multicast address, ...)."""
+
+    error_code = "MQ_ERROR_UNSUPPORTED_FORMATNAME_OPERATION"
+    hresult = 0xC00E0020
+
+
+class AccessDenied(MessageQueueError, PermissionError):
+    """The caller lacks the right (MQSEC_*) the operation needs."""
+
+    error_code = "MQ_ERROR_ACCESS_DENIED"
+    hresult = 0xC00E0025
+
+
+class TransactionUsage(MessageQueueError):
+    """A transactional operation on a nontransactional queue, or the reverse."""
+
+    error_code = "MQ_ERROR_TRANSACTION_USAGE"
+    hresult = 0xC00E0050
+
+
+class MessageLockedUnderTransaction(MessageQueueError):
+    """The message is being received under another, still open, transaction."""
+
+    error_code = "MQ_ERROR_MESSAGE_LOCKED_UNDER_TRANSACTION"
+    hresult = 0xC00E009C
+
+
+class EnvelopeError(MessageQueueError):
+    """A Kafka record that is not a valid kmq message envelope (a poison record).
+
+    Attributes:
+        topic (str | None), partition (int | None), offset (int | None): where the record is, when
+            known, so the queue manager can move it to a dead-letter queue.
+        raw (bytes | None): the record value as read.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+        raw: bytes | None = None,
+        hint: str | None = None,
+    ):
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.raw = raw
+        where = f" (topic {topic!r}, partition {partition}, offset {offset})" if topic else ""
+        super().__init__(message + where, hint=hint)
+
+
+class ConfigurationError(MessageQueueError, ValueError):
+    """Invalid kmq configuration: an environment variable or a ``kmq.toml`` key."""
+
+
+class TransientQueueError(MessageQueueError):
+    """A fault of the infrastructure that may go away if the operation is retried."""
+
+
+class BrokerUnavailable(TransientQueueError):
+    """The Kafka broker did not answer in time."""
+
+    error_code = "MQ_ERROR_SERVICE_NOT_AVAILABLE"
+    hresult = 0xC00E000B
+
+
+class DirectoryUnavailable(TransientQueueError):
+    """The directory (LDAP server or embedded store) could not be reached."""
+
+    error_code = "MQ_ERROR_NO_DS"
+    hresult = 0xC00E0013

