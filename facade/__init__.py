@@ -1,1 +1,95 @@
-"""kmq's client API: MSMQ semantics on Kafka topics."""
+"""kmq's client API: MSMQ semantics on Kafka topics.
+
+The names here are the public API; implementation modules stay importable for advanced use
+(``facade.formatnames``, ``facade.envelope``, ``facade.config``), but ``facade.<name>`` is what
+applications should use.
+"""
+
+from facade.config import DirectorySettings, KmqConfig
+from facade.errors import (
+    AccessDenied,
+    BrokerUnavailable,
+    ConfigurationError,
+    DirectoryUnavailable,
+    EnvelopeError,
+    FormatNameError,
+    IllegalCursorAction,
+    InvalidParameter,
+    MessageAlreadyReceived,
+    MessageLockedUnderTransaction,
+    MessageNotFound,
+    MessageQueueError,
+    QueueExists,
+    QueueNotFound,
+    QueuePathNameError,
+    ReceiveTimeout,
+    TransactionUsage,
+    TransientQueueError,
+    UnsupportedFormatNameOperation,
+)
+from facade.formatnames import (
+    FormatName,
+    QueuePath,
+    parse_format_name,
+    parse_path_name,
+    parse_queue_reference,
+    path_to_format_name,
+)
+from facade.message import (
+    Acknowledgment,
+    AcknowledgmentInfo,
+    AuthLevel,
+    BodyType,
+    Delivery,
+    EncryptionAlgorithm,
+    HashAlgorithm,
+    JournalLevel,
+    Message,
+    MessageClass,
+    MessageId,
+    PrivacyLevel,
+    SenderIdType,
+)
+
+__all__ = [
+    "AccessDenied",
+    "Acknowledgment",
+    "AcknowledgmentInfo",
+    "AuthLevel",
+    "BodyType",
+    "BrokerUnavailable",
+    "ConfigurationError",
+    "Delivery",
+    "DirectorySettings",
+    "DirectoryUnavailable",
+    "EncryptionAlgorithm",
+    "EnvelopeError",
+    "FormatName",
+    "FormatNameError",
+    "HashAlgorithm",
+    "IllegalCursorAction",
+    "InvalidParameter",
+    "JournalLevel",
+    "KmqConfig",
+    "Message",
+    "MessageAlreadyReceived",
+    "MessageClass",
+    "MessageId",
+    "MessageLockedUnderTransaction",
+    "MessageNotFound",
+    "MessageQueueError",
+    "PrivacyLevel",
+    "QueueExists",
+    "QueueNotFound",
+    "QueuePath",
+    "QueuePathNameError",
+    "ReceiveTimeout",
+    "SenderIdType",
+    "TransactionUsage",
+    "TransientQueueError",
+    "UnsupportedFormatNameOperation",
+    "parse_format_name",
+    "parse_path_name",
+    "parse_queue_reference",
+    "path_to_format_name",
+]

@@ -5,7 +5,8 @@ for the failure, the class is named after it and carries the ``MQ_ERROR_*`` name
 code ported from MSMQ can map one to one::
 
     MessageQueueError                      root; .error_code, .hresult, .queue, .hint
-    ├── FormatNameError (ValueError)       MQ_ERROR_ILLEGAL_FORMATNAME / ILLEGAL_QUEUE_PATHNAME
+    ├── FormatNameError (ValueError)       MQ_ERROR_ILLEGAL_FORMATNAME
+    │   └── QueuePathNameError             MQ_ERROR_ILLEGAL_QUEUE_PATHNAME
     ├── InvalidParameter (ValueError)      MQ_ERROR_INVALID_PARAMETER / ILLEGAL_PROPERTY_VALUE
     ├── QueueNotFound                      MQ_ERROR_QUEUE_NOT_FOUND
     ├── QueueExists                        MQ_ERROR_QUEUE_EXISTS
@@ -43,6 +44,7 @@ __all__ = [
     "MessageQueueError",
     "QueueExists",
     "QueueNotFound",
+    "QueuePathNameError",
     "ReceiveTimeout",
     "TransactionUsage",
     "TransientQueueError",
@@ -92,6 +94,13 @@ class FormatNameError(MessageQueueError, ValueError):
         self.text = text
         self.position = position
         super().__init__(f"{message} at position {position} in {text!r}", queue=text, hint=hint)
+
+
+class QueuePathNameError(FormatNameError):
+    """A path name (``Computer\\[private$\\]Queue``) that does not follow MSMQ's grammar."""
+
+    error_code = "MQ_ERROR_ILLEGAL_QUEUE_PATHNAME"
+    hresult = 0xC00E0014
 
 
 class InvalidParameter(MessageQueueError, ValueError):

@@ -1,0 +1,757 @@
+"""Avro envelope: a :class:`~facade.message.Message` as the key, value and headers of a record.
+
+The wire format is specified in ``schemas/README.md``; the ``.avsc`` files next to it are the
+source of truth. In short:
+
+* **value**: Avro single-object encoding of ``kmq.MessageEnvelope``: the marker ``C3 01``, the
+  8-byte little-endian CRC-64-AVRO fingerprint of the writer schema's Parsing Canonical Form, then
+  the Avro binary body. The fingerprint selects the writer schema, so records written by older
+  envelope versions stay readable (resolved against the current schema).
+* **headers**: a few ASCII copies of envelope fields (``kmq.id``, ``kmq.class``, ``kmq.priority``,
+  ``kmq.expires``...) so consumers and Spark can filter and display without decoding Avro. They are
+  derived from the envelope, which is authoritative: decoding ignores them.
+* **key**: the 16-byte sending queue manager GUID (the first 16 bytes of the message id) for
+  transactional messages, so one sender's transactional messages stay in one partition and in
+  order (MSMQ's exactly-once-in-order guarantee); ``None`` otherwise so the producer spreads load.
+
+This module produces and consumes plain Python values; the Kafka adapter passes them on.
+ACK/NACK messages are ordinary messages whose body is an Avro-encoded ``kmq.Acknowledgment``
+(:func:`encode_acknowledgment` / :func:`decode_acknowledgment`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import io
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import fastavro
+from fastavro.schema import fingerprint as _avro_fingerprint
+from fastavro.schema import to_parsing_canonical_form
+
+from facade.errors import EnvelopeError, InvalidParameter
+from facade.message import (
+    AcknowledgedQueue,
+    AcknowledgmentInfo,
+    BodyType,
+    Message,
+    MessageId,
+)
+
+__all__ = [
+    "ACKNOWLEDGMENT_SCHEMA_NAME",
+    "ENVELOPE_SCHEMA_NAME",
+    "ENVELOPE_VERSION",
+    "HEADER_CLASS",
+    "HEADER_CORRELATION_ID",
+    "HEADER_EXPIRES",
+    "HEADER_ID",
+    "HEADER_NOT_BEFORE",
+    "HEADER_PRIORITY",
+    "HEADER_TXN",
+    "HEADER_VERSION",
+    "SINGLE_OBJECT_MARKER",
+    "EncodedRecord",
+    "RecordHeaders",
+    "acknowledgment_message",
+    "decode_acknowledgment",
+    "decode_message",
+    "encode_acknowledgment",
+    "encode_message",
+    "read_headers",
+    "record_key",
+    "register_writer_schema",
+]
+
+#: Avro single-object encoding marker.
+SINGLE_OBJECT_MARKER = b"\xc3\x01"
+_HEADER_SIZE = 10  # marker (2) + fingerprint (8)
+
+ENVELOPE_SCHEMA_NAME = "kmq.MessageEnvelope"
+ACKNOWLEDGMENT_SCHEMA_NAME = "kmq.Acknowledgment"
+_ENVELOPE_FILE = "message_envelope.avsc"
+_ACKNOWLEDGMENT_FILE = "acknowledgment.avsc"
+# Custom schema attribute with the envelope version; not part of the canonical form, so it does
+# not change the fingerprint.
+_VERSION_ATTRIBUTE = "kmq.version"
+
+HEADER_VERSION = "kmq.version"
+HEADER_ID = "kmq.id"
+HEADER_CLASS = "kmq.class"
+HEADER_PRIORITY = "kmq.priority"
+HEADER_EXPIRES = "kmq.expires"
+HEADER_NOT_BEFORE = "kmq.not_before"
+HEADER_CORRELATION_ID = "kmq.correlation_id"
+HEADER_TXN = "kmq.txn"
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+_ONE_MS = _dt.timedelta(milliseconds=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Schema loading and the fingerprint registry
+# --------------------------------------------------------------------------------------------
+
+
+def _schema_dir() -> Path:
+    """Return the directory holding the ``.avsc`` files.
+
+    A wheel carries them in ``facade/_schemas`` (pyproject force-include); a source tree or an
+    editable install has them in ``<repo>/schemas``.
+    """
+    here = Path(__file__).resolve().parent
+    candidates = (here / "_schemas", here.parent / "schemas")
+    for directory in candidates:
+        if (directory / _ENVELOPE_FILE).is_file():
+            return directory
+    raise FileNotFoundError(
+        f"kmq Avro schemas not found: looked for {_ENVELOPE_FILE} in "
+        + " and ".join(str(d) for d in candidates)
+        + "; reinstall kmq (the wheel must include facade/_schemas)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _WriterSchema:
+    """A schema that may have written a record: parsed form, version and framing prefix."""
+
+    name: str
+    version: int | None
+    parsed: Any
+    fingerprint: bytes
+    prefix: bytes  # marker + fingerprint, written in front of every record
+
+
+def _make_writer(schema_json: Mapping[str, Any]) -> _WriterSchema:
+    parsed = fastavro.parse_schema(dict(schema_json))
+    canonical = to_parsing_canonical_form(parsed)
+    # fastavro returns the CRC-64-AVRO fingerprint as little-endian hex, as single-object needs.
+    fp = bytes.fromhex(_avro_fingerprint(canonical, "CRC-64-AVRO"))
+    name = parsed["name"] if isinstance(parsed, dict) else str(parsed)
+    version = schema_json.get(_VERSION_ATTRIBUTE)
+    return _WriterSchema(name, version, parsed, fp, SINGLE_OBJECT_MARKER + fp)
+
+
+class _DecodeFailure(Exception):
+    """Internal: why a value is not a valid record; turned into EnvelopeError by the caller."""
+
+
+class _SchemaFamily:
+    """One record type (envelope or acknowledgment): its current schema and older writers.
+
+    Args:
+        directory (Path): where the ``.avsc`` files are.
+        filename (str): the current schema, e.g. ``message_envelope.avsc``; frozen earlier
+            versions are ``message_envelope.v<N>.avsc`` in the same directory.
+    """
+
+    def __init__(self, directory: Path, filename: str):
+        self.current = _make_writer(json.loads((directory / filename).read_text("utf-8")))
+        self.writers: dict[bytes, _WriterSchema] = {self.current.fingerprint: self.current}
+        stem = filename.removesuffix(".avsc")
+        for older in sorted(directory.glob(f"{stem}.v*.avsc")):
+            self.register(json.loads(older.read_text("utf-8")))
+
+    def register(self, schema_json: Mapping[str, Any]) -> bytes:
+        try:
+            writer = _make_writer(schema_json)
+        except Exception as exc:  # noqa: BLE001 - fastavro raises several types for bad schemas
+            raise InvalidParameter(
+                f"not a valid Avro schema: {type(exc).__name__}: {exc}",
+                hint="pass the parsed JSON of a .avsc file",
+            ) from exc
+        if writer.name != self.current.name:
+            raise InvalidParameter(
+                f"writer schema {writer.name!r} is not a version of {self.current.name!r}",
+                hint="register only earlier versions of the same record (same full name)",
+            )
+        self.writers.setdefault(writer.fingerprint, writer)
+        return writer.fingerprint
+
+    def encode(self, record: Mapping[str, Any]) -> bytes:
+        out = io.BytesIO()
+        out.write(self.current.prefix)
+        fastavro.schemaless_writer(out, self.current.parsed, record)
+        return out.getvalue()
+
+    def decode(self, value: object) -> dict[str, Any]:
+        if value is None:
+            raise _DecodeFailure("record value is None (a tombstone or a record without value)")
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise _DecodeFailure(f"record value is a {type(value).__name__}, not bytes")
+        size = len(value)
+        if size < _HEADER_SIZE:
+            raise _DecodeFailure(
+                f"record value is {size} bytes, shorter than the {_HEADER_SIZE}-byte Avro "
+                "single-object header"
+            )
+        if value[:2] != SINGLE_OBJECT_MARKER:
+            raise _DecodeFailure(
+                f"record value starts with {bytes(value[:2]).hex(' ')}, not the Avro single-object "
+                f"marker c3 01: not written by kmq"
+            )
+        fp = bytes(value[2:_HEADER_SIZE])
+        writer = self.writers.get(fp)
+        if writer is None:
+            raise _DecodeFailure(self._unknown_fingerprint(fp))
+        stream = io.BytesIO(value)
+        stream.seek(_HEADER_SIZE)
+        try:
+            reader = None if writer is self.current else self.current.parsed
+            record = cast(dict[str, Any], fastavro.schemaless_reader(stream, writer.parsed, reader))
+        except Exception as exc:  # noqa: BLE001 - fastavro raises many types on bad input
+            raise _DecodeFailure(
+                f"Avro body of {writer.name} is malformed or truncated "
+                f"({type(exc).__name__}: {exc})"
+            ) from exc
+        if stream.tell() != size:
+            raise _DecodeFailure(
+                f"{size - stream.tell()} unexpected bytes after the {writer.name} record"
+            )
+        return record
+
+    def _unknown_fingerprint(self, fp: bytes) -> str:
+        for other in _FAMILIES:
+            if other is not self and fp in other.writers:
+                return (
+                    f"record is a {other.current.name}, not a {self.current.name} "
+                    f"(writer schema fingerprint {fp.hex()})"
+                )
+        return (
+            f"unknown writer schema fingerprint {fp.hex()} for {self.current.name}: written by a "
+            "newer kmq or another application"
+        )
+
+
+_SCHEMA_DIR = _schema_dir()
+_ENVELOPE = _SchemaFamily(_SCHEMA_DIR, _ENVELOPE_FILE)
+_ACKNOWLEDGMENT = _SchemaFamily(_SCHEMA_DIR, _ACKNOWLEDGMENT_FILE)
+_FAMILIES = (_ENVELOPE, _ACKNOWLEDGMENT)
+
+#: Version of the envelope schema this module writes (``kmq.version`` in the .avsc).
+ENVELOPE_VERSION: int = _ENVELOPE.current.version or 1
+_VERSION_BYTES = str(ENVELOPE_VERSION).encode("ascii")
+
+
+def register_writer_schema(schema: Mapping[str, Any]) -> bytes:
+    """Make records written with another version of a kmq schema readable.
+
+    Frozen earlier versions in the schema directory (``message_envelope.v<N>.avsc``,
+    ``acknowledgment.v<N>.avsc``) are registered at import; use this for schemas obtained
+    elsewhere (e.g. a newer writer whose extra fields this reader may ignore).
+
+    Args:
+        schema (Mapping): the writer schema as parsed JSON; its full name picks the family
+            (``kmq.MessageEnvelope`` or ``kmq.Acknowledgment``).
+
+    Returns:
+        bytes: the schema's 8-byte fingerprint as it appears in records.
+
+    Raises:
+        InvalidParameter: the schema is not valid Avro or not a version of a kmq record schema.
+            Whether it resolves against the current schema (no removed or retyped fields, new
+            fields with defaults) shows when its records are decoded (EnvelopeError).
+    """
+    name = schema.get("name", "")
+    full = name if "." in name else f"{schema.get('namespace', '')}.{name}"
+    for family in _FAMILIES:
+        if family.current.name == full:
+            return family.register(schema)
+    raise InvalidParameter(
+        f"schema {full!r} is not a kmq record schema",
+        hint=f"register a version of {ENVELOPE_SCHEMA_NAME} or {ACKNOWLEDGMENT_SCHEMA_NAME}",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Value conversions
+# --------------------------------------------------------------------------------------------
+
+
+def _instant_to_ms(value: _dt.datetime | None) -> int | None:
+    # Integer arithmetic: datetime.timestamp() is a float and can be off by one millisecond.
+    return None if value is None else (value - _EPOCH) // _ONE_MS
+
+
+def _seconds_to_ms(value: float | None) -> int | None:
+    # A positive duration never rounds to 0 ms: 0 would not be a valid TTRQ/TTBR.
+    return None if value is None else max(1, round(value * 1000))
+
+
+def _ms_to_seconds(value: int | None) -> float | None:
+    return None if value is None else value / 1000
+
+
+# --------------------------------------------------------------------------------------------
+# Messages
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedRecord:
+    """A message in Kafka record form, ready for the producer.
+
+    Attributes:
+        key (bytes | None): the recommended record key (see :func:`record_key`).
+        value (bytes): the single-object-encoded envelope.
+        headers (list[tuple[str, bytes]]): ASCII headers derived from the envelope.
+    """
+
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+
+def record_key(message: Message) -> bytes | None:
+    """Return the recommended Kafka record key for ``message``.
+
+    Transactional messages are keyed by the sending queue manager's GUID (the first 16 bytes of
+    the message id) so every transactional message of one sender lands in one partition and is
+    received in send order, as MSMQ guarantees for transactional queues. Other messages get no
+    key: the producer spreads them over the partitions. The key is never read back; queue topics
+    must not be compacted (``cleanup.policy=delete``).
+
+    Args:
+        message (Message): a message with ``id`` set.
+
+    Returns:
+        bytes | None: 16 bytes, or ``None``.
+    """
+    if message.transaction_id is None or message.id is None:
+        return None
+    return message.id.machine_guid.bytes_le
+
+
+def _envelope_record(m: Message) -> dict[str, Any]:
+    if m.id is None:
+        raise InvalidParameter(
+            "message property id (PROPID_M_MSGID) is not set",
+            hint="send through the queue manager, which assigns it, or set MessageId.new(guid)",
+        )
+    return {
+        "id": m.id.to_bytes(),
+        "message_class": int(m.message_class),
+        "correlation_id": None if m.correlation_id is None else m.correlation_id.to_bytes(),
+        "priority": m.priority,
+        "delivery": int(m.delivery),
+        "acknowledge": int(m.acknowledge),
+        "journal": int(m.journal),
+        "app_specific": m.app_specific,
+        "label": m.label,
+        "body_type": int(m.body_type),
+        "body": m.body,
+        "extension": m.extension,
+        "admin_queue": m.admin_queue,
+        "response_queue": m.response_queue,
+        "destination_queue": m.destination_queue,
+        "destination_format_name": m.destination_format_name,
+        "dead_letter_queue": m.dead_letter_queue,
+        "time_to_reach_queue_ms": _seconds_to_ms(m.time_to_reach_queue),
+        "time_to_be_received_ms": _seconds_to_ms(m.time_to_be_received),
+        "sent_time": _instant_to_ms(m.sent_time),
+        "arrived_time": _instant_to_ms(m.arrived_time),
+        "not_before": _instant_to_ms(m.not_before),
+        "source_machine_id": m.source_machine_id,
+        "sender_id": m.sender_id,
+        "sender_id_type": int(m.sender_id_type),
+        "transaction_id": m.transaction_id,
+        "first_in_transaction": m.first_in_transaction,
+        "last_in_transaction": m.last_in_transaction,
+        "auth_level": int(m.auth_level),
+        "privacy_level": int(m.privacy_level),
+        "hash_algorithm": int(m.hash_algorithm),
+        "encryption_algorithm": int(m.encryption_algorithm),
+        "sender_certificate": m.sender_certificate,
+        "signature": m.signature,
+        "destination_symmetric_key": m.destination_symmetric_key,
+        "abort_count": m.abort_count,
+        "move_count": m.move_count,
+        "properties": m.properties,
+    }
+
+
+def _headers(m: Message, record: Mapping[str, Any]) -> list[tuple[str, bytes]]:
+    # Computed from the envelope record's own values so a header never disagrees with it.
+    headers = [
+        (HEADER_VERSION, _VERSION_BYTES),
+        (HEADER_ID, str(m.id).encode("ascii")),
+        (HEADER_CLASS, b"%d" % record["message_class"]),
+        (HEADER_PRIORITY, b"%d" % record["priority"]),
+    ]
+    sent, ttbr = record["sent_time"], record["time_to_be_received_ms"]
+    if sent is not None and ttbr is not None:
+        headers.append((HEADER_EXPIRES, b"%d" % (sent + ttbr)))
+    if record["not_before"] is not None:
+        headers.append((HEADER_NOT_BEFORE, b"%d" % record["not_before"]))
+    if m.correlation_id is not None:
+        headers.append((HEADER_CORRELATION_ID, str(m.correlation_id).encode("ascii")))
+    if m.transaction_id is not None:
+        headers.append((HEADER_TXN, m.transaction_id.encode("utf-8")))
+    return headers
+
+
+def encode_message(message: Message) -> EncodedRecord:
+    """Encode ``message`` as a Kafka record (key, value, headers).
+
+    Times are stored in epoch milliseconds (sub-millisecond parts are dropped) and durations in
+    milliseconds; ``lookup_id`` and ``authenticated`` are receive-side state and not encoded.
+
+    Args:
+        message (Message): a message with ``id`` set (the queue manager assigns it at send).
+
+    Returns:
+        EncodedRecord: the record key, value and headers.
+
+    Raises:
+        InvalidParameter: ``message.id`` is unset or a property is invalid; the message names the
+            property (PROPID_M_*) and the allowed values.
+    """
+    if not isinstance(message, Message):
+        raise InvalidParameter(f"expected a Message, got {type(message).__name__}")
+    message.validate()
+    record = _envelope_record(message)
+    try:
+        value = _ENVELOPE.encode(record)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise _encode_failure(message, exc) from exc
+    return EncodedRecord(record_key(message), value, _headers(message, record))
+
+
+def _encode_failure(message: Message, exc: Exception) -> InvalidParameter:
+    """Name the property that fastavro could not write (validate() covers everything else)."""
+    for name in (
+        "label",
+        "admin_queue",
+        "response_queue",
+        "destination_queue",
+        "destination_format_name",
+        "dead_letter_queue",
+        "transaction_id",
+    ):
+        value = getattr(message, name)
+        if isinstance(value, str) and not _is_utf8_encodable(value):
+            return InvalidParameter(
+                f"message property {name} cannot be encoded as UTF-8 (lone surrogate characters)",
+                hint=f"remove the unpaired surrogates from {name}",
+            )
+    for key, val in message.properties.items():
+        if not (_is_utf8_encodable(key) and _is_utf8_encodable(val)):
+            return InvalidParameter(
+                f"application property {key!r} cannot be encoded as UTF-8 (lone surrogates)",
+                hint="remove the unpaired surrogates from the properties",
+            )
+    return InvalidParameter(f"message cannot be encoded: {type(exc).__name__}: {exc}")
+
+
+def _is_utf8_encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def decode_message(
+    value: bytes | None,
+    headers: Iterable[tuple[str, bytes | None]] | None = None,
+    *,
+    topic: str | None = None,
+    partition: int | None = None,
+    offset: int | None = None,
+) -> Message:
+    """Decode a Kafka record value into a :class:`Message`.
+
+    Args:
+        value (bytes | None): the record value.
+        headers (Iterable[tuple[str, bytes]] | None): the record headers; accepted for the
+            adapter's convenience and ignored, because the envelope is authoritative.
+        topic (str | None): the topic the record was read from, copied into the error.
+        partition (int | None): its partition, copied into the error.
+        offset (int | None): its offset, copied into the error for dead-lettering.
+
+    Returns:
+        Message: the message; ``lookup_id`` is ``None`` and ``authenticated`` is False (the queue
+        manager sets them).
+
+    Raises:
+        EnvelopeError: the value is not a valid kmq envelope (None, wrong marker, unknown writer
+            schema, truncated or malformed Avro, or a property out of its MSMQ range). It carries
+            ``topic``, ``partition``, ``offset`` and ``raw``; move the record to a dead-letter
+            queue rather than retrying.
+    """
+    del headers  # the envelope is authoritative; headers are derived copies
+    try:
+        record = _ENVELOPE.decode(value)
+        return _message_from_record(record)
+    except _DecodeFailure as exc:
+        raise _envelope_error(str(exc), value, topic, partition, offset) from exc
+    except InvalidParameter as exc:
+        raise _envelope_error(
+            f"envelope holds an invalid value: {exc.message}", value, topic, partition, offset
+        ) from exc
+    except Exception as exc:  # noqa: BLE001 - the contract is: only EnvelopeError escapes
+        raise _envelope_error(
+            f"envelope cannot be converted to a message ({type(exc).__name__}: {exc})",
+            value,
+            topic,
+            partition,
+            offset,
+        ) from exc
+
+
+def _message_from_record(r: Mapping[str, Any]) -> Message:
+    correlation = r["correlation_id"]
+    return Message(
+        body=r["body"],
+        label=r["label"],
+        body_type=r["body_type"],
+        id=MessageId.from_bytes(r["id"]),
+        correlation_id=None if correlation is None else MessageId.from_bytes(correlation),
+        priority=r["priority"],
+        delivery=r["delivery"],
+        acknowledge=r["acknowledge"],
+        admin_queue=r["admin_queue"],
+        response_queue=r["response_queue"],
+        time_to_reach_queue=_ms_to_seconds(r["time_to_reach_queue_ms"]),
+        time_to_be_received=_ms_to_seconds(r["time_to_be_received_ms"]),
+        not_before=r["not_before"],
+        journal=r["journal"],
+        app_specific=r["app_specific"],
+        extension=r["extension"],
+        message_class=r["message_class"],
+        sent_time=r["sent_time"],
+        arrived_time=r["arrived_time"],
+        source_machine_id=r["source_machine_id"],
+        destination_queue=r["destination_queue"],
+        destination_format_name=r["destination_format_name"],
+        sender_id=r["sender_id"],
+        sender_id_type=r["sender_id_type"],
+        transaction_id=r["transaction_id"],
+        first_in_transaction=r["first_in_transaction"],
+        last_in_transaction=r["last_in_transaction"],
+        auth_level=r["auth_level"],
+        privacy_level=r["privacy_level"],
+        hash_algorithm=r["hash_algorithm"],
+        encryption_algorithm=r["encryption_algorithm"],
+        sender_certificate=r["sender_certificate"],
+        signature=r["signature"],
+        destination_symmetric_key=r["destination_symmetric_key"],
+        dead_letter_queue=r["dead_letter_queue"],
+        abort_count=r["abort_count"],
+        move_count=r["move_count"],
+        properties=r["properties"],
+    )
+
+
+def _envelope_error(
+    reason: str, value: object, topic: str | None, partition: int | None, offset: int | None
+) -> EnvelopeError:
+    raw = bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else None
+    where = f" at offset {offset}" if offset is not None and not topic else ""
+    return EnvelopeError(
+        f"not a valid kmq message envelope{where}: {reason}",
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        raw=raw,
+        hint="move the record to a dead-letter queue; it cannot be delivered as a message",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Headers
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RecordHeaders:
+    r"""The kmq headers of a record, parsed. Every field is ``None`` when absent or malformed.
+
+    Headers are hints for filtering before decoding (by id, correlation id, class, expiry);
+    :func:`decode_message` is the authority.
+
+    Attributes:
+        version (int | None): envelope version (``kmq.version``).
+        id (str | None): message id text ``guid\seq`` (``kmq.id``).
+        message_class (int | None): PROPID_M_CLASS value (``kmq.class``).
+        priority (int | None): 0-7 (``kmq.priority``).
+        expires_ms (int | None): TTBR deadline, epoch milliseconds (``kmq.expires``).
+        not_before_ms (int | None): timed-dequeue instant, epoch milliseconds (``kmq.not_before``).
+        correlation_id (str | None): correlation id text (``kmq.correlation_id``).
+        transaction_id (str | None): transaction id (``kmq.txn``).
+    """
+
+    version: int | None = None
+    id: str | None = None
+    message_class: int | None = None
+    priority: int | None = None
+    expires_ms: int | None = None
+    not_before_ms: int | None = None
+    correlation_id: str | None = None
+    transaction_id: str | None = None
+
+
+_INT_HEADERS = {
+    HEADER_VERSION: "version",
+    HEADER_CLASS: "message_class",
+    HEADER_PRIORITY: "priority",
+    HEADER_EXPIRES: "expires_ms",
+    HEADER_NOT_BEFORE: "not_before_ms",
+}
+_TEXT_HEADERS = {
+    HEADER_ID: "id",
+    HEADER_CORRELATION_ID: "correlation_id",
+    HEADER_TXN: "transaction_id",
+}
+
+
+def read_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> RecordHeaders:
+    """Parse the kmq headers of a record without decoding its value; never raises.
+
+    Args:
+        headers (Iterable[tuple[str, bytes | None]] | None): the record headers as the Kafka
+            client returns them. Unknown headers are skipped; for a repeated header the first
+            occurrence wins.
+
+    Returns:
+        RecordHeaders: the parsed values (``None`` where absent or malformed).
+    """
+    found: dict[str, Any] = {}
+    for name, raw in headers or ():
+        if not isinstance(raw, (bytes, bytearray)):
+            continue
+        attr = _INT_HEADERS.get(name)
+        if attr is not None and attr not in found:
+            try:
+                found[attr] = int(raw)
+            except ValueError:
+                pass
+            continue
+        attr = _TEXT_HEADERS.get(name)
+        if attr is not None and attr not in found:
+            try:
+                found[attr] = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+    return RecordHeaders(**found)
+
+
+# --------------------------------------------------------------------------------------------
+# Acknowledgments
+# --------------------------------------------------------------------------------------------
+
+
+def encode_acknowledgment(info: AcknowledgmentInfo) -> bytes:
+    """Encode an acknowledgment payload (the body of an ACK/NACK message).
+
+    Args:
+        info (AcknowledgmentInfo): the payload.
+
+    Returns:
+        bytes: the single-object-encoded ``kmq.Acknowledgment``.
+
+    Raises:
+        InvalidParameter: ``info`` is not an AcknowledgmentInfo or has text that is not UTF-8.
+    """
+    if not isinstance(info, AcknowledgmentInfo):
+        raise InvalidParameter(f"expected an AcknowledgmentInfo, got {type(info).__name__}")
+    record = {
+        "original_id": info.original_id.to_bytes(),
+        "message_class": int(info.message_class),
+        "queues": [{"format_name": q.format_name, "guid": q.guid} for q in info.queues],
+        "time": _instant_to_ms(info.time),
+        "reason": info.reason,
+        "original_body": info.original_body,
+    }
+    try:
+        return _ACKNOWLEDGMENT.encode(record)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InvalidParameter(
+            f"acknowledgment cannot be encoded: {type(exc).__name__}: {exc}",
+            hint="check reason and queue format names for unpaired surrogate characters",
+        ) from exc
+
+
+def decode_acknowledgment(
+    body: bytes,
+    *,
+    topic: str | None = None,
+    partition: int | None = None,
+    offset: int | None = None,
+) -> AcknowledgmentInfo:
+    """Decode the body of an ACK/NACK message.
+
+    Args:
+        body (bytes): the message body.
+        topic (str | None): the topic of the carrying record, copied into the error.
+        partition (int | None): its partition, copied into the error.
+        offset (int | None): its offset, copied into the error.
+
+    Returns:
+        AcknowledgmentInfo: the payload.
+
+    Raises:
+        EnvelopeError: the body is not a valid acknowledgment payload.
+    """
+    where = (topic, partition, offset)
+    try:
+        r = _ACKNOWLEDGMENT.decode(body)
+        return AcknowledgmentInfo(
+            original_id=MessageId.from_bytes(r["original_id"]),
+            message_class=r["message_class"],
+            queues=tuple(AcknowledgedQueue(q["format_name"], q["guid"]) for q in r["queues"]),
+            time=r["time"],
+            reason=r["reason"],
+            original_body=r["original_body"],
+        )
+    except _DecodeFailure as exc:
+        raise _acknowledgment_error(f"not a valid kmq acknowledgment: {exc}", body, where) from exc
+    except InvalidParameter as exc:
+        raise _acknowledgment_error(
+            f"acknowledgment holds an invalid value: {exc.message}", body, where
+        ) from exc
+    except Exception as exc:  # noqa: BLE001 - the contract is: only EnvelopeError escapes
+        raise _acknowledgment_error(
+            f"acknowledgment cannot be converted ({type(exc).__name__}: {exc})", body, where
+        ) from exc
+
+
+def _acknowledgment_error(
+    reason: str, body: object, where: tuple[str | None, int | None, int | None]
+) -> EnvelopeError:
+    topic, partition, offset = where
+    return EnvelopeError(
+        reason,
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        raw=bytes(body) if isinstance(body, (bytes, bytearray, memoryview)) else None,
+        hint="the admin queue holds a message that is not a kmq acknowledgment",
+    )
+
+
+def acknowledgment_message(info: AcknowledgmentInfo, *, label: str = "") -> Message:
+    """Build the ACK/NACK message that carries ``info`` to an admin queue.
+
+    As in MSMQ, the message class is the acknowledgment class, the correlation id is the
+    original message's id and the time-to-be-received is infinite. The queue manager assigns
+    ``id``, ``sent_time`` and the destination when it sends it.
+
+    Args:
+        info (AcknowledgmentInfo): the payload.
+        label (str): the original message's label (MSMQ copies it), at most 250 characters.
+
+    Returns:
+        Message: the acknowledgment message, body = :func:`encode_acknowledgment` of ``info``.
+    """
+    return Message(
+        body=encode_acknowledgment(info),
+        body_type=BodyType.BYTES,
+        label=label,
+        message_class=info.message_class,
+        correlation_id=info.original_id,
+    )
