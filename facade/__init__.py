@@ -8,6 +8,7 @@ applications should use.
 from facade.config import DirectorySettings, KmqConfig
 from facade.errors import (
     AccessDenied,
+    BrokerError,
     BrokerUnavailable,
     ConfigurationError,
     DirectoryUnavailable,
@@ -57,6 +58,7 @@ __all__ = [
     "AcknowledgmentInfo",
     "AuthLevel",
     "BodyType",
+    "BrokerError",
     "BrokerUnavailable",
     "ConfigurationError",
     "Delivery",

@@ -22,17 +22,14 @@ ACK/NACK messages are ordinary messages whose body is an Avro-encoded ``kmq.Ackn
 from __future__ import annotations
 
 import datetime as _dt
-import io
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import fastavro
-from fastavro.schema import fingerprint as _avro_fingerprint
-from fastavro.schema import to_parsing_canonical_form
-
+from facade import avro as _avro
+from facade.avro import SINGLE_OBJECT_MARKER
+from facade.avro import DecodeFailure as _DecodeFailure
+from facade.avro import SchemaFamily as _SchemaFamily  # noqa: F401 - kept for tests and tools
 from facade.errors import EnvelopeError, InvalidParameter
 from facade.message import (
     AcknowledgedQueue,
@@ -67,17 +64,10 @@ __all__ = [
     "register_writer_schema",
 ]
 
-#: Avro single-object encoding marker.
-SINGLE_OBJECT_MARKER = b"\xc3\x01"
-_HEADER_SIZE = 10  # marker (2) + fingerprint (8)
-
 ENVELOPE_SCHEMA_NAME = "kmq.MessageEnvelope"
 ACKNOWLEDGMENT_SCHEMA_NAME = "kmq.Acknowledgment"
 _ENVELOPE_FILE = "message_envelope.avsc"
 _ACKNOWLEDGMENT_FILE = "acknowledgment.avsc"
-# Custom schema attribute with the envelope version; not part of the canonical form, so it does
-# not change the fingerprint.
-_VERSION_ATTRIBUTE = "kmq.version"
 
 HEADER_VERSION = "kmq.version"
 HEADER_ID = "kmq.id"
@@ -93,144 +83,12 @@ _ONE_MS = _dt.timedelta(milliseconds=1)
 
 
 # --------------------------------------------------------------------------------------------
-# Schema loading and the fingerprint registry
+# Schema families (the generic single-object machinery lives in facade.avro)
 # --------------------------------------------------------------------------------------------
 
-
-def _schema_dir() -> Path:
-    """Return the directory holding the ``.avsc`` files.
-
-    A wheel carries them in ``facade/_schemas`` (pyproject force-include); a source tree or an
-    editable install has them in ``<repo>/schemas``.
-    """
-    here = Path(__file__).resolve().parent
-    candidates = (here / "_schemas", here.parent / "schemas")
-    for directory in candidates:
-        if (directory / _ENVELOPE_FILE).is_file():
-            return directory
-    raise FileNotFoundError(
-        f"kmq Avro schemas not found: looked for {_ENVELOPE_FILE} in "
-        + " and ".join(str(d) for d in candidates)
-        + "; reinstall kmq (the wheel must include facade/_schemas)"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _WriterSchema:
-    """A schema that may have written a record: parsed form, version and framing prefix."""
-
-    name: str
-    version: int | None
-    parsed: Any
-    fingerprint: bytes
-    prefix: bytes  # marker + fingerprint, written in front of every record
-
-
-def _make_writer(schema_json: Mapping[str, Any]) -> _WriterSchema:
-    parsed = fastavro.parse_schema(dict(schema_json))
-    canonical = to_parsing_canonical_form(parsed)
-    # fastavro returns the CRC-64-AVRO fingerprint as little-endian hex, as single-object needs.
-    fp = bytes.fromhex(_avro_fingerprint(canonical, "CRC-64-AVRO"))
-    name = parsed["name"] if isinstance(parsed, dict) else str(parsed)
-    version = schema_json.get(_VERSION_ATTRIBUTE)
-    return _WriterSchema(name, version, parsed, fp, SINGLE_OBJECT_MARKER + fp)
-
-
-class _DecodeFailure(Exception):
-    """Internal: why a value is not a valid record; turned into EnvelopeError by the caller."""
-
-
-class _SchemaFamily:
-    """One record type (envelope or acknowledgment): its current schema and older writers.
-
-    Args:
-        directory (Path): where the ``.avsc`` files are.
-        filename (str): the current schema, e.g. ``message_envelope.avsc``; frozen earlier
-            versions are ``message_envelope.v<N>.avsc`` in the same directory.
-    """
-
-    def __init__(self, directory: Path, filename: str):
-        self.current = _make_writer(json.loads((directory / filename).read_text("utf-8")))
-        self.writers: dict[bytes, _WriterSchema] = {self.current.fingerprint: self.current}
-        stem = filename.removesuffix(".avsc")
-        for older in sorted(directory.glob(f"{stem}.v*.avsc")):
-            self.register(json.loads(older.read_text("utf-8")))
-
-    def register(self, schema_json: Mapping[str, Any]) -> bytes:
-        try:
-            writer = _make_writer(schema_json)
-        except Exception as exc:  # noqa: BLE001 - fastavro raises several types for bad schemas
-            raise InvalidParameter(
-                f"not a valid Avro schema: {type(exc).__name__}: {exc}",
-                hint="pass the parsed JSON of a .avsc file",
-            ) from exc
-        if writer.name != self.current.name:
-            raise InvalidParameter(
-                f"writer schema {writer.name!r} is not a version of {self.current.name!r}",
-                hint="register only earlier versions of the same record (same full name)",
-            )
-        self.writers.setdefault(writer.fingerprint, writer)
-        return writer.fingerprint
-
-    def encode(self, record: Mapping[str, Any]) -> bytes:
-        out = io.BytesIO()
-        out.write(self.current.prefix)
-        fastavro.schemaless_writer(out, self.current.parsed, record)
-        return out.getvalue()
-
-    def decode(self, value: object) -> dict[str, Any]:
-        if value is None:
-            raise _DecodeFailure("record value is None (a tombstone or a record without value)")
-        if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise _DecodeFailure(f"record value is a {type(value).__name__}, not bytes")
-        size = len(value)
-        if size < _HEADER_SIZE:
-            raise _DecodeFailure(
-                f"record value is {size} bytes, shorter than the {_HEADER_SIZE}-byte Avro "
-                "single-object header"
-            )
-        if value[:2] != SINGLE_OBJECT_MARKER:
-            raise _DecodeFailure(
-                f"record value starts with {bytes(value[:2]).hex(' ')}, not the Avro single-object "
-                f"marker c3 01: not written by kmq"
-            )
-        fp = bytes(value[2:_HEADER_SIZE])
-        writer = self.writers.get(fp)
-        if writer is None:
-            raise _DecodeFailure(self._unknown_fingerprint(fp))
-        stream = io.BytesIO(value)
-        stream.seek(_HEADER_SIZE)
-        try:
-            reader = None if writer is self.current else self.current.parsed
-            record = cast(dict[str, Any], fastavro.schemaless_reader(stream, writer.parsed, reader))
-        except Exception as exc:  # noqa: BLE001 - fastavro raises many types on bad input
-            raise _DecodeFailure(
-                f"Avro body of {writer.name} is malformed or truncated "
-                f"({type(exc).__name__}: {exc})"
-            ) from exc
-        if stream.tell() != size:
-            raise _DecodeFailure(
-                f"{size - stream.tell()} unexpected bytes after the {writer.name} record"
-            )
-        return record
-
-    def _unknown_fingerprint(self, fp: bytes) -> str:
-        for other in _FAMILIES:
-            if other is not self and fp in other.writers:
-                return (
-                    f"record is a {other.current.name}, not a {self.current.name} "
-                    f"(writer schema fingerprint {fp.hex()})"
-                )
-        return (
-            f"unknown writer schema fingerprint {fp.hex()} for {self.current.name}: written by a "
-            "newer kmq or another application"
-        )
-
-
-_SCHEMA_DIR = _schema_dir()
-_ENVELOPE = _SchemaFamily(_SCHEMA_DIR, _ENVELOPE_FILE)
-_ACKNOWLEDGMENT = _SchemaFamily(_SCHEMA_DIR, _ACKNOWLEDGMENT_FILE)
-_FAMILIES = (_ENVELOPE, _ACKNOWLEDGMENT)
+_SCHEMA_DIR = _avro.SCHEMA_DIR
+_ENVELOPE = _avro.family(_ENVELOPE_FILE)
+_ACKNOWLEDGMENT = _avro.family(_ACKNOWLEDGMENT_FILE)
 
 #: Version of the envelope schema this module writes (``kmq.version`` in the .avsc).
 ENVELOPE_VERSION: int = _ENVELOPE.current.version or 1
@@ -241,12 +99,12 @@ def register_writer_schema(schema: Mapping[str, Any]) -> bytes:
     """Make records written with another version of a kmq schema readable.
 
     Frozen earlier versions in the schema directory (``message_envelope.v<N>.avsc``,
-    ``acknowledgment.v<N>.avsc``) are registered at import; use this for schemas obtained
-    elsewhere (e.g. a newer writer whose extra fields this reader may ignore).
+    ``acknowledgment.v<N>.avsc``, ``receipt.v<N>.avsc``) are registered at import; use this for
+    schemas obtained elsewhere (e.g. a newer writer whose extra fields this reader may ignore).
 
     Args:
         schema (Mapping): the writer schema as parsed JSON; its full name picks the family
-            (``kmq.MessageEnvelope`` or ``kmq.Acknowledgment``).
+            (``kmq.MessageEnvelope``, ``kmq.Acknowledgment`` or ``kmq.Receipt``).
 
     Returns:
         bytes: the schema's 8-byte fingerprint as it appears in records.
@@ -256,15 +114,7 @@ def register_writer_schema(schema: Mapping[str, Any]) -> bytes:
             Whether it resolves against the current schema (no removed or retyped fields, new
             fields with defaults) shows when its records are decoded (EnvelopeError).
     """
-    name = schema.get("name", "")
-    full = name if "." in name else f"{schema.get('namespace', '')}.{name}"
-    for family in _FAMILIES:
-        if family.current.name == full:
-            return family.register(schema)
-    raise InvalidParameter(
-        f"schema {full!r} is not a kmq record schema",
-        hint=f"register a version of {ENVELOPE_SCHEMA_NAME} or {ACKNOWLEDGMENT_SCHEMA_NAME}",
-    )
+    return _avro.register_writer_schema(schema)
 
 
 # --------------------------------------------------------------------------------------------

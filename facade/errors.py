@@ -20,6 +20,7 @@ code ported from MSMQ can map one to one::
     ├── MessageLockedUnderTransaction      MQ_ERROR_MESSAGE_LOCKED_UNDER_TRANSACTION
     ├── EnvelopeError                      a Kafka record that is not a valid kmq envelope
     ├── ConfigurationError (ValueError)    bad kmq configuration (environment, kmq.toml)
+    ├── BrokerError                        a Kafka error with no closer MSMQ meaning (.kafka_code)
     └── TransientQueueError                retriable infrastructure faults
         ├── BrokerUnavailable              Kafka broker unreachable (MQ_ERROR_SERVICE_NOT_AVAILABLE)
         └── DirectoryUnavailable           LDAP directory unreachable (MQ_ERROR_NO_DS)
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 __all__ = [
     "AccessDenied",
+    "BrokerError",
     "BrokerUnavailable",
     "ConfigurationError",
     "DirectoryUnavailable",
@@ -211,6 +213,18 @@ class EnvelopeError(MessageQueueError):
 
 class ConfigurationError(MessageQueueError, ValueError):
     """Invalid kmq configuration: an environment variable or a ``kmq.toml`` key."""
+
+
+class BrokerError(MessageQueueError):
+    """A Kafka error with no closer MSMQ meaning.
+
+    Attributes:
+        kafka_code (str | None): the librdkafka error name, e.g. ``POLICY_VIOLATION``.
+    """
+
+    def __init__(self, message: str, *, kafka_code: str | None = None, **kwargs: object):
+        self.kafka_code = kafka_code
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
 
 
 class TransientQueueError(MessageQueueError):

@@ -1,0 +1,295 @@
+"""Avro single-object encoding shared by every kmq record type.
+
+kmq writes each of its Avro records (the message envelope, the acknowledgment payload, the
+receipt) as an `Avro single-object encoding
+<https://avro.apache.org/docs/1.12.0/specification/#single-object-encoding>`_: the marker
+``C3 01``, the 8-byte little-endian CRC-64-AVRO fingerprint of the writer schema's Parsing
+Canonical Form, then the Avro binary body. ``schemas/README.md`` specifies the framing; the
+``.avsc`` files next to it are the source of truth.
+
+This module holds the generic machinery: finding the schema directory, one
+:class:`SchemaFamily` per record type (its current schema plus the older writers it still
+reads, selected by fingerprint), and the registry of kmq's families, so a decoder that meets
+another kmq record type can say which one it is. The record-specific modules
+(:mod:`facade.envelope`, :mod:`facade.receipts`) map Python objects to and from Avro records.
+Pure Python, no I/O beyond reading the ``.avsc`` files at import.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import fastavro
+from fastavro.schema import fingerprint as _avro_fingerprint
+from fastavro.schema import to_parsing_canonical_form
+
+from facade.errors import InvalidParameter
+
+__all__ = [
+    "HEADER_SIZE",
+    "SCHEMA_DIR",
+    "SCHEMA_FILES",
+    "SINGLE_OBJECT_MARKER",
+    "VERSION_ATTRIBUTE",
+    "DecodeFailure",
+    "SchemaFamily",
+    "WriterSchema",
+    "family",
+    "make_writer",
+    "register_writer_schema",
+    "schema_dir",
+]
+
+#: Avro single-object encoding marker.
+SINGLE_OBJECT_MARKER = b"\xc3\x01"
+#: Bytes in front of the Avro body: marker (2) + fingerprint (8).
+HEADER_SIZE = 10
+#: Custom schema attribute with the record version; not part of the canonical form, so it does
+#: not change the fingerprint.
+VERSION_ATTRIBUTE = "kmq.version"
+#: The current schema of every kmq record type, as file names in the schema directory.
+SCHEMA_FILES = ("message_envelope.avsc", "acknowledgment.avsc", "receipt.avsc")
+
+
+def schema_dir() -> Path:
+    """Return the directory holding the ``.avsc`` files.
+
+    A wheel carries them in ``facade/_schemas`` (pyproject force-include); a source tree or an
+    editable install has them in ``<repo>/schemas``.
+
+    Returns:
+        Path: the first candidate directory that holds every file of :data:`SCHEMA_FILES`.
+
+    Raises:
+        FileNotFoundError: neither directory has them (a broken installation).
+    """
+    here = Path(__file__).resolve().parent
+    candidates = (here / "_schemas", here.parent / "schemas")
+    for directory in candidates:
+        if all((directory / name).is_file() for name in SCHEMA_FILES):
+            return directory
+    raise FileNotFoundError(
+        f"kmq Avro schemas not found: looked for {', '.join(SCHEMA_FILES)} in "
+        + " and ".join(str(d) for d in candidates)
+        + "; reinstall kmq (the wheel must include facade/_schemas)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WriterSchema:
+    """A schema that may have written a record: parsed form, version and framing prefix.
+
+    Attributes:
+        name (str): the record's full name, e.g. ``kmq.MessageEnvelope``.
+        version (int | None): the ``kmq.version`` attribute, if any.
+        parsed (Any): the fastavro-parsed schema.
+        fingerprint (bytes): 8-byte CRC-64-AVRO fingerprint, little-endian, as in records.
+        prefix (bytes): marker + fingerprint, written in front of every record.
+    """
+
+    name: str
+    version: int | None
+    parsed: Any
+    fingerprint: bytes
+    prefix: bytes
+
+
+def make_writer(schema_json: Mapping[str, Any]) -> WriterSchema:
+    """Parse a schema and compute its single-object framing.
+
+    Args:
+        schema_json (Mapping[str, Any]): the parsed JSON of a ``.avsc`` file.
+
+    Returns:
+        WriterSchema: the parsed schema with its fingerprint.
+
+    Raises:
+        Exception: whatever fastavro raises for an invalid schema (several types).
+    """
+    parsed = fastavro.parse_schema(dict(schema_json))
+    canonical = to_parsing_canonical_form(parsed)
+    # fastavro returns the CRC-64-AVRO fingerprint as little-endian hex, as single-object needs.
+    fp = bytes.fromhex(_avro_fingerprint(canonical, "CRC-64-AVRO"))
+    name = parsed["name"] if isinstance(parsed, dict) else str(parsed)
+    version = schema_json.get(VERSION_ATTRIBUTE)
+    return WriterSchema(name, version, parsed, fp, SINGLE_OBJECT_MARKER + fp)
+
+
+class DecodeFailure(Exception):
+    """Why a value is not a valid record; the record module turns it into EnvelopeError."""
+
+
+class SchemaFamily:
+    """One record type: its current schema and the older writers it still reads.
+
+    Args:
+        directory (Path): where the ``.avsc`` files are.
+        filename (str): the current schema, e.g. ``message_envelope.avsc``; frozen earlier
+            versions are ``message_envelope.v<N>.avsc`` in the same directory.
+
+    Raises:
+        OSError: a schema file cannot be read.
+    """
+
+    def __init__(self, directory: Path, filename: str):
+        self.current = make_writer(json.loads((directory / filename).read_text("utf-8")))
+        self.writers: dict[bytes, WriterSchema] = {self.current.fingerprint: self.current}
+        stem = filename.removesuffix(".avsc")
+        for older in sorted(directory.glob(f"{stem}.v*.avsc")):
+            self.register(json.loads(older.read_text("utf-8")))
+
+    def register(self, schema_json: Mapping[str, Any]) -> bytes:
+        """Accept records written with ``schema_json`` (another version of this record).
+
+        Args:
+            schema_json (Mapping[str, Any]): the writer schema as parsed JSON.
+
+        Returns:
+            bytes: its 8-byte fingerprint as it appears in records.
+
+        Raises:
+            InvalidParameter: not valid Avro, or a different record (other full name).
+        """
+        try:
+            writer = make_writer(schema_json)
+        except Exception as exc:  # noqa: BLE001 - fastavro raises several types for bad schemas
+            raise InvalidParameter(
+                f"not a valid Avro schema: {type(exc).__name__}: {exc}",
+                hint="pass the parsed JSON of a .avsc file",
+            ) from exc
+        if writer.name != self.current.name:
+            raise InvalidParameter(
+                f"writer schema {writer.name!r} is not a version of {self.current.name!r}",
+                hint="register only earlier versions of the same record (same full name)",
+            )
+        self.writers.setdefault(writer.fingerprint, writer)
+        return writer.fingerprint
+
+    def encode(self, record: Mapping[str, Any]) -> bytes:
+        """Write ``record`` with the current schema, framed as a single object.
+
+        Args:
+            record (Mapping[str, Any]): the Avro record as Python values.
+
+        Returns:
+            bytes: marker + fingerprint + Avro binary body.
+
+        Raises:
+            ValueError, TypeError, OverflowError: a value does not fit its Avro type.
+        """
+        out = io.BytesIO()
+        out.write(self.current.prefix)
+        fastavro.schemaless_writer(out, self.current.parsed, record)
+        return out.getvalue()
+
+    def decode(self, value: object) -> dict[str, Any]:
+        """Read a single-object-framed record, resolving older writers to the current schema.
+
+        Args:
+            value (object): the bytes to decode (anything else is reported, not raised).
+
+        Returns:
+            dict[str, Any]: the record, with the current schema's fields.
+
+        Raises:
+            DecodeFailure: not bytes, too short, wrong marker, unknown fingerprint, malformed or
+                truncated body, or trailing bytes.
+        """
+        if value is None:
+            raise DecodeFailure("record value is None (a tombstone or a record without value)")
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise DecodeFailure(f"record value is a {type(value).__name__}, not bytes")
+        size = len(value)
+        if size < HEADER_SIZE:
+            raise DecodeFailure(
+                f"record value is {size} bytes, shorter than the {HEADER_SIZE}-byte Avro "
+                "single-object header"
+            )
+        if value[:2] != SINGLE_OBJECT_MARKER:
+            raise DecodeFailure(
+                f"record value starts with {bytes(value[:2]).hex(' ')}, not the Avro single-object "
+                f"marker c3 01: not written by kmq"
+            )
+        fp = bytes(value[2:HEADER_SIZE])
+        writer = self.writers.get(fp)
+        if writer is None:
+            raise DecodeFailure(self._unknown_fingerprint(fp))
+        stream = io.BytesIO(value)
+        stream.seek(HEADER_SIZE)
+        try:
+            reader = None if writer is self.current else self.current.parsed
+            record = cast(dict[str, Any], fastavro.schemaless_reader(stream, writer.parsed, reader))
+        except Exception as exc:  # noqa: BLE001 - fastavro raises many types on bad input
+            raise DecodeFailure(
+                f"Avro body of {writer.name} is malformed or truncated "
+                f"({type(exc).__name__}: {exc})"
+            ) from exc
+        if stream.tell() != size:
+            raise DecodeFailure(
+                f"{size - stream.tell()} unexpected bytes after the {writer.name} record"
+            )
+        return record
+
+    def _unknown_fingerprint(self, fp: bytes) -> str:
+        # Name the other kmq record type when a record lands in the wrong decoder (e.g. a
+        # receipt read as a message): the usual cause is a wrong topic, not a newer writer.
+        for other in _FAMILIES.values():
+            if other.current.name != self.current.name and fp in other.writers:
+                return (
+                    f"record is a {other.current.name}, not a {self.current.name} "
+                    f"(writer schema fingerprint {fp.hex()})"
+                )
+        return (
+            f"unknown writer schema fingerprint {fp.hex()} for {self.current.name}: written by a "
+            "newer kmq or another application"
+        )
+
+
+#: The directory the schemas are loaded from.
+SCHEMA_DIR = schema_dir()
+_FAMILIES: dict[str, SchemaFamily] = {name: SchemaFamily(SCHEMA_DIR, name) for name in SCHEMA_FILES}
+
+
+def family(filename: str) -> SchemaFamily:
+    """Return kmq's family for one record type.
+
+    Args:
+        filename (str): one of :data:`SCHEMA_FILES`, e.g. ``receipt.avsc``.
+
+    Returns:
+        SchemaFamily: the process-wide family (shared, so registered writers are seen by all).
+
+    Raises:
+        KeyError: ``filename`` is not a kmq record schema.
+    """
+    return _FAMILIES[filename]
+
+
+def register_writer_schema(schema: Mapping[str, Any]) -> bytes:
+    """Make records written with another version of a kmq schema readable.
+
+    Args:
+        schema (Mapping[str, Any]): the writer schema as parsed JSON; its full name picks the
+            family (``kmq.MessageEnvelope``, ``kmq.Acknowledgment``, ``kmq.Receipt``).
+
+    Returns:
+        bytes: the schema's 8-byte fingerprint as it appears in records.
+
+    Raises:
+        InvalidParameter: the schema is not valid Avro or not a version of a kmq record schema.
+    """
+    name = schema.get("name", "")
+    full = name if "." in name else f"{schema.get('namespace', '')}.{name}"
+    for fam in _FAMILIES.values():
+        if fam.current.name == full:
+            return fam.register(schema)
+    known = " or ".join(fam.current.name for fam in _FAMILIES.values())
+    raise InvalidParameter(
+        f"schema {full!r} is not a kmq record schema",
+        hint=f"register a version of {known}",
+    )

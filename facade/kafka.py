@@ -1,0 +1,346 @@
+"""The Kafka adapter: the only kmq module that imports ``confluent_kafka``.
+
+It builds librdkafka configurations from :class:`~facade.config.KmqConfig`, maps Kafka errors to
+kmq's error tree at this one boundary (:func:`map_kafka_errors`), and offers the few primitives the
+queue manager needs: topic administration, producers per MSMQ delivery mode, and readers that
+``assign()`` single-partition topics at explicit offsets (no consumer group: kmq keeps queue state
+in receipts topics, not in committed offsets).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from facade.config import KmqConfig
+from facade.errors import (
+    AccessDenied,
+    BrokerError,
+    BrokerUnavailable,
+    MessageQueueError,
+    QueueExists,
+    QueueNotFound,
+)
+from facade.message import Delivery
+
+__all__ = [
+    "KafkaRecord",
+    "KafkaSession",
+    "TopicReader",
+    "map_kafka_errors",
+    "resolve_bootstrap_servers",
+]
+
+#: Seconds an administrative request (create, delete, metadata) may take.
+ADMIN_TIMEOUT = 15.0
+
+_UNAVAILABLE = {
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._TIMED_OUT,
+    KafkaError._RESOLVE,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+}
+_NOT_FOUND = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+_DENIED = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+}
+
+
+def kafka_error_to_queue_error(error: KafkaError, operation: str, topic: str | None = None) -> MessageQueueError:
+    """Translate one ``KafkaError`` into the most specific kmq error.
+
+    Args:
+        error (KafkaError): what librdkafka reported.
+        operation (str): what kmq was doing, for the message ("send to queue", "create queue").
+        topic (str | None): the topic concerned.
+
+    Returns:
+        MessageQueueError: BrokerUnavailable, QueueNotFound, QueueExists, AccessDenied or
+        BrokerError (everything else, with ``kafka_code``).
+    """
+    code = error.code()
+    where = f" (topic {topic!r})" if topic else ""
+    text = f"{operation}{where} failed: {error.str()}"
+    if code in _UNAVAILABLE:
+        return BrokerUnavailable(text, hint="check that the Kafka broker is running and reachable")
+    if code in _NOT_FOUND:
+        return QueueNotFound(text, queue=topic, hint="create the queue first (kmq queue create)")
+    if code == KafkaError.TOPIC_ALREADY_EXISTS:
+        return QueueExists(text, queue=topic)
+    if code in _DENIED:
+        return AccessDenied(text, queue=topic, hint="grant this principal the Kafka ACLs it needs")
+    return BrokerError(text, kafka_code=error.name())
+
+
+@contextmanager
+def map_kafka_errors(operation: str, topic: str | None = None) -> Iterator[None]:
+    """Re-raise ``KafkaException`` as the matching :class:`MessageQueueError`, chained."""
+    try:
+        yield
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if error is None:
+            raise BrokerError(f"{operation} failed: {exc}") from exc
+        raise kafka_error_to_queue_error(error, operation, topic) from exc
+
+
+def resolve_bootstrap_servers(config: KmqConfig) -> str:
+    """The brokers to use: configured ones, else the running dev stack broker.
+
+    Raises:
+        BrokerUnavailable: nothing is configured and no dev broker runs.
+    """
+    if config.bootstrap_servers:
+        return config.bootstrap_servers
+    from facade.devstack import DevStack
+
+    broker = DevStack(config).running_broker()
+    if broker is None:
+        raise BrokerUnavailable(
+            "no Kafka broker configured and the local dev broker is not running",
+            hint="run `kmq dev up`, or set KMQ_BOOTSTRAP_SERVERS / bootstrap_servers in kmq.toml",
+        )
+    return broker.bootstrap_servers
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaRecord:
+    """One record read from a topic.
+
+    Attributes:
+        topic (str), partition (int), offset (int): where it is.
+        timestamp_ms (int): the record's timestamp, epoch milliseconds.
+        key (bytes | None), value (bytes | None): as stored.
+        headers (tuple[tuple[str, bytes], ...]): in order, duplicates kept.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+
+
+class KafkaSession:
+    """Kafka clients for one queue manager, all built from the same configuration.
+
+    Args:
+        bootstrap_servers (str): Kafka ``bootstrap.servers``.
+        options (Mapping[str, str]): extra librdkafka properties (TLS, SASL) for every client.
+        client_id (str): ``client.id`` prefix, shown in broker logs.
+    """
+
+    def __init__(self, bootstrap_servers: str, options: Mapping[str, str] | None = None,
+                 client_id: str = "kmq"):
+        self.bootstrap_servers = bootstrap_servers
+        self._base = {"bootstrap.servers": bootstrap_servers, "client.id": client_id, **(options or {})}
+        self._admin: AdminClient | None = None
+
+    # -- configuration -------------------------------------------------------------------------
+
+    def producer_config(self, delivery: Delivery, transactional_id: str | None = None) -> dict[str, Any]:
+        """librdkafka producer settings for an MSMQ delivery mode.
+
+        EXPRESS: ``acks=1``, not idempotent (at most once, lowest latency). RECOVERABLE:
+        ``acks=all`` and idempotence (no loss once acknowledged, no duplicates from retries).
+        ``transactional_id`` adds Kafka transactions (implies RECOVERABLE settings).
+        """
+        config = {**self._base, "allow.auto.create.topics": False, "linger.ms": 5}
+        if delivery is Delivery.RECOVERABLE or transactional_id:
+            config.update({"acks": "all", "enable.idempotence": True})
+        else:
+            config.update({"acks": 1, "enable.idempotence": False})
+        if transactional_id:
+            config["transactional.id"] = transactional_id
+        return config
+
+    def producer(self, delivery: Delivery, transactional_id: str | None = None) -> Producer:
+        """A new producer for ``delivery`` (see :meth:`producer_config`)."""
+        with map_kafka_errors("create producer"):
+            return Producer(self.producer_config(delivery, transactional_id))
+
+    def reader(self) -> TopicReader:
+        """A new :class:`TopicReader` (an unsubscribed consumer: assign-only, no commits)."""
+        return TopicReader(self._base)
+
+    # -- administration ------------------------------------------------------------------------
+
+    @property
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient({**self._base, "allow.auto.create.topics": False})
+        return self._admin
+
+    def ping(self, timeout: float = 10.0) -> None:
+        """Check that the brokers answer a metadata request.
+
+        Raises:
+            BrokerUnavailable: no answer within ``timeout`` seconds; names the bootstrap servers.
+        """
+        try:
+            self.admin.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            raise BrokerUnavailable(
+                f"Kafka broker {self.bootstrap_servers} did not answer within {timeout:g} s",
+                hint="start it (`kmq dev up` for the local one) or fix KMQ_BOOTSTRAP_SERVERS",
+            ) from exc
+
+    def create_topics(self, names: Sequence[str], config: Mapping[str, str] | None = None,
+                      exist_ok: bool = False) -> list[str]:
+        """Create single-partition topics.
+
+        Args:
+            names (Sequence[str]): topic names.
+            config (Mapping[str, str] | None): topic configuration (e.g. ``cleanup.policy``).
+            exist_ok (bool): an existing topic is not an error.
+
+        Returns:
+            list[str]: the names actually created (not already existing).
+
+        Raises:
+            QueueExists: a topic exists and ``exist_ok`` is false.
+            BrokerUnavailable, AccessDenied, BrokerError: as mapped from Kafka.
+        """
+        if not names:
+            return []
+        new = [NewTopic(name, num_partitions=1, replication_factor=-1, config=dict(config or {}))
+               for name in names]
+        created = []
+        for name, future in self.admin.create_topics(new, request_timeout=ADMIN_TIMEOUT).items():
+            try:
+                with map_kafka_errors("create topic", name):
+                    future.result(ADMIN_TIMEOUT)
+                created.append(name)
+            except QueueExists:
+                if not exist_ok:
+                    raise
+        return created
+
+    def delete_topics(self, names: Iterable[str]) -> None:
+        """Delete topics; topics that do not exist are ignored."""
+        names = list(names)
+        if not names:
+            return
+        for name, future in self.admin.delete_topics(names, request_timeout=ADMIN_TIMEOUT).items():
+            try:
+                with map_kafka_errors("delete topic", name):
+                    future.result(ADMIN_TIMEOUT)
+            except QueueNotFound:
+                pass
+
+    def list_topics(self) -> set[str]:
+        """Names of every topic in the cluster."""
+        with map_kafka_errors("list topics"):
+            return set(self.admin.list_topics(timeout=ADMIN_TIMEOUT).topics)
+
+    def topic_exists(self, name: str) -> bool:
+        """True if ``name`` exists (one metadata request for that topic only)."""
+        with map_kafka_errors("describe topic", name):
+            metadata = self.admin.list_topics(topic=name, timeout=ADMIN_TIMEOUT)
+        topic = metadata.topics.get(name)
+        return topic is not None and topic.error is None
+
+    def close(self) -> None:
+        """Release the admin client (producers and readers are closed by their owners)."""
+        self._admin = None
+
+
+class TopicReader:
+    """Reads single-partition topics from explicit offsets, without a consumer group.
+
+    Args:
+        base (Mapping[str, Any]): common librdkafka settings (bootstrap servers, security).
+    """
+
+    def __init__(self, base: Mapping[str, Any]):
+        self._consumer = Consumer({
+            **base,
+            # librdkafka wants a group id even for assign(); nothing is ever committed to it.
+            "group.id": f"kmq-reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "allow.auto.create.topics": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            # Receives wait on other processes' receipts: keep fetch latency low.
+            "fetch.wait.max.ms": 10,
+            "fetch.queue.backoff.ms": 1,
+        })
+        self._assigned: dict[str, int] = {}
+
+    def assign(self, positions: Mapping[str, int]) -> None:
+        """Read each topic (partition 0) from the given offset; replaces earlier assignments."""
+        self._assigned = dict(positions)
+        parts = [TopicPartition(t, 0, o if o >= 0 else OFFSET_BEGINNING) for t, o in positions.items()]
+        with map_kafka_errors("assign topics"):
+            self._consumer.assign(parts)
+
+    def poll(self, timeout: float, max_records: int = 1000) -> list[KafkaRecord]:
+        """Records available within ``timeout`` seconds (may be empty).
+
+        Raises:
+            QueueNotFound: an assigned topic was deleted.
+            BrokerUnavailable, BrokerError: as mapped from Kafka.
+        """
+        with map_kafka_errors("read topics"):
+            batch = self._consumer.consume(max_records, timeout)
+        records = []
+        for msg in batch:
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise kafka_error_to_queue_error(error, "read topic", msg.topic())
+            _, timestamp = msg.timestamp()
+            records.append(KafkaRecord(
+                msg.topic(), msg.partition(), msg.offset(), timestamp, msg.key(), msg.value(),
+                tuple(msg.headers() or ()),
+            ))
+        return records
+
+    def end_offsets(self, topics: Iterable[str], timeout: float = ADMIN_TIMEOUT) -> dict[str, int]:
+        """The next offset to be written in each topic (the high watermark), asked of the broker."""
+        result = {}
+        for topic in topics:
+            with map_kafka_errors("query end offset", topic):
+                _low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, 0), timeout=timeout, cached=False)
+            result[topic] = high
+        return result
+
+    def close(self) -> None:
+        """Leave and release the consumer."""
+        self._consumer.close()
+
+
+def wait_delivered(producer: Producer, timeout: float) -> int:
+    """Flush ``producer``, returning how many records are still undelivered after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    remaining = producer.flush(timeout)
+    while remaining and time.monotonic() < deadline:
+        remaining = producer.flush(max(0.0, deadline - time.monotonic()))
+    return remaining

@@ -1,0 +1,402 @@
+"""The queue manager: MSMQ's per-machine service, on Kafka.
+
+A :class:`QueueManager` owns the Kafka clients, the registries, the message-id allocator and the
+system queues (dead-letter, transactional dead-letter, machine journal) of one queue-manager name.
+Queues are created, deleted, listed and opened through it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import threading
+import uuid
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from facade.config import KmqConfig
+from facade.envelope import encode_message
+from facade.errors import (
+    BrokerError,
+    BrokerUnavailable,
+    QueueExists,
+    QueueNotFound,
+    UnsupportedFormatNameOperation,
+)
+from facade.formatnames import (
+    DirectFormatName,
+    DirectProtocol,
+    FormatName,
+    MachineFormatName,
+    QueuePath,
+    SystemQueue,
+    parse_path_name,
+    parse_queue_reference,
+)
+from facade.kafka import KafkaSession, map_kafka_errors, resolve_bootstrap_servers
+from facade.message import Delivery, Message, MessageClass
+from facade.registry import QueueManagerRecord, QueueProperties, Registry
+from facade.sequence import MessageIdAllocator
+from facade.topics import QueueTopics, queue_topics, system_topics
+
+__all__ = ["Destination", "QueueManager"]
+
+
+@dataclass(frozen=True)
+class Destination:
+    """One concrete queue a format name resolves to.
+
+    Attributes:
+        format_name (str): canonical format name of this queue (PROPID_M_DEST_QUEUE).
+        topics (QueueTopics): its Kafka topics.
+        properties (QueueProperties | None): registry properties (None for system queues).
+        read_only (bool): journals and dead-letter queues: applications may only read/delete.
+    """
+
+    format_name: str
+    topics: QueueTopics
+    properties: QueueProperties | None
+    read_only: bool
+
+
+class QueueManager:
+    """An MSMQ queue manager on a Kafka cluster.
+
+    Build one with :meth:`open`. Thread-safe for administration; each opened
+    :class:`~facade.queue.MessageQueue` is meant for one thread at a time.
+
+    Args:
+        config (KmqConfig): resolved configuration.
+        session (KafkaSession): Kafka clients.
+        record (QueueManagerRecord): this queue manager's name and GUID.
+    """
+
+    def __init__(self, config: KmqConfig, session: KafkaSession, record: QueueManagerRecord):
+        self.config = config
+        self.session = session
+        self.name = record.name
+        self.guid = uuid.UUID(record.guid)
+        self.registry = Registry(session)
+        self.ids = MessageIdAllocator(config.home / f"{self.name}.sequence", self.guid)
+        self._producers: dict[Delivery, Any] = {}
+        self._lock = threading.Lock()
+        self._open_queues: weakref.WeakSet = weakref.WeakSet()
+
+    @classmethod
+    def open(cls, config: KmqConfig | None = None, **overrides: Any) -> QueueManager:
+        """Connect to the configured broker (or the dev stack) and initialise the queue manager.
+
+        Creates the registry topics and the system queues if they are missing, and registers
+        the queue manager's GUID on first use (``kmq qm init``).
+
+        Args:
+            config (KmqConfig | None): configuration; default :meth:`KmqConfig.load`.
+            **overrides: passed to :meth:`KmqConfig.load` (``bootstrap_servers=``, ...).
+
+        Raises:
+            BrokerUnavailable: no broker configured or running, or it does not answer.
+            ConfigurationError: invalid configuration.
+        """
+        config = config or KmqConfig.load(**overrides)
+        session = KafkaSession(resolve_bootstrap_servers(config), config.kafka_options,
+                               client_id=f"kmq-{config.queue_manager}")
+        session.ping()
+        registry = Registry(session)
+        registry.ensure_topics()
+        record = registry.ensure_queue_manager(config.queue_manager)
+        manager = cls(config, session, record)
+        manager._ensure_system_queues()
+        return manager
+
+    # -- queues --------------------------------------------------------------------------------
+
+    def create_queue(self, path: str, *, transactional: bool = False, label: str = "",
+                     journal: bool = False, quota_kb: int | None = None,
+                     journal_quota_kb: int | None = None, base_priority: int = 0,
+                     type_id: str | None = None, authenticate: bool = False,
+                     privacy_level: int = 0) -> Any:
+        """Create a queue (MSMQ ``MQCreateQueue`` / ``MessageQueue.Create``).
+
+        Args:
+            path (str): path name, e.g. ``.\\private$\\orders`` (``.`` = this queue manager).
+            transactional (bool): PROPID_Q_TRANSACTION.
+            label (str): PROPID_Q_LABEL (<= 124 characters).
+            journal (bool): keep a copy of every removed message in the queue journal.
+            quota_kb (int | None): PROPID_Q_QUOTA in KB; None = unlimited.
+            journal_quota_kb (int | None): PROPID_Q_JOURNAL_QUOTA in KB; None = unlimited.
+            base_priority (int): PROPID_Q_BASEPRIORITY.
+            type_id (str | None): PROPID_Q_TYPE GUID.
+            authenticate (bool): PROPID_Q_AUTHENTICATE.
+            privacy_level (int): PROPID_Q_PRIV_LEVEL.
+
+        Returns:
+            MessageQueue: the new queue, opened.
+
+        Raises:
+            QueuePathNameError: ``path`` is not a valid path name.
+            QueueExists: a queue with that path exists.
+            UnsupportedFormatNameOperation: the path names a journal, subqueue or system queue,
+                or another queue manager.
+            InvalidParameter: a property outside its range.
+        """
+        queue_path = self._local_path(path)
+        topics = queue_topics(self.name, queue_path.queue_name, private=queue_path.private)
+        properties = QueueProperties(
+            path_name=str(queue_path), queue_manager=self.name, queue_name=queue_path.queue_name,
+            private=queue_path.private, data_topic=topics.data, receipts_topic=topics.receipts,
+            type_id=type_id, label=label, transactional=transactional, journal=journal,
+            quota_kb=quota_kb, journal_quota_kb=journal_quota_kb, base_priority=base_priority,
+            authenticate=authenticate, privacy_level=privacy_level,
+        ).validate()
+        if self.registry.get_queue(properties.path_name) is not None:
+            raise QueueExists(f"queue {properties.path_name!r} already exists", queue=properties.path_name)
+        # CreateTopics is atomic: of two processes creating the same queue, one gets QueueExists.
+        try:
+            self.session.create_topics([topics.data])
+        except QueueExists:
+            raise QueueExists(f"queue {properties.path_name!r} already exists",
+                              queue=properties.path_name) from None
+        journal_topics = topics.journal()
+        self.session.create_topics(
+            [topics.receipts, journal_topics.data, journal_topics.receipts], exist_ok=True)
+        self.registry.put_queue(properties)
+        return self.open_queue(properties.path_name)
+
+    def delete_queue(self, path_or_format_name: str) -> None:
+        """Delete a queue, its journal and every message in them (``MQDeleteQueue``).
+
+        Raises:
+            QueueNotFound: no such queue.
+        """
+        properties = self._properties(path_or_format_name)
+        topics = QueueTopics(properties.data_topic, properties.receipts_topic)
+        self.registry.remove_queue(properties.path_name)
+        journal = topics.journal()
+        self.session.delete_topics([topics.data, topics.receipts, journal.data, journal.receipts])
+
+    def queue_exists(self, path_or_format_name: str) -> bool:
+        """True if the queue exists (``MessageQueue.Exists``)."""
+        try:
+            self._properties(path_or_format_name)
+        except QueueNotFound:
+            return False
+        return True
+
+    def list_queues(self) -> list[QueueProperties]:
+        """This queue manager's queues, sorted by path name (``GetPrivateQueuesByMachine``)."""
+        return sorted((p for p in self.registry.queues().values() if p.queue_manager == self.name),
+                      key=lambda p: p.path_name)
+
+    def open_queue(self, path_or_format_name: str) -> Any:
+        """Open a queue by path name or any single-queue format name (``MQOpenQueue``).
+
+        Raises:
+            FormatNameError: malformed text.
+            QueueNotFound: the queue does not exist.
+            UnsupportedFormatNameOperation: a kind of format name this version cannot open.
+        """
+        from facade.queue import MessageQueue
+
+        reference = parse_queue_reference(path_or_format_name)
+        destinations = [self.resolve(element) for element in _elements(reference)]
+        queue = MessageQueue(self, str(reference), destinations)
+        self._open_queues.add(queue)
+        return queue
+
+    def get_properties(self, path_or_format_name: str) -> QueueProperties:
+        """A queue's properties (``MQGetQueueProperties``)."""
+        return self._properties(path_or_format_name)
+
+    def set_properties(self, path_or_format_name: str, **changes: Any) -> QueueProperties:
+        """Change a queue's properties (``MQSetQueueProperties``): label, journal, quotas...
+
+        Raises:
+            QueueNotFound: no such queue.
+            InvalidParameter: an unknown property or a value outside its range.
+        """
+        fixed = {"path_name", "queue_manager", "queue_name", "private", "data_topic",
+                 "receipts_topic", "instance", "create_time", "modify_time", "transactional"}
+        bad = set(changes) & fixed | set(changes) - set(QueueProperties.__dataclass_fields__)
+        if bad:
+            from facade.errors import InvalidParameter
+
+            raise InvalidParameter(f"queue properties {sorted(bad)} cannot be set",
+                                   hint="settable: label, journal, quota_kb, journal_quota_kb, "
+                                   "base_priority, type_id, authenticate, privacy_level")
+        updated = self._properties(path_or_format_name).with_changes(**changes)
+        self.registry.put_queue(updated)
+        return updated
+
+    # -- resolution ----------------------------------------------------------------------------
+
+    def resolve(self, reference: FormatName | QueuePath) -> Destination:
+        """Resolve a path name or single-element format name to its queue.
+
+        Raises:
+            QueueNotFound: the queue is not registered.
+            UnsupportedFormatNameOperation: PUBLIC=, DL=, PRIVATE=, MULTICAST= or a remote
+                DIRECT= address (not supported by this version).
+        """
+        if isinstance(reference, QueuePath):
+            return self._resolve_path(reference)
+        if isinstance(reference, DirectFormatName):
+            return self._resolve_direct(reference)
+        if isinstance(reference, MachineFormatName):
+            if reference.machine_id != self.guid:
+                raise QueueNotFound(f"no queue manager with GUID {reference.machine_id} is local",
+                                    queue=str(reference))
+            return self._system(reference.system_queue)
+        raise UnsupportedFormatNameOperation(
+            f"{type(reference).__name__} {str(reference)!r} is not supported yet",
+            queue=str(reference),
+            hint="use a path name or a DIRECT=OS: format name (PUBLIC=, DL= and PRIVATE= "
+            "need the directory, which arrives in a later version)")
+
+    def _resolve_path(self, path: QueuePath) -> Destination:
+        machine = self.name if path.is_local else path.machine
+        if machine != self.name:
+            raise QueueNotFound(f"queue manager {machine!r} in {str(path)!r} is not this one "
+                                f"({self.name!r})", queue=str(path),
+                                hint="open remote queues through their own queue manager name")
+        if path.system_queue is not None:
+            return self._system(path.system_queue)
+        base = path.with_machine(self.name)
+        key = str(base.without_suffix()) if (path.journal or path.subqueue) else str(base)
+        properties = self.registry.get_queue(key)
+        if properties is None:
+            raise QueueNotFound(f"queue {key!r} not found", queue=key,
+                                hint="create it with `kmq queue create` or check the name")
+        topics = QueueTopics(properties.data_topic, properties.receipts_topic)
+        if path.journal:
+            return Destination(str(base.to_format_name()), topics.journal(), properties, True)
+        if path.subqueue:
+            return Destination(str(base.to_format_name()), topics.subqueue(path.subqueue),
+                               properties, False)
+        return Destination(str(base.to_format_name()), topics, properties, False)
+
+    def _resolve_direct(self, fn: DirectFormatName) -> Destination:
+        if fn.is_url or fn.protocol not in (DirectProtocol.OS, DirectProtocol.TCP):
+            raise UnsupportedFormatNameOperation(
+                f"{str(fn)!r}: only DIRECT=OS: and DIRECT=TCP: are supported", queue=str(fn))
+        machine = fn.address
+        if fn.protocol is DirectProtocol.TCP:
+            if not ipaddress.ip_address(fn.address).is_loopback:
+                raise QueueNotFound(f"no queue manager is known at TCP address {fn.address}",
+                                    queue=str(fn), hint="use DIRECT=OS:<queue manager name>")
+            machine = self.name
+        if machine in (".", "localhost"):
+            machine = self.name
+        if fn.system_queue is not None:
+            if machine != self.name:
+                raise QueueNotFound(f"queue manager {machine!r} is not this one", queue=str(fn))
+            return self._system(fn.system_queue)
+        path = QueuePath(machine, fn.queue_name, private=fn.private, journal=fn.journal,
+                         subqueue=fn.subqueue)
+        return self._resolve_path(path)
+
+    def _system(self, queue: SystemQueue) -> Destination:
+        fn = f"MACHINE={self.guid};{queue.name}"
+        return Destination(fn, system_topics(self.name, queue), None, True)
+
+    def _properties(self, path_or_format_name: str) -> QueueProperties:
+        destination = self.resolve(parse_queue_reference(path_or_format_name))
+        if destination.properties is None:
+            raise QueueNotFound(f"{path_or_format_name!r} is a system queue, not a queue with "
+                                "properties", queue=path_or_format_name)
+        return destination.properties
+
+    def _local_path(self, path: str) -> QueuePath:
+        queue_path = parse_path_name(path)
+        if queue_path.system_queue is not None or queue_path.journal or queue_path.subqueue:
+            raise UnsupportedFormatNameOperation(
+                f"{path!r} names a journal, subqueue or system queue: those exist with their queue",
+                queue=path, hint="create the parent queue instead")
+        if not queue_path.is_local and queue_path.machine != self.name:
+            raise UnsupportedFormatNameOperation(
+                f"{path!r} belongs to queue manager {queue_path.machine!r}, not {self.name!r}",
+                queue=path, hint=f"use .\\... or {self.name}\\...")
+        return queue_path.with_machine(self.name)
+
+    def _ensure_system_queues(self) -> None:
+        names = []
+        for queue in SystemQueue:
+            topics = system_topics(self.name, queue)
+            names += [topics.data, topics.receipts]
+        self.session.create_topics(names, exist_ok=True)
+
+    # -- system queues -------------------------------------------------------------------------
+
+    def dead_letter(self, message: Message, *, transactional: bool = False, timeout: float = 30.0) -> None:
+        """Write ``message`` to this queue manager's dead-letter queue (DEADLETTER or DEADXACT).
+
+        Only the system writes to dead-letter queues; the caller has already set the class to
+        the reason (NACK_RECEIVE_TIMEOUT, NACK_RECEIVE_REJECTED...). Written with ``acks=all``.
+
+        Raises:
+            BrokerUnavailable: not acknowledged within ``timeout`` seconds.
+            BrokerError: the broker rejected the record.
+        """
+        topics = system_topics(self.name, SystemQueue.DEADXACT if transactional else SystemQueue.DEADLETTER)
+        record = encode_message(message)
+        producer = self.producer(Delivery.RECOVERABLE)
+        errors: list[str] = []
+        with map_kafka_errors("write dead-letter queue", topics.data):
+            producer.produce(topics.data, value=record.value, key=record.key, headers=record.headers,
+                             on_delivery=lambda err, _m: err and errors.append(err.str()))
+        if producer.flush(timeout):
+            raise BrokerUnavailable(f"dead-letter write to {topics.data!r} not acknowledged "
+                                    f"within {timeout:g} s")
+        if errors:
+            raise BrokerError(f"dead-letter write to {topics.data!r} failed: {errors[0]}")
+
+    @property
+    def dead_letter_topic(self) -> str:
+        """The Kafka topic of this queue manager's nontransactional dead-letter queue."""
+        return system_topics(self.name, SystemQueue.DEADLETTER).data
+
+    def poison_message(self, raw: bytes | None, reason: str, source: Destination,
+                       where: str) -> Message:
+        """Wrap a record that is not a valid envelope as a dead-letter message.
+
+        The raw value becomes the body, unchanged; the class is NACK_RECEIVE_REJECTED and the
+        ``kmq.reason`` / ``kmq.source`` properties say what was wrong and where it was.
+        """
+        return Message(
+            id=self.ids.new(), body=raw or b"", label=f"poison record from {source.format_name}"[:250],
+            message_class=MessageClass.NACK_RECEIVE_REJECTED, sent_time=_utcnow(),
+            source_machine_id=self.guid, destination_queue=source.format_name,
+            properties={"kmq.reason": reason[:1000], "kmq.source": where},
+        )
+
+    # -- producers -----------------------------------------------------------------------------
+
+    def producer(self, delivery: Delivery) -> Any:
+        """The shared producer for a delivery mode (created on first use)."""
+        with self._lock:
+            if delivery not in self._producers:
+                self._producers[delivery] = self.session.producer(delivery)
+            return self._producers[delivery]
+
+    def close(self) -> None:
+        """Close every queue opened through this manager, then flush and release the producers."""
+        for queue in list(self._open_queues):
+            queue.close()
+        for producer in self._producers.values():
+            producer.flush(10.0)
+        self._producers.clear()
+        self.session.close()
+
+    def __enter__(self) -> QueueManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _elements(reference: FormatName | QueuePath) -> tuple:
+    return (reference,) if isinstance(reference, QueuePath) else reference.elements

@@ -1,0 +1,407 @@
+"""The durable local outgoing queue of recoverable messages.
+
+MSMQ keeps a recoverable message in the sending computer's outgoing queue until the destination
+acknowledges it, so a crash of the sender loses nothing. kmq does the same: before producing a
+recoverable record to Kafka, the sender puts it here; when the broker acknowledges the write
+(``acks=all``), the sender removes it. After a crash, whatever is still pending is produced again,
+and queue views drop the duplicate message id.
+
+The store is one SQLite file (normally in ``KMQ_HOME``) in WAL mode with ``synchronous=FULL``:
+every :meth:`OutgoingQueue.put` is its own transaction and is fsync'd before it returns, so a
+record that was put survives a process crash and a power loss. Several processes may open the
+same file; SQLite's file locks serialise their writes, and row ids grow in commit order, so
+:meth:`OutgoingQueue.pending` lists records in the order they were put, across processes.
+
+Nothing here talks to Kafka: the sender and the recovery code in the queue manager do.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from facade.errors import InvalidParameter, MessageQueueError, TransientQueueError
+
+__all__ = ["BUSY_TIMEOUT_S", "OutgoingQueue", "OutgoingRecord", "StoredRecord"]
+
+#: How long (seconds) an operation waits for another process's lock on the file before failing.
+BUSY_TIMEOUT_S = 10.0
+
+# Bumped when the table layout changes, so an older kmq refuses a file it cannot read.
+_SCHEMA_VERSION = 1
+
+# AUTOINCREMENT never reuses a row id, so a late remove() of an already resent and removed
+# record can never delete a newer record that happens to get the same id.
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS outgoing (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    topic       TEXT    NOT NULL,
+    key         BLOB,
+    value       BLOB    NOT NULL,
+    headers     TEXT    NOT NULL,
+    message_id  TEXT    NOT NULL,
+    deadline_ms INTEGER,
+    purpose     TEXT    NOT NULL,
+    created_ms  INTEGER NOT NULL
+)
+"""
+
+_COLUMNS = "topic, key, value, headers, message_id, deadline_ms, purpose, created_ms"
+_INSERT = f"INSERT INTO outgoing ({_COLUMNS}) VALUES ({', '.join('?' * 8)})"
+
+# SQLite primary result codes (the low byte of the extended code in sqlite_errorcode).
+_SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 3, 5, 6, 8
+_SQLITE_IOERR, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 10, 11, 13, 14, 26
+
+Headers = tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
+class OutgoingRecord:
+    """One Kafka record waiting in the outgoing queue.
+
+    Attributes:
+        topic (str): the Kafka topic to produce to (a queue's data topic, a dead-letter queue,
+            an admin queue).
+        key (bytes | None): the Kafka record key, or None.
+        value (bytes): the Kafka record value (the kmq envelope).
+        headers (tuple[tuple[str, bytes], ...]): the Kafka record headers, in order; a list of
+            pairs is accepted and stored as a tuple.
+        message_id (str): the MSMQ message id, which queue views use to drop a resent duplicate.
+        deadline_ms (int | None): epoch milliseconds by which the record must reach its topic
+            (the message's time-to-reach-queue deadline); None for no limit.
+        purpose (str): what the record is, so that recovery knows what to do at the deadline,
+            e.g. ``"message"`` (dead-letter it and post a NACK), ``"deadletter"`` or
+            ``"acknowledgment"``.
+        created_ms (int): epoch milliseconds when the record was made.
+
+    Raises:
+        InvalidParameter: a field has the wrong type or is empty (``topic``, ``purpose``).
+    """
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: Headers
+    message_id: str
+    deadline_ms: int | None
+    purpose: str
+    created_ms: int
+
+    def __post_init__(self) -> None:
+        # Checked here, not by SQLite: it would store a str value as TEXT and hand back a str.
+        _require(isinstance(self.topic, str) and self.topic, "topic", "a non-empty str")
+        _require(self.key is None or isinstance(self.key, bytes), "key", "bytes or None")
+        _require(isinstance(self.value, bytes), "value", "bytes")
+        _require(isinstance(self.message_id, str), "message_id", "a str")
+        _require(_is_int_or_none(self.deadline_ms), "deadline_ms", "an int (epoch ms) or None")
+        _require(isinstance(self.purpose, str) and self.purpose, "purpose", "a non-empty str")
+        _require(_is_int_or_none(self.created_ms) and self.created_ms is not None,
+                 "created_ms", "an int (epoch ms)")
+        object.__setattr__(self, "headers", _checked_headers(self.headers))
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """A record as kept in the outgoing queue.
+
+    Attributes:
+        row_id (int): the record's id in the store; pass it to :meth:`OutgoingQueue.remove` once
+            the broker has acknowledged the record.
+        record (OutgoingRecord): the record itself.
+    """
+
+    row_id: int
+    record: OutgoingRecord
+
+
+class OutgoingQueue:
+    """The durable outgoing queue: a SQLite file of records not yet acknowledged by Kafka.
+
+    Thread-safe: one connection is shared under a lock. Several processes may open the same file.
+    A child made by ``fork`` must open its own ``OutgoingQueue``, not reuse the parent's.
+
+    Args:
+        path (Path): the SQLite file, e.g. ``$KMQ_HOME/outgoing.sqlite3``; it and its parent
+            directories are created if missing.
+
+    Raises:
+        MessageQueueError: the directory cannot be created or written, the disk is full, or the
+            file is not a kmq outgoing queue (corrupt, or written by a newer kmq). The message
+            names the path and the hint the fix (free space, a writable ``KMQ_HOME``, moving a
+            corrupt file aside). An existing file is never deleted or replaced.
+        TransientQueueError: another process held the file locked for longer than
+            :data:`BUSY_TIMEOUT_S`; retry.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        _make_parent(self.path)
+        try:
+            # isolation_level=None: autocommit, so each statement is one committed transaction
+            # and nothing stays uncommitted in an implicit transaction.
+            conn = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path, "open") from exc
+        try:
+            _prepare(conn, self.path)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    def put(self, record: OutgoingRecord) -> int:
+        """Store ``record`` durably; when this returns, it survives a crash or power loss.
+
+        Args:
+            record (OutgoingRecord): the record to keep until the broker acknowledges it.
+
+        Returns:
+            int: the row id, for :meth:`remove`. Ids grow in the order records are put.
+
+        Raises:
+            MessageQueueError: the record could not be stored (disk full, file unwritable or
+                corrupt; the hint says which). The record is not in the queue: do not send it as
+                recoverable.
+            TransientQueueError: another process held the file locked for longer than
+                :data:`BUSY_TIMEOUT_S`.
+        """
+        if not isinstance(record, OutgoingRecord):
+            raise InvalidParameter(f"put() takes an OutgoingRecord, not {type(record).__name__}")
+        row = (
+            record.topic, record.key, record.value, _encode_headers(record.headers),
+            record.message_id, record.deadline_ms, record.purpose, record.created_ms,
+        )
+        with self._connection("store a record in") as conn:
+            cursor = conn.execute(_INSERT, row)
+            return int(cursor.lastrowid)  # type: ignore[arg-type]  # always set after an INSERT
+
+    def remove(self, row_id: int) -> None:
+        """Remove a record, once the broker has acknowledged it (or recovery gave up on it).
+
+        Removing a row id that is not there (another process already resent and removed it) is
+        not an error.
+
+        Args:
+            row_id (int): the id :meth:`put` or :meth:`pending` returned.
+
+        Raises:
+            MessageQueueError: the file could not be written (the hint says why).
+            TransientQueueError: the file stayed locked for longer than :data:`BUSY_TIMEOUT_S`.
+        """
+        with self._connection("remove a record from") as conn:
+            conn.execute("DELETE FROM outgoing WHERE id = ?", (row_id,))
+
+    def pending(self, limit: int | None = None) -> list[StoredRecord]:
+        """The records still waiting, oldest first (in the order they were put).
+
+        Args:
+            limit (int | None): at most this many records (>= 0); None for all of them.
+
+        Returns:
+            list[StoredRecord]: the records with their row ids.
+
+        Raises:
+            InvalidParameter: ``limit`` is negative.
+            MessageQueueError: the file could not be read (the hint says why).
+            TransientQueueError: the file stayed locked for longer than :data:`BUSY_TIMEOUT_S`.
+        """
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise InvalidParameter(f"limit must be None or an int >= 0, not {limit!r}")
+        query = f"SELECT id, {_COLUMNS} FROM outgoing ORDER BY id"
+        # SQLite reads LIMIT -1 as "no limit".
+        with self._connection("read") as conn:
+            rows = conn.execute(query + " LIMIT ?", (-1 if limit is None else limit,)).fetchall()
+        return [_stored_record(row) for row in rows]
+
+    def count(self) -> int:
+        """How many records are waiting.
+
+        Returns:
+            int: the number of records in the outgoing queue.
+
+        Raises:
+            MessageQueueError: the file could not be read (the hint says why).
+        """
+        with self._connection("count the records of") as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM outgoing").fetchone()[0])
+
+    def close(self) -> None:
+        """Close the file. Everything put is already on disk; calling close again does nothing."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> OutgoingQueue:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._conn is None else "open"
+        return f"OutgoingQueue({str(self.path)!r}, {state})"
+
+    def _connection(self, action: str) -> _LockedConnection:
+        return _LockedConnection(self, action)
+
+
+class _LockedConnection:
+    """Holds the queue's lock around one operation and turns SQLite errors into kmq errors."""
+
+    def __init__(self, queue: OutgoingQueue, action: str):
+        self._queue = queue
+        self._action = action
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._queue._lock.acquire()
+        conn = self._queue._conn
+        if conn is None:
+            self._queue._lock.release()
+            raise MessageQueueError(
+                f"the outgoing queue {self._queue.path} is closed",
+                hint="open a new OutgoingQueue",
+            )
+        return conn
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._queue._lock.release()
+        if isinstance(exc, sqlite3.Error):
+            raise _translate(exc, self._queue.path, self._action) from exc
+
+
+def _make_parent(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise MessageQueueError(
+            f"cannot create the directory of the outgoing queue {path}: "
+            f"{exc.filename or path.parent} exists and is not a directory",
+            hint="set KMQ_HOME to a writable directory",
+        ) from exc
+    except OSError as exc:
+        raise MessageQueueError(
+            f"cannot create the directory of the outgoing queue {path}: {exc.strerror or exc}",
+            hint="set KMQ_HOME to a writable directory, or free space on its disk",
+        ) from exc
+    if path.is_dir():
+        raise MessageQueueError(
+            f"the outgoing queue {path} is a directory, not a file",
+            hint="pass a file path such as $KMQ_HOME/outgoing.sqlite3, or set KMQ_HOME to "
+            "another directory",
+        )
+
+
+def _prepare(conn: sqlite3.Connection, path: Path) -> None:
+    """Set the durability pragmas and create or check the table."""
+    try:
+        # Reads the file header first, so a file that is not SQLite fails here, before any write.
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        # FULL: in WAL mode, fsync the log at every commit; NORMAL would lose the latest puts on
+        # a power loss. fullfsync asks macOS to flush the drive's cache too (ignored elsewhere).
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA fullfsync = ON")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(_SCHEMA)
+            conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise _translate(exc, path, "open") from exc
+    if str(mode).lower() != "wal":
+        raise MessageQueueError(
+            f"the outgoing queue {path} cannot use SQLite's write-ahead log (journal mode {mode})",
+            hint="put KMQ_HOME on a local file system; SQLite's WAL does not work over NFS or SMB",
+        )
+    if version not in (0, _SCHEMA_VERSION):
+        raise MessageQueueError(
+            f"the outgoing queue {path} has layout version {version}; this kmq reads version "
+            f"{_SCHEMA_VERSION}",
+            hint="use the kmq version that wrote the file, or set KMQ_HOME to another directory",
+        )
+
+
+def _translate(exc: sqlite3.Error, path: Path, action: str) -> MessageQueueError:
+    """The kmq error, naming the file and the fix, for a SQLite error."""
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    what = f"cannot {action} the outgoing queue {path}: {exc}"
+    if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
+        return TransientQueueError(
+            what, hint=f"another process held the file locked for {BUSY_TIMEOUT_S:g} s; retry"
+        )
+    if code == _SQLITE_FULL:
+        return MessageQueueError(what, hint=f"the disk of {path.parent} is full; free space")
+    if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        return MessageQueueError(
+            what,
+            hint="the file is not a kmq outgoing queue or is damaged; it was left untouched. It "
+            "may hold unsent recoverable messages: move it aside and keep it, or set KMQ_HOME to "
+            "another directory",
+        )
+    if code in (_SQLITE_PERM, _SQLITE_READONLY, _SQLITE_CANTOPEN, _SQLITE_IOERR):
+        return MessageQueueError(
+            what,
+            hint=f"make {path.parent} and the file writable, or set KMQ_HOME to a writable "
+            "directory on a local disk",
+        )
+    return MessageQueueError(what, hint="check the file, or set KMQ_HOME to another directory")
+
+
+def _require(ok: object, field_name: str, expected: str) -> None:
+    if not ok:
+        raise InvalidParameter(f"OutgoingRecord.{field_name} must be {expected}")
+
+
+def _is_int_or_none(value: object) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _checked_headers(headers: Iterable[tuple[str, bytes]]) -> Headers:
+    try:
+        pairs = tuple((name, value) for name, value in headers)
+    except (TypeError, ValueError):
+        raise InvalidParameter("OutgoingRecord.headers must be (str, bytes) pairs") from None
+    for name, value in pairs:
+        _require(isinstance(name, str) and isinstance(value, bytes), "headers",
+                 f"(str, bytes) pairs, not ({name!r}, {type(value).__name__})")
+    return pairs
+
+
+def _encode_headers(headers: Headers) -> str:
+    # JSON of [name, base64 value] pairs: keeps order and duplicate names, as Kafka headers do.
+    return json.dumps([[name, base64.b64encode(value).decode("ascii")] for name, value in headers])
+
+
+def _decode_headers(text: str) -> Headers:
+    return tuple((name, base64.b64decode(value)) for name, value in json.loads(text))
+
+
+def _stored_record(row: tuple[Any, ...]) -> StoredRecord:
+    row_id, topic, key, value, headers, message_id, deadline_ms, purpose, created_ms = row
+    record = OutgoingRecord(
+        topic, key, value, _decode_headers(headers), message_id, deadline_ms, purpose, created_ms
+    )
+    return StoredRecord(row_id, record)

@@ -1,0 +1,345 @@
+"""``MessageQueue``: send, receive and peek on one opened queue (MSMQ's queue handle).
+
+Receive order is highest priority first, then arrival order. Receive is destructive and shared
+across processes: a message is removed by the first receipt that names it (see
+``docs/design.md``), so two receivers never get the same message. A nontransactional receive is
+at-most-once, as in MSMQ: once the receipt is acknowledged the message is gone from the queue,
+even if the receiving process dies before using it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from facade.envelope import decode_message, encode_message
+from facade.errors import (
+    BrokerError,
+    EnvelopeError,
+    BrokerUnavailable,
+    MessageAlreadyReceived,
+    MessageNotFound,
+    ReceiveTimeout,
+    UnsupportedFormatNameOperation,
+)
+from facade.kafka import map_kafka_errors
+from facade.message import Delivery, Message, MessageId
+from facade.queuestate import IndexEntry, OffsetState
+from facade.queueview import QueueView
+from facade.receipts import ReceiptAction
+
+if TYPE_CHECKING:
+    from facade.manager import Destination, QueueManager
+    from facade.registry import QueueProperties
+
+__all__ = ["MessageQueue"]
+
+#: Seconds between polls while a receive or peek waits for a message.
+_WAIT_SLICE = 0.05
+
+
+class MessageQueue:
+    """An opened queue. Get one from :meth:`QueueManager.open_queue` or ``create_queue``.
+
+    Args:
+        manager (QueueManager): the owning queue manager.
+        format_name (str): the text it was opened with, canonicalised.
+        destinations (list[Destination]): the queue(s) it resolves to (several for a
+            multiple-element format name, which can only be sent to).
+    """
+
+    def __init__(self, manager: QueueManager, format_name: str, destinations: list[Destination]):
+        self.manager = manager
+        self.format_name = format_name
+        self.destinations = destinations
+        self._view: QueueView | None = None
+
+    # -- properties ----------------------------------------------------------------------------
+
+    @property
+    def properties(self) -> QueueProperties:
+        """The queue's properties (PROPID_Q_*), read fresh from the registry."""
+        return self.manager.get_properties(self._single().format_name)
+
+    def set_properties(self, **changes: Any) -> QueueProperties:
+        """Change queue properties (label, journal, quota_kb...); see QueueManager.set_properties."""
+        return self.manager.set_properties(self._single().format_name, **changes)
+
+    # -- send ----------------------------------------------------------------------------------
+
+    def send(self, message: Message, *, wait: bool = False, timeout: float = 30.0) -> Message:
+        """Send ``message`` to every destination of this queue (MSMQ ``MQSendMessage``).
+
+        The queue manager assigns ``id``, ``sent_time``, ``source_machine_id``,
+        ``destination_queue`` and ``destination_format_name``; every copy of one send carries the
+        same id. EXPRESS messages are handed to the producer and may still be in flight when this
+        returns; RECOVERABLE ones are written with ``acks=all``.
+
+        Args:
+            message (Message): the message; it is not modified.
+            wait (bool): wait until the broker acknowledged every copy ("queued").
+            timeout (float): seconds to wait when ``wait`` is true.
+
+        Returns:
+            Message: the message as sent (with its id).
+
+        Raises:
+            UnsupportedFormatNameOperation: a destination is read-only (journal, dead-letter).
+            InvalidParameter: a property outside its range.
+            BrokerUnavailable: ``wait`` and the broker did not acknowledge in time.
+        """
+        for destination in self.destinations:
+            if destination.read_only:
+                raise UnsupportedFormatNameOperation(
+                    f"{destination.format_name!r} is read-only: only the system writes to "
+                    "journals and dead-letter queues", queue=destination.format_name)
+        sent = _copy(message, id=self.manager.ids.new(), sent_time=_now(),
+                     source_machine_id=self.manager.guid, destination_format_name=self.format_name)
+        producer = self.manager.producer(sent.delivery)
+        failures: list[str] = []
+        for destination in self.destinations:
+            copy = _copy(sent, destination_queue=destination.format_name)
+            record = encode_message(copy)
+            with map_kafka_errors("send to queue", destination.topics.data):
+                producer.produce(destination.topics.data, value=record.value, key=record.key,
+                                 headers=record.headers,
+                                 on_delivery=_collect_failures(failures, destination.format_name))
+        producer.poll(0)
+        if wait or sent.delivery is Delivery.RECOVERABLE:
+            if producer.flush(timeout):
+                raise BrokerUnavailable(f"send to {self.format_name!r} not acknowledged within "
+                                        f"{timeout:g} s", queue=self.format_name)
+            if failures:
+                raise BrokerError(f"send to {self.format_name!r} failed: {'; '.join(failures)}",
+                                  queue=self.format_name)
+        return sent
+
+    # -- receive and peek ----------------------------------------------------------------------
+
+    def receive(self, timeout: float | None = None) -> Message:
+        """Remove and return the first message: highest priority, then oldest (``MQReceiveMessage``).
+
+        Args:
+            timeout (float | None): seconds to wait for a message; None waits forever, 0 does
+                not wait.
+
+        Raises:
+            ReceiveTimeout: no message within ``timeout`` (MQ_ERROR_IO_TIMEOUT).
+        """
+        return self._wait(lambda view, now: view.state.peek_first(now), remove=True, timeout=timeout)
+
+    def peek(self, timeout: float | None = None) -> Message:
+        """Return the first message without removing it (``MQ_ACTION_PEEK_CURRENT``).
+
+        Raises:
+            ReceiveTimeout: no message within ``timeout`` seconds.
+        """
+        return self._wait(lambda view, now: view.state.peek_first(now), remove=False, timeout=timeout)
+
+    def receive_by_id(self, message_id: MessageId | str, timeout: float | None = 0) -> Message:
+        """Remove and return the message with this id (``ReceiveById``).
+
+        Raises:
+            MessageAlreadyReceived: it was in the queue but someone removed it.
+            MessageNotFound: no such message within ``timeout`` seconds.
+        """
+        key = str(message_id)
+        return self._by(lambda state: state.by_message_id(key), True, timeout, f"id {key}")
+
+    def peek_by_id(self, message_id: MessageId | str, timeout: float | None = 0) -> Message:
+        """Return the message with this id without removing it (``PeekById``)."""
+        key = str(message_id)
+        return self._by(lambda state: state.by_message_id(key), False, timeout, f"id {key}")
+
+    def receive_by_correlation_id(self, correlation_id: MessageId | str,
+                                  timeout: float | None = 0) -> Message:
+        """Remove and return the first message with this correlation id."""
+        key = str(correlation_id)
+        return self._by(lambda state: state.by_correlation_id(key), True, timeout,
+                        f"correlation id {key}")
+
+    def peek_by_correlation_id(self, correlation_id: MessageId | str,
+                               timeout: float | None = 0) -> Message:
+        """Return the first message with this correlation id without removing it."""
+        key = str(correlation_id)
+        return self._by(lambda state: state.by_correlation_id(key), False, timeout,
+                        f"correlation id {key}")
+
+    def receive_by_lookup_id(self, lookup_id: int) -> Message:
+        """Remove and return the message with this lookup id (``MQ_LOOKUP_RECEIVE_CURRENT``).
+
+        Raises:
+            MessageAlreadyReceived: the message was removed (received, purged, expired).
+            MessageNotFound: no message ever had this lookup id.
+        """
+        return self._by_lookup_id(lookup_id, remove=True)
+
+    def peek_by_lookup_id(self, lookup_id: int) -> Message:
+        """Return the message with this lookup id without removing it (``MQ_LOOKUP_PEEK_CURRENT``).
+
+        Raises:
+            MessageAlreadyReceived: the message was removed (received, purged, expired).
+            MessageNotFound: no message ever had this lookup id.
+        """
+        return self._by_lookup_id(lookup_id, remove=False)
+
+    def purge(self) -> int:
+        """Remove every message now in the queue (``MQPurgeQueue``).
+
+        Returns:
+            int: how many messages the purge removed.
+        """
+        view = self._open_view()
+        view.catch_up()
+        outcome = view.claim(ReceiptAction.PURGE, purge_below=view.state.data_offset)
+        return outcome.purged
+
+    def count(self) -> int:
+        """Messages in the queue now, including ones not yet visible (not-before) or expired."""
+        view = self._open_view()
+        view.catch_up()
+        return view.state.pending_count()
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def close(self) -> None:
+        """Release this handle's Kafka reader and producer."""
+        if self._view is not None:
+            self._view.close()
+            self._view = None
+
+    def __enter__(self) -> MessageQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _single(self) -> Destination:
+        if len(self.destinations) != 1:
+            raise UnsupportedFormatNameOperation(
+                f"{self.format_name!r} names several queues: it can only be sent to",
+                queue=self.format_name)
+        return self.destinations[0]
+
+    def _open_view(self) -> QueueView:
+        if self._view is None:
+            self._view = QueueView(self.manager.session, self._single().topics)
+        return self._view
+
+    def _wait(self, pick: Callable[[QueueView, int], IndexEntry | None], remove: bool,
+              timeout: float | None) -> Message:
+        view = self._open_view()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        view.refresh(0)
+        while True:
+            self._dead_letter_poison(view)
+            entry = pick(view, _now_ms())
+            if entry is not None:
+                message = self._take(view, entry) if remove else self._decode(view, entry)
+                if message is not None:
+                    return message
+                continue
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise ReceiveTimeout(f"no message in {self.format_name!r} within {timeout:g} s",
+                                     queue=self.format_name)
+            view.refresh(_WAIT_SLICE if remaining is None else min(_WAIT_SLICE, remaining))
+
+    def _by(self, find: Callable[[Any], IndexEntry | None], remove: bool,
+            timeout: float | None, what: str) -> Message:
+        view = self._open_view()
+        view.catch_up()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            entry = find(view.state)
+            if entry is not None:
+                message = self._take(view, entry) if remove else self._decode(view, entry)
+                if message is not None:
+                    return message
+                raise MessageAlreadyReceived(f"message with {what} was removed by another receiver",
+                                             queue=self.format_name)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise MessageNotFound(f"no message with {what} in {self.format_name!r}",
+                                      queue=self.format_name)
+            view.refresh(_WAIT_SLICE)
+
+    def _by_lookup_id(self, lookup_id: int, remove: bool) -> Message:
+        view = self._open_view()
+        view.catch_up()
+        status = view.state.status(lookup_id)
+        if status.state in (OffsetState.REMOVED, OffsetState.DUPLICATE):
+            raise MessageAlreadyReceived(f"message with lookup id {lookup_id} was already removed "
+                                         f"from {self.format_name!r}", queue=self.format_name)
+        entry = view.state.by_lookup_id(lookup_id)
+        if entry is None:
+            raise MessageNotFound(f"no message with lookup id {lookup_id} in {self.format_name!r}",
+                                  queue=self.format_name)
+        message = self._take(view, entry) if remove else self._decode(view, entry)
+        if message is None:
+            raise MessageAlreadyReceived(f"message with lookup id {lookup_id} was removed by "
+                                         "another receiver", queue=self.format_name)
+        return message
+
+    def _take(self, view: QueueView, entry: IndexEntry) -> Message | None:
+        record = view.record(entry)
+        outcome = view.claim(ReceiptAction.RECEIVE, (entry.offset,))
+        if entry.offset not in outcome.won:
+            return None
+        try:
+            return self._message(record, entry)
+        except EnvelopeError as exc:
+            # Headers looked valid but the value is not an envelope: the receipt already removed
+            # it, so dead-letter it now rather than lose it or hand garbage to the application.
+            self._send_poison_to_dead_letter(record, str(exc))
+            return None
+
+    def _dead_letter_poison(self, view: QueueView) -> None:
+        """Move records that are not valid envelopes to the dead-letter queue, never stopping."""
+        for entry in view.state.poisoned():
+            record = view.record(entry)
+            outcome = view.claim(ReceiptAction.POISON, (entry.offset,),
+                                 target=self.manager.dead_letter_topic, reason="invalid envelope")
+            if entry.offset in outcome.won:
+                self._send_poison_to_dead_letter(record, "record headers are not a kmq envelope's")
+                view.claim(ReceiptAction.COMPLETED, completes=outcome.claim_id)
+
+    def _send_poison_to_dead_letter(self, record: Any, reason: str) -> None:
+        where = f"{record.topic}@{record.partition}:{record.offset}"
+        self.manager.dead_letter(
+            self.manager.poison_message(record.value, reason, self._single(), where))
+
+    def _decode(self, view: QueueView, entry: IndexEntry) -> Message:
+        return self._message(view.record(entry), entry)
+
+    def _message(self, record: Any, entry: IndexEntry) -> Message:
+        message = decode_message(record.value, record.headers, topic=record.topic,
+                                 partition=record.partition, offset=record.offset)
+        message.lookup_id = entry.offset
+        message.arrived_time = dt.datetime.fromtimestamp(record.timestamp_ms / 1000, dt.timezone.utc)
+        return message
+
+
+def _copy(message: Message, **changes: Any) -> Message:
+    import dataclasses
+
+    return dataclasses.replace(message, **changes)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _collect_failures(failures: list[str], queue: str) -> Callable[[Any, Any], None]:
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.append(f"{queue}: {err.str()}")
+    return on_delivery

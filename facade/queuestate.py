@@ -1,0 +1,942 @@
+r"""Queue state: the in-memory view of one queue that every process builds the same way.
+
+A kmq queue is a one-partition data topic plus a one-partition receipts topic
+(``docs/design.md``). A :class:`QueueState` is fed both logs, each in offset order, by the
+queue manager (this module does no Kafka I/O):
+
+* :meth:`QueueState.add` takes one :class:`IndexEntry` per data record, built from the record's
+  headers (:meth:`IndexEntry.from_record`) without decoding Avro;
+* :meth:`QueueState.apply` takes one :class:`~facade.receipts.Receipt` per receipts record and
+  returns the verdict: **the first receipt that names an offset removes it**, later receipts
+  naming it lose it; a PURGE removes every offset below ``purge_below``.
+
+Verdicts depend only on the receipts log, never on how far the data log has been read, so every
+process reaches the same verdicts in whatever order it interleaves its reads of the two logs.
+Duplicates are decided from the data log alone: a record whose dedupe key (message id + origin)
+appeared at most :data:`DEDUPE_WINDOW` offsets earlier is excluded, in every process alike.
+
+The view answers MSMQ's receive order (priority 7 first, then arrival order), lookups by
+message id, correlation id and lookup id (the offset), cursor steps, TTBR expiry, timed dequeue
+(not-before) and the poison records to dead-letter.
+
+Memory: a pending message costs one :class:`IndexEntry` (slots) plus a few dict and list slots;
+a removed one costs one byte (its state code) until the floor passes it, plus its dedupe key
+while inside the dedupe window.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from bisect import bisect_right
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from enum import Enum
+from operator import attrgetter
+
+from facade.avro import HEADER_SIZE
+from facade.envelope import read_headers
+from facade.receipts import Receipt, ReceiptAction
+
+__all__ = [
+    "DEDUPE_WINDOW",
+    "ClaimOutcome",
+    "IncompleteClaim",
+    "IndexEntry",
+    "OffsetState",
+    "OffsetStatus",
+    "QueueState",
+]
+
+#: Dedupe window, in data offsets: a record is a duplicate when a record with the same dedupe
+#: key is at most this many offsets earlier. Part of the protocol: every process must use the
+#: same value, or they disagree about duplicates. Worst case about 150 bytes per key held.
+DEDUPE_WINDOW = 1 << 18
+
+_PRIORITIES = 8  # MSMQ priorities 0 (lowest) to 7 (highest)
+_DEFAULT_PRIORITY = 3  # MSMQ_DEFAULT_PRIORITY, used when a record has no kmq.priority header
+
+# Per-offset state codes, one byte each in QueueState._codes.
+_GAP = 0  # no record at this offset (e.g. a transaction marker)
+_PENDING = 1  # a pending message or poison record (it is in QueueState._entries)
+_DUPLICATE = 2  # a duplicate record, never pending
+_REMOVED = 16  # + action value: removed by a receipt with that action
+_REMOVED_OTHER = 255  # removed by an action number too large to store in one byte
+# bytes.translate table for a purge: anything not yet removed becomes "removed by PURGE".
+_PURGE_CODE = _REMOVED + ReceiptAction.PURGE
+_PURGE_TABLE = bytes(_PURGE_CODE if c < _REMOVED else c for c in range(256))
+
+# Codes below the floor are dropped once this many settled offsets have piled up (bytes).
+_TRIM_MIN = 1 << 16
+
+_ID_TEXT = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\\(?:0|[1-9][0-9]{0,9})",
+    re.ASCII | re.IGNORECASE,
+)
+_UINT32_MAX = 2**32 - 1
+_offset_of = attrgetter("offset")
+
+
+# --------------------------------------------------------------------------------------------
+# Entries and results
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    r"""What the queue view knows of one data record, from its headers.
+
+    Attributes:
+        offset (int): the data-topic offset, which is the message's lookup id
+            (PROPID_M_LOOKUPID).
+        priority (int): 0 (lowest) to 7 (highest), PROPID_M_PRIORITY.
+        message_id (str): ``guid\seq`` text of PROPID_M_MSGID (lowercase); "" for a poison
+            record without a usable id.
+        correlation_id (str | None): PROPID_M_CORRELATIONID text, if any.
+        expires_ms (int | None): TTBR deadline, epoch ms; expired when ``expires_ms <= now``.
+        not_before_ms (int | None): timed dequeue, epoch ms; invisible while ``now <
+            not_before_ms``.
+        size (int): bytes of the record value, for quotas.
+        dedupe_key (str): message id, plus ``@origin`` when the record says which queue it
+            comes from; "" for poison records, which are never duplicates.
+        poison (bool): the headers are missing or invalid: the record must be dead-lettered
+            (claimed with POISON), never handed to an application.
+    """
+
+    offset: int
+    priority: int
+    message_id: str
+    correlation_id: str | None
+    expires_ms: int | None
+    not_before_ms: int | None
+    size: int
+    dedupe_key: str
+    poison: bool = False
+
+    @classmethod
+    def from_record(
+        cls,
+        offset: int,
+        value_size: int,
+        headers: Iterable[tuple[str, bytes | None]] | None,
+        *,
+        origin: str | None = None,
+    ) -> IndexEntry:
+        r"""Index a data record from its headers (``kmq.version``, ``kmq.id``, ...).
+
+        The record is poison when its value is shorter than the Avro single-object header
+        (10 bytes, including a missing value), the ``kmq.version`` or ``kmq.id`` header is
+        missing or unparsable, or ``kmq.priority`` is outside 0-7. A missing ``kmq.priority``
+        means the MSMQ default, 3; a malformed ``kmq.correlation_id`` is ignored.
+
+        Args:
+            offset (int): the record's offset (>= 0).
+            value_size (int): bytes of the record value; 0 when it has none.
+            headers (Iterable[tuple[str, bytes | None]] | None): the record headers.
+            origin (str | None): the queue this copy comes from, for queues that may hold copies
+                of one message from several queues (dead-letter, journal): copies from
+                different origins are not duplicates of each other.
+
+        Returns:
+            IndexEntry: the entry; ``poison`` is set instead of raising.
+        """
+        h = read_headers(headers)
+        message_id = _canonical_id(h.id)
+        priority = _DEFAULT_PRIORITY if h.priority is None else h.priority
+        if (
+            value_size < HEADER_SIZE
+            or h.version is None
+            or h.version < 1
+            or message_id is None
+            or not 0 <= priority < _PRIORITIES
+        ):
+            return cls(offset, 0, message_id or "", None, None, None, value_size, "", True)
+        key = message_id if origin is None else f"{message_id}@{origin}"
+        correlation_id = _canonical_id(h.correlation_id)
+        return cls(
+            offset,
+            priority,
+            message_id,
+            correlation_id,
+            h.expires_ms,
+            h.not_before_ms,
+            value_size,
+            key,
+        )
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """tuple[int, int]: the receive-order sort key ``(-priority, offset)``, for cursors."""
+        return (-self.priority, self.offset)
+
+    def visible(self, now_ms: int) -> bool:
+        """Whether a receiver may get it now: not before its not-before, not expired.
+
+        Args:
+            now_ms (int): the current time, epoch ms.
+
+        Returns:
+            bool: True when ``not_before_ms <= now_ms < expires_ms`` (absent bounds pass).
+        """
+        nb, ex = self.not_before_ms, self.expires_ms
+        return (nb is None or nb <= now_ms) and (ex is None or ex > now_ms)
+
+
+def _canonical_id(text: str | None) -> str | None:
+    """Return the lowercase ``guid\\seq`` form, or None when ``text`` is not a message id."""
+    if text is None or _ID_TEXT.fullmatch(text) is None:
+        return None
+    if int(text[37:]) > _UINT32_MAX:
+        return None
+    return text.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimOutcome:
+    """The verdict of one receipt.
+
+    Attributes:
+        claim_id (str): the receipt's claim id.
+        won (tuple[int, ...]): offsets this receipt removed (first to name them).
+        lost (tuple[int, ...]): offsets it named that an earlier receipt had already removed
+            or purged. A PURGE's range is not listed, only offsets it names explicitly.
+        purged (int): PURGE: how many pending messages of this view the range removed (poison
+            records excluded). Unlike ``won``/``lost`` it depends on how far this process has
+            read the data log; for the purging process, which read up to ``purge_below``, it is
+            the number of messages MQPurgeQueue removed.
+    """
+
+    claim_id: str
+    won: tuple[int, ...]
+    lost: tuple[int, ...]
+    purged: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class IncompleteClaim:
+    """A system claim (EXPIRE, MOVE, REJECT, POISON) with no COMPLETED receipt yet.
+
+    Recovery (``kmq qm run``) redoes its outputs: the data records at ``offsets`` are still in
+    the data topic, because :meth:`QueueState.retention_floor` stays below them.
+
+    Attributes:
+        receipt (Receipt): the claim (action, target, reason, time_ms, claimant...).
+        offsets (tuple[int, ...]): the offsets it won, in the order it named them.
+        receipt_offset (int): its offset in the receipts topic.
+    """
+
+    receipt: Receipt
+    offsets: tuple[int, ...]
+    receipt_offset: int
+
+
+class OffsetState(Enum):
+    """What is at a data offset, as :meth:`QueueState.status` reports it."""
+
+    PENDING = "pending"  #: a message in the queue
+    POISON = "poison"  #: a poison record waiting to be dead-lettered; not a message
+    REMOVED = "removed"  #: removed by a receipt (or below the floor / log start)
+    DUPLICATE = "duplicate"  #: a second copy of an earlier message; never in the queue
+    UNKNOWN = "unknown"  #: no record here (a gap) or not read yet (offset >= data_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetStatus:
+    """Answer of :meth:`QueueState.status`.
+
+    The queue API maps it to MSMQ errors: REMOVED and DUPLICATE to
+    MQ_ERROR_MESSAGE_ALREADY_RECEIVED, UNKNOWN and POISON to MQ_ERROR_MESSAGE_NOT_FOUND.
+
+    Attributes:
+        state (OffsetState): see :class:`OffsetState`.
+        action (ReceiptAction | None): REMOVED only: the winning receipt's action; None when
+            the offset is below the floor or the log start, where that is no longer kept.
+        entry (IndexEntry | None): PENDING and POISON only: the entry.
+    """
+
+    state: OffsetState
+    action: ReceiptAction | None = None
+    entry: IndexEntry | None = None
+
+    @property
+    def is_pending(self) -> bool:
+        """bool: True for PENDING and POISON: the record still waits for a claim."""
+        return self.state is OffsetState.PENDING or self.state is OffsetState.POISON
+
+
+_UNKNOWN = OffsetStatus(OffsetState.UNKNOWN)
+_SETTLED = OffsetStatus(OffsetState.REMOVED)
+_DUPLICATE_STATUS = OffsetStatus(OffsetState.DUPLICATE)
+
+
+def _removed_code(action: ReceiptAction) -> int:
+    return _REMOVED + action if action < _REMOVED_OTHER - _REMOVED else _REMOVED_OTHER
+
+
+def _removed_status(code: int) -> OffsetStatus:
+    action = None if code == _REMOVED_OTHER else ReceiptAction(code - _REMOVED)
+    return OffsetStatus(OffsetState.REMOVED, action)
+
+
+# --------------------------------------------------------------------------------------------
+# Per-priority lanes
+# --------------------------------------------------------------------------------------------
+
+
+class _Lane:
+    """The pending messages of one priority, in offset order, with lazy deletion.
+
+    ``entries[head:]`` holds every pending entry of the priority plus ``dead`` removed ones.
+    Removed entries are skipped, dropped from the head as it advances, and compacted away when
+    they are the majority; compaction bumps ``version`` so scans in progress re-find their
+    place by offset.
+    """
+
+    __slots__ = ("dead", "entries", "head", "version")
+
+    def __init__(self) -> None:
+        self.entries: list[IndexEntry] = []
+        self.head = 0
+        self.dead = 0
+        self.version = 0
+
+    def index_after(self, offset: int) -> int:
+        """Index of the first entry with an offset greater than ``offset``."""
+        return bisect_right(self.entries, offset, lo=self.head, key=_offset_of)
+
+    def trim(self, pending: dict[int, IndexEntry]) -> None:
+        """Advance the head past removed entries and compact when removed ones dominate."""
+        entries, head = self.entries, self.head
+        while head < len(entries) and entries[head].offset not in pending:
+            head += 1
+            self.dead -= 1
+        self.head = head
+        live = len(entries) - head
+        if (head > 1024 and head * 2 > len(entries)) or (self.dead > 64 and self.dead * 2 > live):
+            self.entries = [e for e in entries[head:] if e.offset in pending]
+            self.head = 0
+            self.dead = 0
+            self.version += 1
+
+
+# --------------------------------------------------------------------------------------------
+# Multi-valued index helpers (message id and correlation id -> offsets)
+# --------------------------------------------------------------------------------------------
+# A key usually maps to one offset; storing a bare int then saves a list per entry.
+
+
+def _index_add(index: dict[str, int | list[int]], key: str, offset: int) -> None:
+    current = index.get(key)
+    if current is None:
+        index[key] = offset
+    elif isinstance(current, int):
+        index[key] = [current, offset]
+    else:
+        current.append(offset)
+
+
+def _index_remove(index: dict[str, int | list[int]], key: str, offset: int) -> None:
+    current = index.get(key)
+    if isinstance(current, int):
+        if current == offset:
+            del index[key]
+    elif current is not None:
+        current.remove(offset)
+        if len(current) == 1:
+            index[key] = current[0]
+
+
+def _index_get(index: dict[str, int | list[int]], key: str) -> tuple[int, ...]:
+    current = index.get(key)
+    if current is None:
+        return ()
+    return (current,) if isinstance(current, int) else tuple(current)
+
+
+# --------------------------------------------------------------------------------------------
+# The queue state
+# --------------------------------------------------------------------------------------------
+
+
+class QueueState:
+    """In-memory index of one queue, built from its data and receipts logs.
+
+    One instance per queue per process. Feed it the data topic's records with :meth:`add` and
+    the receipts topic's records with :meth:`apply`, each log in offset order; the two logs may
+    be interleaved in any way (receipts may be read ahead of the data they name).
+
+    Args:
+        data_start (int): first data offset that will be fed (the data topic's log start
+            offset); offsets below it count as removed.
+        receipts_start (int): first receipts offset that will be fed.
+        dedupe_window (int): see :data:`DEDUPE_WINDOW`; every process must use the same value.
+
+    Raises:
+        ValueError: a negative start offset or a window < 1.
+    """
+
+    def __init__(
+        self, *, data_start: int = 0, receipts_start: int = 0, dedupe_window: int = DEDUPE_WINDOW
+    ):
+        if data_start < 0 or receipts_start < 0 or dedupe_window < 1:
+            raise ValueError("start offsets must be >= 0 and dedupe_window >= 1")
+        self._data_start = data_start
+        self._data_offset = data_start
+        self._receipts_offset = receipts_start
+        self._dedupe_window = dedupe_window
+        # Pending entries (messages and poison records) by offset.
+        self._entries: dict[int, IndexEntry] = {}
+        self._lanes = [_Lane() for _ in range(_PRIORITIES)]
+        self._poison: dict[int, IndexEntry] = {}  # insertion order = offset order
+        self._by_id: dict[str, int | list[int]] = {}
+        self._by_cid: dict[str, int | list[int]] = {}
+        self._expiry: list[tuple[int, int]] = []  # heap of (expires_ms, offset), lazy
+        self._not_before: list[tuple[int, int]] = []  # heap of (not_before_ms, offset), lazy
+        self._count = 0  # pending messages (poison records excluded)
+        self._bytes = 0
+        # One state code per data offset in [_base, _data_offset).
+        self._codes = bytearray()
+        self._base = data_start
+        self._floor = data_start  # no pending offset below this one (lower bound)
+        # Receipts read ahead of the data: offset -> removed code, and a min-heap of those offsets.
+        self._ahead: dict[int, int] = {}
+        self._ahead_heap: list[int] = []
+        self._purge_floor = 0  # every offset below is removed (max purge_below seen)
+        # Dedupe key -> offset of its latest record, oldest first (move_to_end on repeats).
+        self._dedupe: OrderedDict[str, int] = OrderedDict()
+        self._incomplete: dict[str, IncompleteClaim] = {}
+        self._adds = 0
+
+    # ----------------------------------------------------------------------------------------
+    # Positions
+    # ----------------------------------------------------------------------------------------
+
+    @property
+    def data_offset(self) -> int:
+        """int: the next data offset expected, where the data reader resumes."""
+        return self._data_offset
+
+    @property
+    def receipts_offset(self) -> int:
+        """int: the next receipts offset expected, where the receipts reader resumes."""
+        return self._receipts_offset
+
+    # ----------------------------------------------------------------------------------------
+    # Feeding the data log
+    # ----------------------------------------------------------------------------------------
+
+    def add(self, entry: IndexEntry) -> None:
+        """Index the next data record (MSMQ: a message arrives in the queue).
+
+        The record is excluded if a receipt already removed its offset, if it is a duplicate
+        (its dedupe key appeared within the dedupe window), or, for poison records, kept only
+        for :meth:`poisoned`.
+
+        Args:
+            entry (IndexEntry): the record's entry; offsets must increase (gaps are allowed,
+                e.g. transaction markers).
+
+        Raises:
+            ValueError: ``entry.offset`` is below :attr:`data_offset` (a reader bug).
+        """
+        offset = entry.offset
+        if offset < self._data_offset:
+            raise ValueError(
+                f"data record at offset {offset} fed after offset {self._data_offset - 1}: "
+                "data records must be added in increasing offset order"
+            )
+        self._fill_gap(offset)
+        removed = self._arrival_code(offset)
+        duplicate = not entry.poison and self._seen(entry.dedupe_key, offset)
+        self._data_offset = offset + 1
+        if removed is not None:
+            self._codes.append(removed)
+        elif duplicate:
+            self._codes.append(_DUPLICATE)
+        else:
+            self._codes.append(_PENDING)
+            self._index(entry)
+        self._adds += 1
+        if not self._adds % _TRIM_MIN:
+            self.floor()  # keeps the code array bounded even if nobody asks for the floor
+
+    def advance_data_to(self, next_offset: int) -> None:
+        """Record that the data log has no records below ``next_offset`` beyond those added.
+
+        For readers whose position moved past non-data records (transaction markers).
+
+        Args:
+            next_offset (int): the data reader's position.
+
+        Raises:
+            ValueError: ``next_offset`` is below :attr:`data_offset`.
+        """
+        if next_offset < self._data_offset:
+            raise ValueError(f"data position {next_offset} is behind {self._data_offset}")
+        self._fill_gap(next_offset)
+        self._data_offset = next_offset
+
+    def _fill_gap(self, offset: int) -> None:
+        """Give offsets in [data_offset, offset) the gap code, or the receipt that removed them."""
+        start = self._data_offset
+        if offset <= start:
+            return
+        codes, base = self._codes, self._base
+        codes.extend(bytes(offset - start))
+        purged_to = min(offset, self._purge_floor)
+        if purged_to > start:
+            codes[start - base : purged_to - base] = bytes([_PURGE_CODE]) * (purged_to - start)
+        heap = self._ahead_heap
+        while heap and heap[0] < offset:
+            gap = heapq.heappop(heap)
+            codes[gap - base] = self._ahead.pop(gap)
+
+    def _arrival_code(self, offset: int) -> int | None:
+        """The removed code of a record arriving after a receipt named or purged it, else None."""
+        heap = self._ahead_heap
+        if heap and heap[0] == offset:
+            heapq.heappop(heap)
+            return self._ahead.pop(offset)
+        return _PURGE_CODE if offset < self._purge_floor else None
+
+    def _seen(self, key: str, offset: int) -> bool:
+        """Record ``key`` at ``offset``; True if it appeared within the dedupe window."""
+        dedupe = self._dedupe
+        oldest_kept = offset - self._dedupe_window
+        while dedupe:
+            first_key = next(iter(dedupe))
+            if dedupe[first_key] >= oldest_kept:
+                break
+            del dedupe[first_key]
+        duplicate = key in dedupe
+        dedupe[key] = offset
+        if duplicate:
+            dedupe.move_to_end(key)
+        return duplicate
+
+    def _index(self, entry: IndexEntry) -> None:
+        offset = entry.offset
+        self._entries[offset] = entry
+        if entry.poison:
+            self._poison[offset] = entry
+            return
+        self._lanes[entry.priority].entries.append(entry)
+        self._count += 1
+        self._bytes += entry.size
+        _index_add(self._by_id, entry.message_id, offset)
+        if entry.correlation_id is not None:
+            _index_add(self._by_cid, entry.correlation_id, offset)
+        if entry.expires_ms is not None:
+            heapq.heappush(self._expiry, (entry.expires_ms, offset))
+        if entry.not_before_ms is not None:
+            heapq.heappush(self._not_before, (entry.not_before_ms, offset))
+
+    # ----------------------------------------------------------------------------------------
+    # Feeding the receipts log
+    # ----------------------------------------------------------------------------------------
+
+    def apply(self, receipt: Receipt, receipt_offset: int) -> ClaimOutcome:
+        """Apply the next receipt and return its verdict (arbitration of destructive receives).
+
+        Each offset the receipt names is won if no earlier receipt named it and no earlier
+        PURGE covered it; the winner removes it from the queue (whether or not its data record
+        has been read). A PURGE then removes every offset below ``purge_below``. A system claim
+        (EXPIRE, MOVE, REJECT, POISON) that won offsets stays in :meth:`incomplete_claims` until
+        a COMPLETED receipt names it. Offsets below the floor are settled: naming one loses.
+
+        Args:
+            receipt (Receipt): the decoded receipt.
+            receipt_offset (int): its offset in the receipts topic; offsets must increase.
+
+        Returns:
+            ClaimOutcome: offsets won and lost (a repeated offset counts once).
+
+        Raises:
+            ValueError: ``receipt_offset`` is below :attr:`receipts_offset` (a reader bug).
+        """
+        if receipt_offset < self._receipts_offset:
+            raise ValueError(
+                f"receipt at offset {receipt_offset} fed after offset "
+                f"{self._receipts_offset - 1}: receipts must be applied in offset order"
+            )
+        self._receipts_offset = receipt_offset + 1
+        action = receipt.action
+        if action is ReceiptAction.COMPLETED:
+            self._incomplete.pop(receipt.completes or "", None)
+            return ClaimOutcome(receipt.claim_id, (), ())
+        code = _removed_code(action)
+        won: list[int] = []
+        lost: list[int] = []
+        for offset in dict.fromkeys(receipt.offsets):
+            (won if self._claim(offset, code) else lost).append(offset)
+        purged = 0
+        if receipt.purge_below is not None:
+            purged = self._purge(receipt.purge_below)
+        if won and action.is_system:
+            self._incomplete[receipt.claim_id] = IncompleteClaim(
+                receipt, tuple(won), receipt_offset
+            )
+        return ClaimOutcome(receipt.claim_id, tuple(won), tuple(lost), purged)
+
+    def advance_receipts_to(self, next_offset: int) -> None:
+        """Record that the receipts log has nothing more below ``next_offset`` (markers).
+
+        Args:
+            next_offset (int): the receipts reader's position.
+
+        Raises:
+            ValueError: ``next_offset`` is below :attr:`receipts_offset`.
+        """
+        if next_offset < self._receipts_offset:
+            raise ValueError(f"receipts position {next_offset} is behind {self._receipts_offset}")
+        self._receipts_offset = next_offset
+
+    def _claim(self, offset: int, code: int) -> bool:
+        """Remove ``offset`` with ``code`` unless already removed; True if this claim won."""
+        if offset < self._purge_floor or offset < self._base:
+            return False
+        if offset >= self._data_offset:  # data not read yet: remember the claim
+            if offset in self._ahead:
+                return False
+            self._ahead[offset] = code
+            heapq.heappush(self._ahead_heap, offset)
+            return True
+        current = self._codes[offset - self._base]
+        if current >= _REMOVED:
+            return False
+        if current == _PENDING:
+            self._unindex(self._entries[offset])
+        # Duplicates and gaps are won too: the verdict must not depend on the data read so far.
+        self._codes[offset - self._base] = code
+        return True
+
+    def _purge(self, below: int) -> int:
+        """Remove every not-yet-removed offset < ``below`` (MSMQ MQPurgeQueue).
+
+        Returns:
+            int: the number of pending messages (poison excluded) removed.
+        """
+        if below <= self._purge_floor:
+            return 0
+        self._purge_floor = below
+        pending = self._entries
+        before = self._count
+        for lane in self._lanes:
+            end = bisect_right(lane.entries, below - 1, lo=lane.head, key=_offset_of)
+            for entry in lane.entries[lane.head : end]:
+                if entry.offset in pending:
+                    self._unindex(entry, trim=False)
+            lane.trim(pending)
+        for entry in [e for o, e in self._poison.items() if o < below]:
+            self._unindex(entry)
+        stop = min(below, self._data_offset) - self._base
+        if stop > 0:
+            codes = self._codes
+            codes[:stop] = codes[:stop].translate(_PURGE_TABLE)
+        return before - self._count
+
+    def _unindex(self, entry: IndexEntry, *, trim: bool = True) -> None:
+        """Drop a pending entry from every index (the caller records its state code)."""
+        offset = entry.offset
+        del self._entries[offset]
+        if entry.poison:
+            del self._poison[offset]
+            return
+        self._count -= 1
+        self._bytes -= entry.size
+        _index_remove(self._by_id, entry.message_id, offset)
+        if entry.correlation_id is not None:
+            _index_remove(self._by_cid, entry.correlation_id, offset)
+        lane = self._lanes[entry.priority]
+        lane.dead += 1
+        if trim:
+            lane.trim(self._entries)
+
+    # ----------------------------------------------------------------------------------------
+    # Receive order
+    # ----------------------------------------------------------------------------------------
+
+    def candidates(self, now_ms: int) -> Iterator[IndexEntry]:
+        """Yield the messages a receiver may get now, in MSMQ receive order.
+
+        Highest priority first, arrival (offset) order within a priority; removed, duplicate,
+        poison, not-yet-visible and expired entries are skipped. The iterator stays valid while
+        the state changes (it resumes after the last offset it yielded).
+
+        Args:
+            now_ms (int): the current time, epoch ms.
+
+        Yields:
+            IndexEntry: pending, visible, unexpired messages.
+        """
+        return self._scan(_PRIORITIES - 1, -1, now_ms)
+
+    def peek_first(self, now_ms: int) -> IndexEntry | None:
+        """Return the message MQReceiveMessage / MQPeekMessage would get now, if any.
+
+        Args:
+            now_ms (int): the current time, epoch ms.
+
+        Returns:
+            IndexEntry | None: the first candidate.
+        """
+        return next(self._scan(_PRIORITIES - 1, -1, now_ms), None)
+
+    def next_after(self, position: tuple[int, int] | None, now_ms: int) -> IndexEntry | None:
+        """Return the message after a cursor position (MQ_ACTION_PEEK_NEXT / cursor receive).
+
+        A position is the ``(-priority, offset)`` key of the entry the cursor is on
+        (:attr:`IndexEntry.position`); it stays valid when that or other entries are removed.
+
+        Args:
+            position (tuple[int, int] | None): the cursor's position; None = before the first.
+            now_ms (int): the current time, epoch ms.
+
+        Returns:
+            IndexEntry | None: the next visible message in receive order, or None at the end.
+        """
+        if position is None:
+            return self.peek_first(now_ms)
+        neg_priority, offset = position
+        priority = min(max(-neg_priority, 0), _PRIORITIES - 1)
+        return next(self._scan(priority, offset, now_ms), None)
+
+    def _scan(self, priority: int, after: int, now_ms: int) -> Iterator[IndexEntry]:
+        """Yield visible entries from (priority, offsets > after) on, in receive order."""
+        pending = self._entries
+        for p in range(priority, -1, -1):
+            lane = self._lanes[p]
+            if lane.head >= len(lane.entries):
+                continue  # empty: the common case for unused priorities, keep it cheap
+            lane.trim(pending)
+            last = after if p == priority else -1
+            index = lane.index_after(last) if last >= 0 else lane.head
+            version = lane.version
+            while True:
+                if lane.version != version:  # compacted while we were suspended
+                    index, version = lane.index_after(last), lane.version
+                entries = lane.entries
+                if index >= len(entries):
+                    break
+                entry = entries[index]
+                index += 1
+                last = entry.offset
+                if last in pending and entry.visible(now_ms):
+                    yield entry
+
+    # ----------------------------------------------------------------------------------------
+    # System work: expiry and poison
+    # ----------------------------------------------------------------------------------------
+
+    def expired(self, now_ms: int) -> list[IndexEntry]:
+        """Return pending messages whose TTBR deadline has passed, to claim with EXPIRE.
+
+        Args:
+            now_ms (int): the current time, epoch ms.
+
+        Returns:
+            list[IndexEntry]: entries with ``expires_ms <= now_ms``, in offset order.
+        """
+        heap, pending = self._expiry, self._entries
+        found: list[IndexEntry] = []
+        while heap and heap[0][0] <= now_ms:
+            _, offset = heapq.heappop(heap)
+            entry = pending.get(offset)
+            if entry is not None:
+                found.append(entry)
+        for entry in found:  # still pending until the EXPIRE claim is applied
+            heapq.heappush(heap, (entry.expires_ms, entry.offset))  # type: ignore[arg-type]
+        found.sort(key=_offset_of)
+        return found
+
+    def poisoned(self) -> list[IndexEntry]:
+        """Return pending poison records, to claim with POISON and dead-letter.
+
+        Returns:
+            list[IndexEntry]: in offset order.
+        """
+        return list(self._poison.values())
+
+    def next_visible_ms(self, now_ms: int) -> int | None:
+        """Return when the next not-yet-visible message becomes visible (timed dequeue).
+
+        A receiver with nothing to receive waits at most until then.
+
+        Args:
+            now_ms (int): the current time, epoch ms.
+
+        Returns:
+            int | None: the earliest ``not_before_ms > now_ms`` of a pending message, or None.
+        """
+        heap, pending = self._not_before, self._entries
+        while heap and (heap[0][0] <= now_ms or heap[0][1] not in pending):
+            heapq.heappop(heap)  # visible already (for good) or removed
+        return heap[0][0] if heap else None
+
+    def next_expiry_ms(self) -> int | None:
+        """Return the earliest TTBR deadline of a pending message (for the expiry sweeper).
+
+        Returns:
+            int | None: epoch ms, or None when no pending message has a deadline.
+        """
+        heap, pending = self._expiry, self._entries
+        while heap and heap[0][1] not in pending:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def incomplete_claims(self) -> list[IncompleteClaim]:
+        """Return system claims without a COMPLETED receipt, oldest first (recovery redoes them).
+
+        Returns:
+            list[IncompleteClaim]: in receipts-topic order.
+        """
+        return sorted(self._incomplete.values(), key=attrgetter("receipt_offset"))
+
+    # ----------------------------------------------------------------------------------------
+    # Lookups
+    # ----------------------------------------------------------------------------------------
+
+    def by_message_id(self, message_id: str, now_ms: int | None = None) -> IndexEntry | None:
+        r"""Find a pending message by message id (ReceiveById / PeekById).
+
+        Args:
+            message_id (str): ``guid\seq`` text.
+            now_ms (int | None): when given, not-yet-visible and expired messages are skipped.
+
+        Returns:
+            IndexEntry | None: the first match in receive order (copies from several origins
+            can share an id), or None.
+        """
+        key = _canonical_id(message_id) or message_id
+        return self._first(_index_get(self._by_id, key), now_ms)
+
+    def by_correlation_id(
+        self, correlation_id: str, now_ms: int | None = None
+    ) -> IndexEntry | None:
+        r"""Find the first pending message with a correlation id (ReceiveByCorrelationId).
+
+        MSMQ scans the queue in receive order and takes the first match; so does this.
+
+        Args:
+            correlation_id (str): ``guid\seq`` text.
+            now_ms (int | None): when given, not-yet-visible and expired messages are skipped.
+
+        Returns:
+            IndexEntry | None: the first match in receive order, or None.
+        """
+        key = _canonical_id(correlation_id) or correlation_id
+        return self._first(_index_get(self._by_cid, key), now_ms)
+
+    def by_lookup_id(self, lookup_id: int, now_ms: int | None = None) -> IndexEntry | None:
+        """Find a pending message by lookup id, i.e. offset (MQReceiveMessageByLookupId).
+
+        Args:
+            lookup_id (int): the data offset.
+            now_ms (int | None): when given, a not-yet-visible or expired message is not found.
+
+        Returns:
+            IndexEntry | None: the message, or None (use :meth:`status` to say why).
+        """
+        entry = self._entries.get(lookup_id)
+        if entry is None or entry.poison:
+            return None
+        if now_ms is not None and not entry.visible(now_ms):
+            return None
+        return entry
+
+    def _first(self, offsets: tuple[int, ...], now_ms: int | None) -> IndexEntry | None:
+        matches = [self._entries[o] for o in offsets]
+        if now_ms is not None:
+            matches = [e for e in matches if e.visible(now_ms)]
+        return min(matches, key=attrgetter("position"), default=None)
+
+    def status(self, offset: int) -> OffsetStatus:
+        """Say what is at a data offset, so the API can pick MSMQ's error for a failed lookup.
+
+        Args:
+            offset (int): a data offset (lookup id).
+
+        Returns:
+            OffsetStatus: PENDING / POISON with the entry, REMOVED with the winning action,
+            DUPLICATE, or UNKNOWN (a gap, or not read yet). A receipt's removal takes
+            precedence over duplicate. Below the floor the action is no longer known.
+        """
+        if offset < 0:
+            return _UNKNOWN
+        if offset < self._base:
+            return _SETTLED
+        if offset < self._data_offset:
+            code = self._codes[offset - self._base]
+            if code == _PENDING:
+                entry = self._entries[offset]
+                state = OffsetState.POISON if entry.poison else OffsetState.PENDING
+                return OffsetStatus(state, entry=entry)
+            if code == _DUPLICATE:
+                return _DUPLICATE_STATUS
+            return _UNKNOWN if code == _GAP else _removed_status(code)
+        code = self._ahead.get(offset)
+        if code is not None:
+            return _removed_status(code)
+        if offset < self._purge_floor:
+            return OffsetStatus(OffsetState.REMOVED, ReceiptAction.PURGE)
+        return _UNKNOWN
+
+    # ----------------------------------------------------------------------------------------
+    # Statistics and retention
+    # ----------------------------------------------------------------------------------------
+
+    def pending_count(self, now_ms: int | None = None) -> int:
+        """Count the messages in the queue (MQMgmtGetInfo PROPID_MGMT_QUEUE_MESSAGE_COUNT).
+
+        Args:
+            now_ms (int | None): None counts every pending message (poison records excluded);
+                a time counts only those visible then (O(n) scan).
+
+        Returns:
+            int: the count.
+        """
+        if now_ms is None:
+            return self._count
+        return sum(1 for _ in self.candidates(now_ms))
+
+    @property
+    def pending_bytes(self) -> int:
+        """int: bytes of the pending messages' record values (queue quota, PROPID_Q_QUOTA)."""
+        return self._bytes
+
+    def floor(self) -> int:
+        """Return the lowest offset that may still be pending.
+
+        Every offset below is removed, a duplicate or a gap. Also drops the per-offset state
+        kept for offsets below it once enough have piled up.
+
+        Returns:
+            int: the floor.
+        """
+        codes, base = self._codes, self._base
+        found = codes.find(_PENDING, self._floor - base)
+        if found < 0:
+            self._floor = self._data_offset
+            result = max(self._data_offset, self._purge_floor)
+        else:
+            self._floor = result = base + found
+        if self._floor - base >= _TRIM_MIN:
+            del codes[: self._floor - base]
+            self._base = self._floor
+        return result
+
+    def retention_floor(self) -> int:
+        """Return the data offset below which records may be deleted (Kafka delete_records).
+
+        Lower than :meth:`floor` where needed: the records of incomplete system claims must
+        stay for recovery, and the last ``dedupe_window`` offsets must stay so that a process
+        starting from the log start judges duplicates like the others.
+
+        Returns:
+            int: the retention floor (>= ``data_start``).
+        """
+        limit = min(self.floor(), self._data_offset - self._dedupe_window)
+        for claim in self._incomplete.values():
+            limit = min(limit, *claim.offsets)
+        return max(limit, self._data_start)

@@ -1,0 +1,137 @@
+"""A live view of one queue: its data and receipts topics read into a :class:`QueueState`.
+
+Each process that peeks or receives holds one view per queue. The view reads both topics from
+the start (``assign()``, no consumer group), keeps the values of pending records so a won claim
+can be decoded without another fetch, and appends receipts to claim messages. A claim's outcome
+is known once the view has read the receipts topic up to the claim's own offset: the first
+receipt naming an offset wins (see ``docs/design.md``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+from facade.errors import BrokerError, BrokerUnavailable
+from facade.kafka import KafkaRecord, KafkaSession, map_kafka_errors
+from facade.message import Delivery
+from facade.queuestate import ClaimOutcome, IndexEntry, QueueState
+from facade.receipts import Receipt, ReceiptAction, decode_receipt, encode_receipt, new_claim
+from facade.topics import QueueTopics
+
+__all__ = ["QueueView"]
+
+#: Seconds a claim may wait for its own receipt to come back before the broker is deemed gone.
+CLAIM_TIMEOUT = 30.0
+
+
+class QueueView:
+    """Live view of one queue.
+
+    Args:
+        session (KafkaSession): Kafka clients.
+        topics (QueueTopics): the queue's data and receipts topics.
+        claimant (str): identifies this process in receipts (diagnostics only).
+    """
+
+    def __init__(self, session: KafkaSession, topics: QueueTopics, claimant: str | None = None):
+        self.topics = topics
+        self.claimant = claimant or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.state = QueueState()
+        self._values: dict[int, KafkaRecord] = {}
+        self._outcomes: dict[str, ClaimOutcome] = {}
+        self._reader = session.reader()
+        self._reader.assign({topics.data: 0, topics.receipts: 0})
+        self._producer = session.producer(Delivery.RECOVERABLE)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def refresh(self, timeout: float = 0.0) -> int:
+        """Read what has arrived on either topic within ``timeout`` seconds.
+
+        Returns:
+            int: number of records applied.
+        """
+        records = self._reader.poll(timeout)
+        for record in records:
+            if record.topic == self.topics.data:
+                self._add_data(record)
+            else:
+                self._add_receipt(record)
+        return len(records)
+
+    def catch_up(self, idle_rounds: int = 3, poll: float = 0.02, timeout: float = 5.0) -> None:
+        """Read until both topics have been quiet for ``idle_rounds`` polls (or ``timeout`` s)."""
+        deadline = time.monotonic() + timeout
+        quiet = 0
+        while quiet < idle_rounds and time.monotonic() < deadline:
+            quiet = 0 if self.refresh(poll) else quiet + 1
+
+    def record(self, entry: IndexEntry) -> KafkaRecord:
+        """The stored record of a pending entry."""
+        return self._values[entry.offset]
+
+    def _add_data(self, record: KafkaRecord) -> None:
+        entry = IndexEntry.from_record(record.offset, len(record.value or b""), record.headers)
+        self.state.add(entry)
+        if self.state.status(record.offset).is_pending:
+            self._values[record.offset] = record
+
+    def _add_receipt(self, record: KafkaRecord) -> None:
+        receipt = decode_receipt(record.value or b"", topic=record.topic,
+                                 partition=record.partition, offset=record.offset)
+        outcome = self.state.apply(receipt, record.offset)
+        for offset in outcome.won:
+            self._values.pop(offset, None)
+        self._outcomes[receipt.claim_id] = outcome
+
+    # -- claiming ------------------------------------------------------------------------------
+
+    def claim(self, action: ReceiptAction, offsets: tuple[int, ...] = (), **fields: object) -> ClaimOutcome:
+        """Append a receipt and wait for its verdict.
+
+        Args:
+            action (ReceiptAction): RECEIVE, PURGE, EXPIRE, MOVE, REJECT or POISON.
+            offsets (tuple[int, ...]): data-topic offsets (lookup ids) to remove.
+            **fields: further receipt fields (``purge_below``, ``target``, ``reason``...).
+
+        Returns:
+            ClaimOutcome: which offsets this receipt removed (``won``) and which were already gone.
+
+        Raises:
+            BrokerUnavailable: the receipt was not acknowledged, or not read back, in time.
+        """
+        receipt = new_claim(action, offsets, self.claimant, **fields)
+        self._append(receipt)
+        deadline = time.monotonic() + CLAIM_TIMEOUT
+        while receipt.claim_id not in self._outcomes:
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(
+                    f"receipt {receipt.claim_id} for {self.topics.data!r} was not read back "
+                    f"within {CLAIM_TIMEOUT:g} s")
+            self.refresh(0.05)
+        return self._outcomes.pop(receipt.claim_id)
+
+    def _append(self, receipt: Receipt) -> None:
+        errors: list[str] = []
+
+        def on_delivery(err, _msg) -> None:
+            if err is not None:
+                errors.append(err.str())
+
+        with map_kafka_errors("append receipt", self.topics.receipts):
+            self._producer.produce(self.topics.receipts, value=encode_receipt(receipt),
+                                   on_delivery=on_delivery)
+        remaining = self._producer.flush(CLAIM_TIMEOUT)
+        if errors:
+            raise BrokerError(f"receipt for {self.topics.data!r} was rejected: {errors[0]}")
+        if remaining:
+            raise BrokerUnavailable(
+                f"receipt for {self.topics.data!r} was not acknowledged within {CLAIM_TIMEOUT:g} s",
+                hint="check that the Kafka broker is running")
+
+    def close(self) -> None:
+        """Close the reader and flush the producer."""
+        self._producer.flush(5.0)
+        self._reader.close()

@@ -1,0 +1,219 @@
+"""Queue and queue-manager registries: MSMQ's queue properties, kept where every process sees them.
+
+Two compacted single-partition topics hold them: ``__kmq.queues`` (key: the queue's canonical
+path name; value: its properties as JSON; a tombstone deletes it) and ``__kmq.queue_managers``
+(key: queue-manager name; value: its GUID). The registries are small control-plane logs, so each
+read scans them from the start; the latest record per key wins on the queue registry (a property
+change is a new record), while on the queue-manager registry the first record wins (two processes
+initialising the same name at once agree on one GUID).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from facade.errors import BrokerError, InvalidParameter
+from facade.kafka import KafkaSession, map_kafka_errors, wait_delivered
+from facade.message import Delivery
+from facade.topics import QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_REGISTRY_TOPIC
+
+__all__ = ["QueueManagerRecord", "QueueProperties", "Registry"]
+
+#: Registry topics are compacted: only the latest record per key matters.
+_REGISTRY_TOPIC_CONFIG = {"cleanup.policy": "compact"}
+_IDLE_POLLS = 3
+_POLL_SECONDS = 0.05
+#: PROPID_Q_LABEL limit in characters.
+MAX_QUEUE_LABEL_LENGTH = 124
+
+
+@dataclass(frozen=True)
+class QueueProperties:
+    """MSMQ queue properties (PROPID_Q_*) of one queue.
+
+    Attributes:
+        path_name (str): canonical path name, e.g. ``qm1\\private$\\orders`` (PROPID_Q_PATHNAME).
+        queue_manager (str): the owning queue manager's name.
+        queue_name (str): the name part (lowercase).
+        private (bool): a private queue (``private$``) rather than a public one.
+        data_topic (str), receipts_topic (str): the Kafka topics holding it.
+        instance (str): the queue's GUID (PROPID_Q_INSTANCE).
+        type_id (str | None): application-defined type GUID (PROPID_Q_TYPE).
+        label (str): PROPID_Q_LABEL, at most 124 characters.
+        transactional (bool): PROPID_Q_TRANSACTION.
+        journal (bool): PROPID_Q_JOURNAL: keep a copy of each removed message in ``;JOURNAL``.
+        quota_kb (int | None): PROPID_Q_QUOTA in KB; None is unlimited.
+        journal_quota_kb (int | None): PROPID_Q_JOURNAL_QUOTA in KB; None is unlimited.
+        base_priority (int): PROPID_Q_BASEPRIORITY, -32768..32767.
+        authenticate (bool): PROPID_Q_AUTHENTICATE: accept only signed messages.
+        privacy_level (int): PROPID_Q_PRIV_LEVEL: 0 NONE, 1 OPTIONAL, 2 BODY.
+        create_time (float), modify_time (float): epoch seconds.
+    """
+
+    path_name: str
+    queue_manager: str
+    queue_name: str
+    private: bool
+    data_topic: str
+    receipts_topic: str
+    instance: str = field(default_factory=lambda: str(uuid.uuid4()))
+    type_id: str | None = None
+    label: str = ""
+    transactional: bool = False
+    journal: bool = False
+    quota_kb: int | None = None
+    journal_quota_kb: int | None = None
+    base_priority: int = 0
+    authenticate: bool = False
+    privacy_level: int = 0
+    create_time: float = field(default_factory=time.time)
+    modify_time: float = field(default_factory=time.time)
+
+    def validate(self) -> QueueProperties:
+        """Check the property ranges.
+
+        Raises:
+            InvalidParameter: a property outside its MSMQ range; the message names it.
+        """
+        if len(self.label) > MAX_QUEUE_LABEL_LENGTH:
+            raise InvalidParameter(f"queue label (PROPID_Q_LABEL) longer than {MAX_QUEUE_LABEL_LENGTH} characters",
+                                   queue=self.path_name)
+        for name in ("quota_kb", "journal_quota_kb"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise InvalidParameter(f"{name} must be a positive number of KB or None (unlimited), not {value!r}",
+                                       queue=self.path_name)
+        if not -32768 <= self.base_priority <= 32767:
+            raise InvalidParameter("base_priority (PROPID_Q_BASEPRIORITY) must be within -32768..32767",
+                                   queue=self.path_name)
+        if self.privacy_level not in (0, 1, 2):
+            raise InvalidParameter("privacy_level (PROPID_Q_PRIV_LEVEL) must be 0 NONE, 1 OPTIONAL or 2 BODY",
+                                   queue=self.path_name)
+        return self
+
+    def with_changes(self, **changes: Any) -> QueueProperties:
+        """A copy with ``changes`` applied and ``modify_time`` updated, validated."""
+        return replace(self, **changes, modify_time=time.time()).validate()
+
+    def to_json(self) -> bytes:
+        return json.dumps({"version": 1, **asdict(self)}, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> QueueProperties:
+        doc = json.loads(data)
+        doc.pop("version", None)
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in doc.items() if k in known})
+
+
+@dataclass(frozen=True)
+class QueueManagerRecord:
+    """A queue manager (MSMQ machine) known to the cluster.
+
+    Attributes:
+        name (str): its name (lowercase).
+        guid (str): its GUID (MSMQ's QM id), used in message ids and MACHINE= format names.
+        create_time (float): epoch seconds.
+    """
+
+    name: str
+    guid: str
+    create_time: float
+
+
+class Registry:
+    """Reads and writes the registry topics.
+
+    Args:
+        session (KafkaSession): the Kafka clients to use.
+    """
+
+    def __init__(self, session: KafkaSession):
+        self._session = session
+        self._producer = None
+
+    def ensure_topics(self) -> None:
+        """Create the registry topics if they do not exist yet."""
+        self._session.create_topics([QUEUE_REGISTRY_TOPIC, QUEUE_MANAGER_REGISTRY_TOPIC],
+                                    _REGISTRY_TOPIC_CONFIG, exist_ok=True)
+
+    # -- queues --------------------------------------------------------------------------------
+
+    def queues(self) -> dict[str, QueueProperties]:
+        """Every registered queue, by canonical path name (latest record per key wins)."""
+        queues: dict[str, QueueProperties] = {}
+        for key, value in self._scan(QUEUE_REGISTRY_TOPIC):
+            if value is None:
+                queues.pop(key, None)
+            else:
+                queues[key] = QueueProperties.from_json(value)
+        return queues
+
+    def get_queue(self, path_name: str) -> QueueProperties | None:
+        """The queue registered under ``path_name`` (canonical form), or None."""
+        return self.queues().get(path_name)
+
+    def put_queue(self, properties: QueueProperties) -> None:
+        """Register or update a queue (one record, acknowledged by all in-sync replicas)."""
+        self._write(QUEUE_REGISTRY_TOPIC, properties.path_name, properties.to_json())
+
+    def remove_queue(self, path_name: str) -> None:
+        """Unregister a queue (a tombstone)."""
+        self._write(QUEUE_REGISTRY_TOPIC, path_name, None)
+
+    # -- queue managers ------------------------------------------------------------------------
+
+    def queue_managers(self) -> dict[str, QueueManagerRecord]:
+        """Every queue manager, by name; the first record per name is authoritative."""
+        managers: dict[str, QueueManagerRecord] = {}
+        for key, value in self._scan(QUEUE_MANAGER_REGISTRY_TOPIC):
+            if value is not None and key not in managers:
+                managers[key] = QueueManagerRecord(**json.loads(value))
+        return managers
+
+    def ensure_queue_manager(self, name: str) -> QueueManagerRecord:
+        """Return the queue manager ``name``, registering it with a new GUID if unknown."""
+        existing = self.queue_managers().get(name)
+        if existing is not None:
+            return existing
+        record = QueueManagerRecord(name, str(uuid.uuid4()), time.time())
+        self._write(QUEUE_MANAGER_REGISTRY_TOPIC, name, json.dumps(asdict(record)).encode())
+        # Read back: if another process registered the name first, its GUID wins.
+        return self.queue_managers()[name]
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _write(self, topic: str, key: str, value: bytes | None) -> None:
+        if self._producer is None:
+            self._producer = self._session.producer(Delivery.RECOVERABLE)
+        errors: list = []
+        with map_kafka_errors("write registry", topic):
+            self._producer.produce(topic, key=key.encode(), value=value,
+                                   on_delivery=lambda err, _msg: err and errors.append(err))
+        if wait_delivered(self._producer, 30.0) or errors:
+            raise BrokerError(f"registry write to {topic!r} for {key!r} was not acknowledged: {errors}")
+
+    def _scan(self, topic: str) -> Iterable[tuple[str, bytes | None]]:
+        reader = self._session.reader()
+        try:
+            end = reader.end_offsets([topic])[topic]
+            if end <= 0:
+                return []
+            reader.assign({topic: 0})
+            out: list[tuple[str, bytes | None]] = []
+            idle = 0
+            last = -1
+            while last < end - 1 and idle < _IDLE_POLLS * 40:
+                batch = reader.poll(_POLL_SECONDS)
+                idle = 0 if batch else idle + 1
+                for record in batch:
+                    last = record.offset
+                    out.append(((record.key or b"").decode(), record.value))
+            return out
+        finally:
+            reader.close()

@@ -1,0 +1,250 @@
+"""Queues on a real broker process: create/open/delete, send, receive, peek, priorities, by-id,
+purge, and destructive receive shared by several processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from facade import (
+    Message,
+    MessageAlreadyReceived,
+    MessageNotFound,
+    QueueExists,
+    QueueNotFound,
+    ReceiveTimeout,
+    UnsupportedFormatNameOperation,
+)
+from facade.config import KmqConfig
+from facade.manager import QueueManager
+from tests.support.kafka import BrokerEndpoint
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def qm(broker: BrokerEndpoint, kmq_home: Path) -> Iterator[QueueManager]:
+    """A queue manager with a fresh name, so each test has its own topics."""
+    name = f"qm-{uuid.uuid4().hex[:10]}"
+    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers, queue_manager=name)
+    with QueueManager.open(config) as manager:
+        yield manager
+
+
+def test_create_open_list_delete(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\Orders", label="Orders", journal=True, quota_kb=100)
+    assert q.properties.label == "Orders"
+    assert q.properties.journal is True and q.properties.quota_kb == 100
+    assert qm.queue_exists(r".\private$\orders")
+    assert qm.queue_exists(rf"DIRECT=OS:{qm.name}\private$\ORDERS")
+    assert [p.path_name for p in qm.list_queues()] == [rf"{qm.name}\private$\orders"]
+    with pytest.raises(QueueExists):
+        qm.create_queue(r".\private$\orders")
+    q.set_properties(label="Renamed")
+    assert qm.get_properties(r".\private$\orders").label == "Renamed"
+    qm.delete_queue(r".\private$\orders")
+    assert not qm.queue_exists(r".\private$\orders")
+    with pytest.raises(QueueNotFound, match="not found"):
+        qm.open_queue(r".\private$\orders")
+
+
+def test_send_receive_round_trip_assigns_msmq_properties(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\rt")
+    sent = q.send(Message(body=b"hello", label="greeting", app_specific=7), wait=True)
+    got = q.receive(timeout=10)
+    assert got.id == sent.id and got.body == b"hello" and got.label == "greeting"
+    assert got.app_specific == 7
+    assert got.source_machine_id == qm.guid
+    assert got.destination_queue == rf"DIRECT=OS:{qm.name}\private$\rt"
+    assert got.lookup_id is not None and got.arrived_time is not None
+    with pytest.raises(ReceiveTimeout):
+        q.receive(timeout=0.3)
+
+
+def test_priority_order_then_fifo(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\prio")
+    priorities = [3, 0, 7, 3, 5, 7, 0, 3]
+    for i, priority in enumerate(priorities):
+        q.send(Message(body=str(i).encode(), priority=priority))
+    q.send(Message(body=b"flush"), wait=True)
+    bodies = [q.receive(timeout=10).body for _ in range(len(priorities) + 1)]
+    expected = sorted(range(len(priorities)), key=lambda i: (-priorities[i], i))
+    expected_bodies = [str(i).encode() for i in expected]
+    # "flush" has the default priority 3 and arrived last among the 3s.
+    expected_bodies.insert(expected_bodies.index(b"7") + 1, b"flush")
+    assert bodies == expected_bodies
+
+
+def test_peek_is_not_destructive(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\peek")
+    q.send(Message(body=b"a"), wait=True)
+    assert q.peek(timeout=10).body == b"a"
+    assert q.peek(timeout=10).body == b"a"
+    assert q.count() == 1
+    assert q.receive(timeout=10).body == b"a"
+    assert q.count() == 0
+
+
+def test_receive_by_id_correlation_and_lookup_leave_the_rest_in_order(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\byid")
+    first = q.send(Message(body=b"1"))
+    second = q.send(Message(body=b"2", correlation_id=first.id))
+    third = q.send(Message(body=b"3"), wait=True)
+    taken = q.receive_by_id(second.id, timeout=10)
+    assert taken.body == b"2"
+    # As in MSMQ, ReceiveById of a message that is gone reports "not found"; a lookup id,
+    # which names a position in the queue, reports "already received".
+    with pytest.raises(MessageNotFound):
+        q.receive_by_id(second.id)
+    with pytest.raises(MessageNotFound):
+        q.receive_by_correlation_id(first.id)
+    with pytest.raises(MessageAlreadyReceived):
+        q.peek_by_lookup_id(taken.lookup_id)
+    with pytest.raises(MessageNotFound):
+        q.peek_by_lookup_id(10**9)
+    looked_up = q.peek_by_lookup_id(q.peek_by_id(third.id).lookup_id)
+    assert looked_up.id == third.id
+    assert [q.receive(timeout=10).body for _ in range(2)] == [b"1", b"3"]
+
+
+def test_purge_removes_everything_present(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\purge")
+    for i in range(5):
+        q.send(Message(body=bytes([i])))
+    q.send(Message(body=b"last"), wait=True)
+    assert q.purge() == 6
+    assert q.count() == 0
+    q.send(Message(body=b"after"), wait=True)
+    assert q.receive(timeout=10).body == b"after"
+
+
+def test_read_only_queues_refuse_sends(qm: QueueManager) -> None:
+    qm.create_queue(r".\private$\ro", journal=True)
+    for name in (rf"DIRECT=OS:{qm.name}\private$\ro;JOURNAL", rf"DIRECT=OS:.\SYSTEM$;DEADLETTER",
+                 f"MACHINE={qm.guid};DEADXACT"):
+        with pytest.raises(UnsupportedFormatNameOperation, match="read-only"):
+            qm.open_queue(name).send(Message(body=b"x"))
+
+
+def test_multiple_element_send_gives_every_queue_the_same_id(qm: QueueManager) -> None:
+    a = qm.create_queue(r".\private$\a")
+    b = qm.create_queue(r".\private$\b")
+    both = qm.open_queue(rf"DIRECT=OS:{qm.name}\private$\a,DIRECT=OS:{qm.name}\private$\b")
+    sent = both.send(Message(body=b"fan"), wait=True)
+    got_a, got_b = a.receive(timeout=10), b.receive(timeout=10)
+    assert got_a.id == got_b.id == sent.id
+    assert got_a.destination_format_name == got_b.destination_format_name == both.format_name
+    with pytest.raises(UnsupportedFormatNameOperation):
+        both.receive(timeout=0)
+
+
+_RECEIVER = textwrap.dedent("""
+    import sys
+    from facade.config import KmqConfig
+    from facade.errors import ReceiveTimeout
+    from facade.manager import QueueManager
+
+    bootstrap, name, out = sys.argv[1:4]
+    qm = QueueManager.open(KmqConfig.load(bootstrap_servers=bootstrap, queue_manager=name))
+    q = qm.open_queue(r".\\private$\\shared")
+    with open(out, "a", buffering=1) as fh:
+        print("ready", flush=True)
+        while True:
+            try:
+                m = q.receive(timeout=3)
+            except ReceiveTimeout:
+                break
+            fh.write(m.body.decode() + "\\n")
+""")
+
+
+def _start_receiver(broker: BrokerEndpoint, qm: QueueManager, out: Path) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, "-c", _RECEIVER, broker.bootstrap_servers, qm.name, str(out)],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    return process
+
+
+def test_two_receiver_processes_never_get_the_same_message(
+    broker: BrokerEndpoint, qm: QueueManager, tmp_path: Path
+) -> None:
+    q = qm.create_queue(r".\private$\shared")
+    outs = [tmp_path / "r1.txt", tmp_path / "r2.txt"]
+    receivers = [_start_receiver(broker, qm, out) for out in outs]
+    total = 200
+    for i in range(total):
+        q.send(Message(body=str(i).encode()))
+    q.send(Message(body=b"end"), wait=True)
+    for process in receivers:
+        assert process.wait(timeout=120) == 0
+    got = [line for out in outs for line in out.read_text().split()]
+    assert len(got) == len(set(got)), "a message was received twice"
+    assert sorted(got) == sorted([str(i) for i in range(total)] + ["end"]), "a message was lost"
+    assert all(out.read_text() for out in outs), "both receivers should have taken some messages"
+
+
+def test_receiver_killed_mid_stream_loses_at_most_what_it_took(
+    broker: BrokerEndpoint, qm: QueueManager, tmp_path: Path
+) -> None:
+    """MSMQ nontransactional receive: a message is removed when taken. A receiver killed with
+    SIGKILL may lose the message it was handling, but nothing else: every other message is
+    received exactly once by the survivors."""
+    q = qm.create_queue(r".\private$\shared")
+    total = 300
+    for i in range(total):
+        q.send(Message(body=str(i).encode()))
+    q.send(Message(body=b"end"), wait=True)
+    victim_out, survivor_out = tmp_path / "victim.txt", tmp_path / "survivor.txt"
+    victim = _start_receiver(broker, qm, victim_out)
+    time.sleep(0.5)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    survivor = _start_receiver(broker, qm, survivor_out)
+    assert survivor.wait(timeout=120) == 0
+    victim_got = victim_out.read_text().split() if victim_out.exists() else []
+    survivor_got = survivor_out.read_text().split()
+    everything = [str(i) for i in range(total)] + ["end"]
+    assert len(set(victim_got) & set(survivor_got)) == 0, "a message was received twice"
+    missing = set(everything) - set(victim_got) - set(survivor_got)
+    assert len(missing) <= 1, f"more than the in-flight message was lost: {sorted(missing)}"
+
+
+def test_poison_records_go_to_the_dead_letter_queue_without_stopping_receive(
+    broker: BrokerEndpoint, qm: QueueManager
+) -> None:
+    from confluent_kafka import Producer
+
+    from facade import MessageClass
+    from facade.envelope import encode_message
+
+    q = qm.create_queue(r".\private$\poisoned")
+    topic = q.destinations[0].topics.data
+    valid_headers = encode_message(Message(id=qm.ids.new(), body=b"x")).headers
+    raw = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    raw.produce(topic, value=b"\x00garbage, not an envelope")              # no kmq headers at all
+    raw.produce(topic, value=b"\xc3\x01 truncated", headers=valid_headers)  # headers fine, value not
+    assert raw.flush(10) == 0
+    q.send(Message(body=b"good"), wait=True)
+
+    assert q.receive(timeout=10).body == b"good"
+    dlq = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER")
+    dead = sorted((dlq.receive(timeout=10) for _ in range(2)), key=lambda m: m.body)
+    assert [m.body for m in dead] == [b"\x00garbage, not an envelope", b"\xc3\x01 truncated"]
+    for m in dead:
+        assert m.message_class is MessageClass.NACK_RECEIVE_REJECTED
+        assert m.destination_queue == q.destinations[0].format_name
+        assert m.properties["kmq.reason"] and m.properties["kmq.source"].startswith(topic)
+    with pytest.raises(ReceiveTimeout):
+        q.receive(timeout=0.5)

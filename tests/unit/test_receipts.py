@@ -1,0 +1,275 @@
+"""Unit tests for facade.receipts: the receipt record and its Avro encoding."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+import uuid
+from pathlib import Path
+
+import fastavro
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from facade import avro, envelope
+from facade.envelope import decode_message, register_writer_schema
+from facade.errors import EnvelopeError, InvalidParameter
+from facade.message import Message, MessageId
+from facade.receipts import (
+    RECEIPT_SCHEMA_NAME,
+    SYSTEM_ACTIONS,
+    Receipt,
+    ReceiptAction,
+    decode_receipt,
+    encode_receipt,
+    make_claimant,
+    new_claim,
+)
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+T_MS = 1714564800123
+A = ReceiptAction
+
+
+def _schema_json() -> dict:
+    return json.loads((SCHEMAS / "receipt.avsc").read_text())
+
+
+def _raw(schema_json: dict | None = None, **overrides: object) -> bytes:
+    """Encode a receipt record directly with fastavro, bypassing Receipt validation."""
+    schema_json = schema_json or _schema_json()
+    record = {
+        "claim_id": "a" * 32,
+        "action": 1,
+        "offsets": [5],
+        "purge_below": None,
+        "claimant": "qm:1:00",
+        "time": T_MS,
+        "transaction_id": None,
+        "completes": None,
+        "target": None,
+        "reason": None,
+    } | overrides
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema_json), record)
+    fp = avro.make_writer(schema_json).fingerprint
+    return b"\xc3\x01" + fp + out.getvalue()
+
+
+RECEIPTS = [
+    Receipt("c1", A.RECEIVE, (3,), claimant="qm:12:ab", time_ms=T_MS),
+    Receipt("c2", A.RECEIVE, (1, 2, 9), time_ms=T_MS, transaction_id="tx-1"),
+    Receipt("c3", A.PURGE, (), purge_below=1000, time_ms=T_MS, reason="MQPurgeQueue"),
+    Receipt("c4", A.EXPIRE, (7,), time_ms=T_MS, target="kmq.qm.system.deadletter"),
+    Receipt("c5", A.MOVE, (8,), time_ms=T_MS, target="poison"),
+    Receipt("c6", A.REJECT, (9,), time_ms=T_MS, target="kmq.qm.system.deadletter", reason="x"),
+    Receipt("c7", A.POISON, (10, 11), time_ms=T_MS, reason="kmq.id header missing"),
+    Receipt("c8", A.COMPLETED, (), time_ms=T_MS, completes="c4"),
+]
+
+
+@pytest.mark.parametrize("receipt", RECEIPTS, ids=lambda r: r.action.name)
+def test_round_trip(receipt: Receipt) -> None:
+    value = encode_receipt(receipt)
+    assert value[:2] == b"\xc3\x01"
+    assert decode_receipt(value) == receipt
+
+
+def test_every_action_has_a_round_trip_example() -> None:
+    assert {r.action for r in RECEIPTS} == set(ReceiptAction)
+
+
+def test_offsets_are_normalised_to_a_tuple() -> None:
+    receipt = Receipt("c", A.RECEIVE, [4, 2])  # type: ignore[arg-type]
+    assert receipt.offsets == (4, 2)
+    assert Receipt("c", 1, (4,)).action is A.RECEIVE  # type: ignore[arg-type]
+
+
+def test_new_claim_fills_id_and_time() -> None:
+    before = time.time_ns() // 1_000_000
+    claim = new_claim(A.RECEIVE, [42], "qm:1:ff")
+    after = time.time_ns() // 1_000_000
+    assert re.fullmatch(r"[0-9a-f]{32}", claim.claim_id)
+    assert uuid.UUID(hex=claim.claim_id).version == 4
+    assert before <= claim.time_ms <= after
+    assert claim.offsets == (42,) and claim.claimant == "qm:1:ff"
+    assert new_claim(A.RECEIVE, [42], "x").claim_id != claim.claim_id
+    purge = new_claim(A.PURGE, (), "x", purge_below=10, time_ms=5)
+    assert purge.purge_below == 10 and purge.time_ms == 5
+
+
+def test_make_claimant_names_queue_manager_and_pid() -> None:
+    import os
+
+    label = make_claimant("host1")
+    assert re.fullmatch(rf"host1:{os.getpid()}:[0-9a-f]{{8}}", label)
+    assert make_claimant("host1") != label
+
+
+def test_system_actions() -> None:
+    assert SYSTEM_ACTIONS == {A.EXPIRE, A.MOVE, A.REJECT, A.POISON}
+    assert A.EXPIRE.is_system and not A.RECEIVE.is_system and not A.COMPLETED.is_system
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"claim_id": "", "action": A.RECEIVE, "offsets": (1,)}, "claim_id must not be empty"),
+        ({"claim_id": 5, "action": A.RECEIVE, "offsets": (1,)}, "claim_id must be a str"),
+        ({"claim_id": "c", "action": 0, "offsets": (1,)}, "action must be"),
+        ({"claim_id": "c", "action": "RECEIVE", "offsets": (1,)}, "action must be"),
+        ({"claim_id": "c", "action": A.RECEIVE, "offsets": (-1,)}, "offsets must be an int"),
+        ({"claim_id": "c", "action": A.RECEIVE, "offsets": (True,)}, "offsets must be an int"),
+        ({"claim_id": "c", "action": A.RECEIVE, "offsets": 5}, "sequence of ints"),
+        ({"claim_id": "c", "action": A.RECEIVE, "offsets": ()}, "at least one offset"),
+        ({"claim_id": "c", "action": A.EXPIRE, "offsets": ()}, "at least one offset"),
+        ({"claim_id": "c", "action": A.PURGE}, "needs purge_below"),
+        ({"claim_id": "c", "action": A.PURGE, "purge_below": -1}, "purge_below must be"),
+        (
+            {"claim_id": "c", "action": A.RECEIVE, "offsets": (1,), "purge_below": 3},
+            "only allowed on PURGE",
+        ),
+        ({"claim_id": "c", "action": A.COMPLETED}, "needs completes"),
+        (
+            {"claim_id": "c", "action": A.COMPLETED, "completes": "d", "offsets": (1,)},
+            "names no offsets",
+        ),
+        (
+            {"claim_id": "c", "action": A.RECEIVE, "offsets": (1,), "completes": "d"},
+            "only allowed on COMPLETED",
+        ),
+        ({"claim_id": "c", "action": A.MOVE, "offsets": (1,)}, "needs target"),
+        ({"claim_id": "c", "action": A.RECEIVE, "offsets": (1,), "time_ms": -5}, "time_ms"),
+        ({"claim_id": "c", "action": A.RECEIVE, "offsets": (1,), "reason": ""}, "reason"),
+        ({"claim_id": "c", "action": A.RECEIVE, "offsets": (1,), "target": "x" * 2000}, "1024"),
+    ],
+)
+def test_invalid_receipts_are_rejected(kwargs: dict, fragment: str) -> None:
+    with pytest.raises(InvalidParameter, match=re.escape(fragment)):
+        Receipt(**kwargs)
+
+
+def test_unknown_action_from_a_newer_writer_is_kept() -> None:
+    receipt = decode_receipt(_raw(action=42, offsets=[3, 4], purge_below=9))
+    assert receipt.action == 42 and isinstance(receipt.action, ReceiptAction)
+    assert not receipt.action.is_known and not receipt.action.is_system
+    assert receipt.action.name == "UNKNOWN_42"
+    assert receipt.offsets == (3, 4) and receipt.purge_below == 9
+    assert decode_receipt(encode_receipt(receipt)) == receipt
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        (b"", "shorter than"),
+        (None, "None"),
+        (b"\x00\x01" + bytes(20), "marker"),
+        (
+            envelope.encode_message(Message(id=MessageId(uuid.UUID(int=1), 1))).value,
+            "is a kmq.MessageEnvelope, not a kmq.Receipt",
+        ),
+        (_raw()[:-1], "truncated"),
+        (_raw() + b"\x00", "unexpected bytes"),
+        (_raw(action=0), "action must be"),
+        (_raw(action=-3), "action must be"),
+        (_raw(offsets=[-1]), "offsets"),
+        (_raw(action=2, offsets=[]), "needs purge_below"),
+        (_raw(claim_id=""), "claim_id"),
+    ],
+)
+def test_decode_errors_are_envelope_errors(value: bytes, fragment: str) -> None:
+    with pytest.raises(EnvelopeError) as info:
+        decode_receipt(value, topic="kmq.qm.private.q.receipts", partition=0, offset=17)
+    assert fragment in str(info.value)
+    assert info.value.topic == "kmq.qm.private.q.receipts" and info.value.offset == 17
+    assert info.value.raw == (None if value is None else bytes(value))
+
+
+def test_a_receipt_read_as_a_message_is_named() -> None:
+    with pytest.raises(EnvelopeError, match="is a kmq.Receipt, not a kmq.MessageEnvelope"):
+        decode_message(encode_receipt(RECEIPTS[0]))
+
+
+def test_older_receipt_versions_are_read_with_defaults() -> None:
+    older = _schema_json()
+    older["fields"] = [f for f in older["fields"] if f["name"] != "reason"]
+    fp = register_writer_schema(older)
+    out = io.BytesIO()
+    fastavro.schemaless_writer(
+        out,
+        fastavro.parse_schema(older),
+        {
+            "claim_id": "old",
+            "action": 1,
+            "offsets": [1],
+            "purge_below": None,
+            "claimant": "",
+            "time": T_MS,
+            "transaction_id": None,
+            "completes": None,
+            "target": None,
+        },
+    )
+    receipt = decode_receipt(b"\xc3\x01" + fp + out.getvalue())
+    assert receipt == Receipt("old", A.RECEIVE, (1,), time_ms=T_MS)
+
+
+def test_encode_rejects_non_receipts_and_bad_text() -> None:
+    with pytest.raises(InvalidParameter, match="expected a Receipt"):
+        encode_receipt("nope")  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameter, match="surrogate"):
+        encode_receipt(Receipt("c", A.RECEIVE, (1,), reason="\ud800"))
+
+
+def test_schema_name_and_readme_fingerprint() -> None:
+    family = avro.family("receipt.avsc")
+    assert family.current.name == RECEIPT_SCHEMA_NAME
+    assert family.current.fingerprint.hex(" ") in (SCHEMAS / "README.md").read_text()
+
+
+_chars = st.characters(exclude_categories=("Cs",))  # lone surrogates cannot be UTF-8
+_text = st.text(_chars, min_size=1, max_size=30)
+_offsets = st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=5).map(tuple)
+
+
+@st.composite
+def receipts(draw: st.DrawFn) -> Receipt:
+    action = draw(st.sampled_from(list(ReceiptAction)))
+    kw: dict = {
+        "claimant": draw(st.text(_chars, max_size=20)),
+        "time_ms": draw(st.integers(0, 253_402_300_799_999)),
+        "transaction_id": draw(st.none() | _text),
+        "reason": draw(st.none() | _text),
+    }
+    offsets: tuple[int, ...] = ()
+    if action is A.PURGE:
+        kw["purge_below"] = draw(st.integers(0, 2**63 - 1))
+    elif action is A.COMPLETED:
+        kw["completes"] = draw(_text)
+    else:
+        offsets = draw(_offsets)
+    if action is A.MOVE:
+        kw["target"] = draw(_text)
+    elif action is not A.COMPLETED:
+        kw["target"] = draw(st.none() | _text)
+    return Receipt(draw(_text), action, offsets, **kw)
+
+
+@settings(max_examples=200)
+@given(receipts())
+def test_random_receipts_round_trip(receipt: Receipt) -> None:
+    assert decode_receipt(encode_receipt(receipt)) == receipt
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=200))
+def test_random_bytes_raise_only_envelope_error(data: bytes) -> None:
+    fp = avro.family("receipt.avsc").current.fingerprint
+    for value in (data, b"\xc3\x01" + fp + data):
+        try:
+            decode_receipt(value)
+        except EnvelopeError:
+            pass
