@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from facade.cli import dev
+from facade.cli import dev, queue
 
 __all__ = ["app", "main"]
 
@@ -19,6 +19,10 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.add_typer(dev.app, name="dev")
+app.add_typer(queue.app, name="queue")
+app.command("send")(queue.send)
+app.command("receive")(queue.receive)
+app.command("peek")(queue.peek)
 
 
 def main() -> None:

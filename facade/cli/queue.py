@@ -1,0 +1,119 @@
+"""``kmq queue`` and the message commands ``kmq send | receive | peek``."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import typer
+from rich.table import Table
+
+from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
+from facade.manager import QueueManager
+from facade.message import Message
+
+app = typer.Typer(help="Create, list, show, purge and delete queues.", no_args_is_help=True)
+
+QueueArg = typer.Argument(..., help=r"Path name (.\private$\orders) or format name.")
+
+
+@contextmanager
+def _manager() -> Iterator[QueueManager]:
+    with fail_on_errors(), QueueManager.open() as manager:
+        yield manager
+
+
+@app.command()
+def create(path: str = typer.Argument(..., help=r"Path name, e.g. .\private$\orders"),
+           label: str = typer.Option("", help="Queue label (<= 124 characters)."),
+           transactional: bool = typer.Option(False, help="Transactional queue."),
+           journal: bool = typer.Option(False, help="Keep removed messages in the queue journal."),
+           quota_kb: int = typer.Option(None, help="Queue quota in KB (default unlimited)."),
+           as_json: bool = JsonOption) -> None:
+    r"""Create a queue. Example: kmq queue create '.\private$\orders' --label Orders"""
+    with _manager() as qm:
+        queue = qm.create_queue(path, label=label, transactional=transactional, journal=journal,
+                                quota_kb=quota_kb)
+        props = queue.properties
+    emit(dataclasses.asdict(props), as_json, lambda d: key_value_table("queue created", d))
+
+
+@app.command("list")
+def list_queues(as_json: bool = JsonOption) -> None:
+    """List this queue manager's queues."""
+    with _manager() as qm:
+        queues = [dataclasses.asdict(p) for p in qm.list_queues()]
+
+    def render(rows: list[dict]) -> Table:
+        table = Table(title="queues")
+        for column in ("path_name", "label", "transactional", "journal", "quota_kb"):
+            table.add_column(column)
+        for row in rows:
+            table.add_row(*(str(row[c]) for c in ("path_name", "label", "transactional",
+                                                 "journal", "quota_kb")))
+        return table
+    emit(queues, as_json, render)
+
+
+@app.command()
+def show(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
+    """Show a queue's properties and message count."""
+    with _manager() as qm:
+        q = qm.open_queue(queue)
+        data = {**dataclasses.asdict(q.properties), "messages": q.count()}
+    emit(data, as_json, lambda d: key_value_table(queue, d))
+
+
+@app.command()
+def purge(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
+    """Remove every message now in the queue."""
+    with _manager() as qm:
+        removed = qm.open_queue(queue).purge()
+    emit({"purged": removed}, as_json, lambda d: f"purged {d['purged']} message(s)")
+
+
+@app.command()
+def delete(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
+    """Delete a queue, its journal and its messages."""
+    with _manager() as qm:
+        qm.delete_queue(queue)
+    emit({"deleted": queue}, as_json, lambda d: f"deleted {d['deleted']}")
+
+
+def send(queue: str = QueueArg,
+         body: str = typer.Option(..., "--body", "-b", help="Message body (UTF-8 text)."),
+         label: str = typer.Option("", help="Message label."),
+         priority: int = typer.Option(3, min=0, max=7, help="Priority 0-7."),
+         as_json: bool = JsonOption) -> None:
+    r"""Send one message. Example: kmq send '.\private$\orders' --body 'hello' --priority 5"""
+    with _manager() as qm:
+        sent = qm.open_queue(queue).send(Message(body=body.encode(), label=label,
+                                                 priority=priority), wait=True)
+    emit({"id": str(sent.id), "queue": queue}, as_json, lambda d: f"sent {d['id']}")
+
+
+def _message_dict(m: Message) -> dict:
+    return {"id": str(m.id), "label": m.label, "priority": m.priority,
+            "class": m.message_class.name, "lookup_id": m.lookup_id,
+            "correlation_id": str(m.correlation_id) if m.correlation_id else None,
+            "sent_time": m.sent_time, "arrived_time": m.arrived_time,
+            "body": m.body.decode("utf-8", "replace")}
+
+
+def receive(queue: str = QueueArg,
+            timeout: float = typer.Option(5.0, help="Seconds to wait for a message."),
+            as_json: bool = JsonOption) -> None:
+    """Remove and print the first message (highest priority, then oldest)."""
+    with _manager() as qm:
+        message = qm.open_queue(queue).receive(timeout=timeout)
+    emit(_message_dict(message), as_json, lambda d: key_value_table("message received", d))
+
+
+def peek(queue: str = QueueArg,
+         timeout: float = typer.Option(5.0, help="Seconds to wait for a message."),
+         as_json: bool = JsonOption) -> None:
+    """Print the first message without removing it."""
+    with _manager() as qm:
+        message = qm.open_queue(queue).peek(timeout=timeout)
+    emit(_message_dict(message), as_json, lambda d: key_value_table("message peeked", d))
