@@ -36,6 +36,7 @@ from facade.formatnames import (
 )
 from facade.kafka import KafkaSession, map_kafka_errors, resolve_bootstrap_servers
 from facade.message import Delivery, Message, MessageClass
+from facade.outputs import SystemOutputs
 from facade.registry import QueueManagerRecord, QueueProperties, Registry
 from facade.sequence import MessageIdAllocator
 from facade.topics import QueueTopics, queue_topics, system_topics
@@ -82,6 +83,7 @@ class QueueManager:
         self._producers: dict[Delivery, Any] = {}
         self._lock = threading.Lock()
         self._open_queues: weakref.WeakSet = weakref.WeakSet()
+        self.outputs = SystemOutputs(self)
 
     @classmethod
     def open(cls, config: KmqConfig | None = None, **overrides: Any) -> QueueManager:
@@ -331,29 +333,43 @@ class QueueManager:
         """Write ``message`` to this queue manager's dead-letter queue (DEADLETTER or DEADXACT).
 
         Only the system writes to dead-letter queues; the caller has already set the class to
-        the reason (NACK_RECEIVE_TIMEOUT, NACK_RECEIVE_REJECTED...). Written with ``acks=all``.
+        the reason (NACK_RECEIVE_TIMEOUT, NACK_RECEIVE_REJECTED...).
 
         Raises:
             BrokerUnavailable: not acknowledged within ``timeout`` seconds.
             BrokerError: the broker rejected the record.
         """
-        topics = system_topics(self.name, SystemQueue.DEADXACT if transactional else SystemQueue.DEADLETTER)
+        queue = SystemQueue.DEADXACT if transactional else SystemQueue.DEADLETTER
+        self.write_system_copy(self.system_topic(queue), message, timeout)
+
+    def write_system_copy(self, topic: str, message: Message, timeout: float = 30.0) -> None:
+        """Write a message the system produces (dead-letter or journal copy) with ``acks=all``.
+
+        The copy keeps the original id, so a redone copy is recognised as a duplicate.
+
+        Raises:
+            BrokerUnavailable: not acknowledged within ``timeout`` seconds.
+            BrokerError: the broker rejected the record.
+        """
         record = encode_message(message)
         producer = self.producer(Delivery.RECOVERABLE)
         errors: list[str] = []
-        with map_kafka_errors("write dead-letter queue", topics.data):
-            producer.produce(topics.data, value=record.value, key=record.key, headers=record.headers,
+        with map_kafka_errors("write system queue", topic):
+            producer.produce(topic, value=record.value, key=record.key, headers=record.headers,
                              on_delivery=lambda err, _m: err and errors.append(err.str()))
         if producer.flush(timeout):
-            raise BrokerUnavailable(f"dead-letter write to {topics.data!r} not acknowledged "
-                                    f"within {timeout:g} s")
+            raise BrokerUnavailable(f"write to {topic!r} not acknowledged within {timeout:g} s")
         if errors:
-            raise BrokerError(f"dead-letter write to {topics.data!r} failed: {errors[0]}")
+            raise BrokerError(f"write to {topic!r} failed: {errors[0]}")
+
+    def system_topic(self, queue: SystemQueue) -> str:
+        """The data topic of one of this queue manager's system queues."""
+        return system_topics(self.name, queue).data
 
     @property
     def dead_letter_topic(self) -> str:
         """The Kafka topic of this queue manager's nontransactional dead-letter queue."""
-        return system_topics(self.name, SystemQueue.DEADLETTER).data
+        return self.system_topic(SystemQueue.DEADLETTER)
 
     def poison_message(self, raw: bytes | None, reason: str, source: Destination,
                        where: str) -> Message:

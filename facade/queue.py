@@ -25,7 +25,7 @@ from facade.errors import (
     UnsupportedFormatNameOperation,
 )
 from facade.kafka import map_kafka_errors
-from facade.message import Delivery, Message, MessageId
+from facade.message import Acknowledgment, Delivery, JournalLevel, Message, MessageClass, MessageId
 from facade.queuestate import IndexEntry, OffsetState
 from facade.queueview import QueueView
 from facade.receipts import ReceiptAction
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MessageQueue"]
 
+_ARRIVAL_FLAGS = Acknowledgment.POSITIVE_ARRIVAL | Acknowledgment.NEGATIVE_ARRIVAL
 #: Seconds between polls while a receive or peek waits for a message.
 _WAIT_SLICE = 0.05
 
@@ -98,22 +99,38 @@ class MessageQueue:
         sent = _copy(message, id=self.manager.ids.new(), sent_time=_now(),
                      source_machine_id=self.manager.guid, destination_format_name=self.format_name)
         producer = self.manager.producer(sent.delivery)
-        failures: list[str] = []
+        errors: dict[str, str] = {}
+        copies = []
         for destination in self.destinations:
             copy = _copy(sent, destination_queue=destination.format_name)
             record = encode_message(copy)
             with map_kafka_errors("send to queue", destination.topics.data):
                 producer.produce(destination.topics.data, value=record.value, key=record.key,
                                  headers=record.headers,
-                                 on_delivery=_collect_failures(failures, destination.format_name))
+                                 on_delivery=_record_failure(errors, destination.format_name))
+            copies.append((destination, copy))
         producer.poll(0)
-        if wait or sent.delivery is Delivery.RECOVERABLE:
-            if producer.flush(timeout):
-                raise BrokerUnavailable(f"send to {self.format_name!r} not acknowledged within "
-                                        f"{timeout:g} s", queue=self.format_name)
-            if failures:
-                raise BrokerError(f"send to {self.format_name!r} failed: {'; '.join(failures)}",
-                                  queue=self.format_name)
+        outputs = self.manager.outputs
+        # Arrival acknowledgments and source journaling need the broker's verdict, so such
+        # sends wait for it like RECOVERABLE ones do.
+        wants_arrival = bool(sent.acknowledge & _ARRIVAL_FLAGS) or bool(sent.journal & JournalLevel.JOURNAL)
+        if not (wait or wants_arrival or sent.delivery is Delivery.RECOVERABLE):
+            return sent
+        if producer.flush(timeout):
+            raise BrokerUnavailable(f"send to {self.format_name!r} not acknowledged within "
+                                    f"{timeout:g} s", queue=self.format_name)
+        for destination, copy in copies:
+            error = errors.get(destination.format_name)
+            if error is None:
+                outputs.acknowledge(copy, MessageClass.ACK_REACH_QUEUE, destination)
+            else:
+                outputs.dead_letter(copy, MessageClass.NACK_BAD_DST_Q)
+                outputs.acknowledge(copy, MessageClass.NACK_BAD_DST_Q, destination, reason=error)
+        if errors:
+            raise BrokerError(f"send to {self.format_name!r} failed: "
+                              + "; ".join(f"{q}: {e}" for q, e in errors.items()),
+                              queue=self.format_name)
+        outputs.source_journal(sent)
         return sent
 
     # -- receive and peek ----------------------------------------------------------------------
@@ -238,6 +255,7 @@ class MessageQueue:
         view.refresh(0)
         while True:
             self._dead_letter_poison(view)
+            self._expire(view)
             entry = pick(view, _now_ms())
             if entry is not None:
                 message = self._take(view, entry) if remove else self._decode(view, entry)
@@ -291,15 +309,65 @@ class MessageQueue:
         if entry.offset not in outcome.won:
             return None
         try:
-            return self._message(record, entry)
+            message = self._message(record, entry)
         except EnvelopeError as exc:
             # Headers looked valid but the value is not an envelope: the receipt already removed
             # it, so dead-letter it now rather than lose it or hand garbage to the application.
             self._send_poison_to_dead_letter(record, str(exc))
             return None
+        destination = self._single()
+        self.manager.outputs.journal_removed(message, destination)
+        self.manager.outputs.acknowledge(message, MessageClass.ACK_RECEIVE, destination)
+        return message
 
-    def _dead_letter_poison(self, view: QueueView) -> None:
-        """Move records that are not valid envelopes to the dead-letter queue, never stopping."""
+    def expire_due(self) -> int:
+        """Dead-letter the messages whose time-to-be-received has elapsed (MSMQ's TTBR expiry).
+
+        Each expired message is claimed with an EXPIRE receipt; the winner copies it to the
+        dead-letter queue with class NACK_RECEIVE_TIMEOUT when its journal level has DEADLETTER,
+        posts a NACK_RECEIVE_TIMEOUT to its admin queue when NEGATIVE_RECEIVE was requested, and
+        closes the claim with COMPLETED. Receivers call this before every pick; ``kmq qm run``
+        calls it for every queue, so expiry happens even when nobody receives.
+
+        Returns:
+            int: messages this call expired.
+        """
+        view = self._open_view()
+        view.catch_up()
+        return self._expire(view) + len(self._dead_letter_poison(view))
+
+    def _expire(self, view: QueueView) -> int:
+        now = _now_ms()
+        due = view.state.next_expiry_ms()
+        if due is None or due > now:
+            return 0
+        expired = 0
+        for entry in view.state.expired(now):
+            record = view.record(entry)
+            outcome = view.claim(ReceiptAction.EXPIRE, (entry.offset,),
+                                 target=self.manager.dead_letter_topic,
+                                 reason="time-to-be-received elapsed")
+            if entry.offset not in outcome.won:
+                continue
+            try:
+                message = self._message(record, entry)
+            except EnvelopeError as exc:
+                self._send_poison_to_dead_letter(record, str(exc))
+            else:
+                self.manager.outputs.dead_letter(message, MessageClass.NACK_RECEIVE_TIMEOUT)
+                self.manager.outputs.acknowledge(message, MessageClass.NACK_RECEIVE_TIMEOUT,
+                                                 self._single())
+                expired += 1
+            view.claim(ReceiptAction.COMPLETED, completes=outcome.claim_id)
+        return expired
+
+    def _dead_letter_poison(self, view: QueueView) -> list[int]:
+        """Move records that are not valid envelopes to the dead-letter queue, never stopping.
+
+        Returns:
+            list[int]: offsets this call moved.
+        """
+        moved = []
         for entry in view.state.poisoned():
             record = view.record(entry)
             outcome = view.claim(ReceiptAction.POISON, (entry.offset,),
@@ -307,6 +375,8 @@ class MessageQueue:
             if entry.offset in outcome.won:
                 self._send_poison_to_dead_letter(record, "record headers are not a kmq envelope's")
                 view.claim(ReceiptAction.COMPLETED, completes=outcome.claim_id)
+                moved.append(entry.offset)
+        return moved
 
     def _send_poison_to_dead_letter(self, record: Any, reason: str) -> None:
         where = f"{record.topic}@{record.partition}:{record.offset}"
@@ -338,8 +408,8 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _collect_failures(failures: list[str], queue: str) -> Callable[[Any, Any], None]:
+def _record_failure(errors: dict[str, str], queue: str) -> Callable[[Any, Any], None]:
     def on_delivery(err: Any, _msg: Any) -> None:
         if err is not None:
-            failures.append(f"{queue}: {err.str()}")
+            errors[queue] = err.str()
     return on_delivery

@@ -1,0 +1,66 @@
+"""``kmq qm``: the queue manager: init, info, and the long-running service."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import typer
+from rich.console import Console
+
+from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
+from facade.formatnames import SystemQueue
+from facade.manager import QueueManager
+from facade.service import QueueManagerService
+
+app = typer.Typer(help="Initialise, inspect and run the queue manager.", no_args_is_help=True)
+
+
+def _info(qm: QueueManager) -> dict:
+    return {
+        "name": qm.name, "guid": str(qm.guid), "bootstrap_servers": qm.session.bootstrap_servers,
+        "queues": len(qm.list_queues()),
+        **{f"{q.name.lower()}_queue": f"MACHINE={qm.guid};{q.name}" for q in SystemQueue},
+    }
+
+
+@app.command()
+def init(as_json: bool = JsonOption) -> None:
+    """Register this queue manager (name and GUID) and create its system queues."""
+    with fail_on_errors(), QueueManager.open() as qm:
+        data = _info(qm)
+    emit(data, as_json, lambda d: key_value_table("queue manager", d))
+
+
+@app.command()
+def info(as_json: bool = JsonOption) -> None:
+    """Show the queue manager's name, GUID, broker and system queues."""
+    init(as_json)
+
+
+@app.command()
+def run(interval: float = typer.Option(1.0, help="Seconds between sweeps."),
+        once: bool = typer.Option(False, "--once", help="Sweep once and exit."),
+        as_json: bool = JsonOption) -> None:
+    """Run the queue-manager service: expire messages past their time-to-be-received into the
+    dead-letter queue (with NACKs) and move poison records out, even when nobody receives.
+
+    Example: kmq qm run --interval 2
+    """
+    console = Console(stderr=True)
+    with fail_on_errors(), QueueManager.open() as qm:
+        service = QueueManagerService(qm)
+        try:
+            while True:
+                report = service.sweep()
+                if once:
+                    emit(dataclasses.asdict(report), as_json,
+                         lambda d: f"swept {d['queues']} queue(s), expired {d['expired']}")
+                    return
+                if report.expired:
+                    console.print(f"expired {report.expired} message(s) in {report.queues} queue(s)")
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            console.print("stopped")
+        finally:
+            service.close()

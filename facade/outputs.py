@@ -1,0 +1,141 @@
+"""What the queue manager itself writes: acknowledgments, dead-letter copies and journal copies.
+
+MSMQ posts these as side effects of sends and receives:
+
+* **Acknowledgments** (PROPID_M_ACKNOWLEDGE + PROPID_M_ADMIN_QUEUE): ACK/NACK messages whose
+  correlation id is the original id and whose class says what happened. A class is posted only
+  when the sender asked for its kind: ACK_REACH_QUEUE needs POSITIVE_ARRIVAL, ACK_RECEIVE needs
+  POSITIVE_RECEIVE, an arrival-phase NACK needs NEGATIVE_ARRIVAL, a receive-phase NACK needs
+  NEGATIVE_RECEIVE. The admin queue may be a multiple-element format name: every element gets one.
+* **Dead-letter copies**: when the message's journal level has DEADLETTER, a message that fails
+  (TTBR/TTRQ expiry, rejection...) is copied to the DLQ with its class rewritten to the reason;
+  transactional messages go to DEADXACT.
+* **Journals**: a queue with PROPID_Q_JOURNAL keeps a copy of each message removed from it (queue
+  journal); a message sent with JOURNAL level JOURNAL is copied to the machine journal (source
+  journaling).
+
+An acknowledgment that cannot be delivered (its admin queue was deleted, say) is lost, as in MSMQ:
+it is logged at WARNING and never fails the send or receive that caused it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+from facade.envelope import acknowledgment_message
+from facade.errors import MessageQueueError
+from facade.formatnames import SystemQueue
+from facade.message import (
+    AcknowledgedQueue,
+    Acknowledgment,
+    AcknowledgmentInfo,
+    JournalLevel,
+    Message,
+    MessageClass,
+)
+
+if TYPE_CHECKING:
+    from facade.manager import Destination, QueueManager
+
+__all__ = ["SystemOutputs", "acknowledgment_requested"]
+
+log = logging.getLogger("kmq.outputs")
+
+
+def acknowledgment_requested(level: Acknowledgment, message_class: MessageClass) -> bool:
+    """Whether an acknowledgment of ``message_class`` was asked for by ``level``.
+
+    Args:
+        level (Acknowledgment): the original message's PROPID_M_ACKNOWLEDGE flags.
+        message_class (MessageClass): the ACK/NACK class about to be posted.
+    """
+    if message_class is MessageClass.ACK_REACH_QUEUE:
+        return bool(level & Acknowledgment.POSITIVE_ARRIVAL)
+    if message_class is MessageClass.ACK_RECEIVE:
+        return bool(level & Acknowledgment.POSITIVE_RECEIVE)
+    if message_class.is_nack:
+        needed = (Acknowledgment.NEGATIVE_RECEIVE if message_class.is_receive_phase
+                  else Acknowledgment.NEGATIVE_ARRIVAL)
+        return bool(level & needed)
+    return False
+
+
+class SystemOutputs:
+    """Posts acknowledgments and writes dead-letter and journal copies for one queue manager.
+
+    Args:
+        manager (QueueManager): the queue manager doing the posting.
+    """
+
+    def __init__(self, manager: QueueManager):
+        self.manager = manager
+
+    def acknowledge(self, original: Message, message_class: MessageClass, queue: Destination,
+                    reason: str | None = None) -> bool:
+        """Post an ACK/NACK of ``message_class`` about ``original`` to its admin queue(s).
+
+        Returns:
+            bool: True if one was posted; False if none was requested or it could not be
+            delivered (logged).
+        """
+        if not original.admin_queue or original.id is None:
+            return False
+        if not acknowledgment_requested(original.acknowledge, message_class):
+            return False
+        guid = uuid.UUID(queue.properties.instance) if queue.properties else None
+        info = AcknowledgmentInfo(
+            original_id=original.id, message_class=message_class,
+            queues=(AcknowledgedQueue(queue.format_name, guid),), reason=reason,
+            # MSMQ returns the body with negative acknowledgments so the sender can act on it.
+            original_body=original.body if message_class.is_nack else None,
+        )
+        ack = acknowledgment_message(info, label=original.label)
+        try:
+            admin = self.manager.open_queue(original.admin_queue)
+            admin.send(ack, wait=True)
+        except MessageQueueError as exc:
+            log.warning("acknowledgment %s for message %s to admin queue %r was lost: %s",
+                        message_class.name, original.id, original.admin_queue, exc)
+            return False
+        return True
+
+    def dead_letter(self, original: Message, message_class: MessageClass) -> bool:
+        """Copy ``original`` to the dead-letter queue with its class set to the reason, if its
+        journal level asks for it (DEADLETTER).
+
+        Returns:
+            bool: True if a copy was written.
+
+        Raises:
+            BrokerUnavailable, BrokerError: the copy was not acknowledged (the caller must not
+                consider the message handled).
+        """
+        if not original.journal & JournalLevel.DEADLETTER:
+            return False
+        # The dead-letter copy must stay for inspection: it no longer expires.
+        copy = dataclasses.replace(original, message_class=message_class, time_to_be_received=None)
+        self.manager.dead_letter(copy, transactional=original.transaction_id is not None)
+        return True
+
+    def journal_removed(self, message: Message, queue: Destination) -> bool:
+        """Copy a message removed from ``queue`` to the queue's journal, if journaling is on.
+
+        Returns:
+            bool: True if a copy was written.
+        """
+        properties = queue.properties
+        # Only the queue itself is journaled: not its journal, subqueues or system queues.
+        if properties is None or not properties.journal or queue.topics.data != properties.data_topic:
+            return False
+        self.manager.write_system_copy(queue.topics.journal().data, message)
+        return True
+
+    def source_journal(self, sent: Message) -> bool:
+        """Copy a sent message to the machine journal when its journal level has JOURNAL."""
+        if not sent.journal & JournalLevel.JOURNAL:
+            return False
+        self.manager.write_system_copy(self.manager.system_topic(SystemQueue.JOURNAL), sent)
+        return True

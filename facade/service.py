@@ -1,0 +1,81 @@
+"""``kmq qm run``: the long-running queue-manager service.
+
+MSMQ's service expires messages whose time-to-be-received elapsed even when no application
+receives from their queue. kmq's equivalent sweeps every queue of the queue manager on an
+interval: TTBR expiry into the dead-letter queue (with NACKs), and poison records out of the
+queue. Several services may run for one queue manager: receipts decide who handles each message.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from facade.errors import QueueNotFound
+from facade.manager import QueueManager
+from facade.queue import MessageQueue
+
+__all__ = ["QueueManagerService", "SweepReport"]
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What one sweep did.
+
+    Attributes:
+        queues (int): queues swept.
+        expired (int): messages moved out because their TTBR elapsed, plus poison records moved
+            to the dead-letter queue.
+        seconds (float): how long the sweep took.
+    """
+
+    queues: int
+    expired: int
+    seconds: float
+
+
+class QueueManagerService:
+    """Sweeps a queue manager's queues.
+
+    Args:
+        manager (QueueManager): the queue manager to serve.
+    """
+
+    def __init__(self, manager: QueueManager):
+        self.manager = manager
+        self._queues: dict[str, MessageQueue] = {}
+
+    def sweep(self) -> SweepReport:
+        """Expire due messages and dead-letter poison records in every queue, once."""
+        started = time.monotonic()
+        expired = 0
+        current = {p.path_name for p in self.manager.list_queues()}
+        for path in list(self._queues):
+            if path not in current:
+                self._queues.pop(path).close()
+        for path in sorted(current):
+            try:
+                queue = self._queues.get(path) or self._queues.setdefault(
+                    path, self.manager.open_queue(path))
+                expired += queue.expire_due()
+            except QueueNotFound:
+                # Deleted between listing and sweeping: nothing left to expire.
+                self._queues.pop(path, None)
+        return SweepReport(len(current), expired, time.monotonic() - started)
+
+    def run(self, interval: float = 1.0, stop: threading.Event | None = None,
+            sweeps: int | None = None) -> None:
+        """Sweep every ``interval`` seconds until ``stop`` is set or ``sweeps`` sweeps are done."""
+        stop = stop or threading.Event()
+        done = 0
+        while not stop.is_set() and (sweeps is None or done < sweeps):
+            self.sweep()
+            done += 1
+            stop.wait(interval)
+
+    def close(self) -> None:
+        """Close the queue handles the service opened."""
+        for queue in self._queues.values():
+            queue.close()
+        self._queues.clear()

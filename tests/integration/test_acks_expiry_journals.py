@@ -1,0 +1,159 @@
+"""Acknowledgments, request/response, TTBR expiry into the DLQ (also with no receiver running),
+journals and timed dequeue, on a real broker process."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from facade import Acknowledgment, JournalLevel, Message, MessageClass, ReceiveTimeout
+from facade.config import KmqConfig
+from facade.envelope import decode_acknowledgment
+from facade.manager import QueueManager
+from facade.service import QueueManagerService
+from tests.support.kafka import BrokerEndpoint
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def qm(broker: BrokerEndpoint, kmq_home: Path) -> Iterator[QueueManager]:
+    name = f"qm-{uuid.uuid4().hex[:10]}"
+    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers, queue_manager=name)
+    with QueueManager.open(config) as manager:
+        yield manager
+
+
+def _admin(qm: QueueManager, name: str = "admin"):
+    queue = qm.create_queue(rf".\private$\{name}")
+    return queue, rf"DIRECT=OS:{qm.name}\private$\{name}"
+
+
+def test_reach_queue_and_receive_acknowledgments(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\orders")
+    admin, admin_fn = _admin(qm)
+    sent = q.send(Message(body=b"o1", label="order",
+                          acknowledge=Acknowledgment.POSITIVE_ARRIVAL | Acknowledgment.POSITIVE_RECEIVE,
+                          admin_queue=admin_fn))
+    reach = admin.receive(timeout=10)
+    assert reach.message_class is MessageClass.ACK_REACH_QUEUE
+    assert reach.correlation_id == sent.id and reach.label == "order"
+    info = decode_acknowledgment(reach.body)
+    assert info.original_id == sent.id
+    assert [a.format_name for a in info.queues] == [rf"DIRECT=OS:{qm.name}\private$\orders"]
+    assert q.receive(timeout=10).id == sent.id
+    got = admin.receive(timeout=10)
+    assert got.message_class is MessageClass.ACK_RECEIVE and got.correlation_id == sent.id
+    with pytest.raises(ReceiveTimeout):
+        admin.receive(timeout=0.3)
+
+
+def test_no_acknowledgment_unless_requested(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\quiet")
+    admin, admin_fn = _admin(qm)
+    # NACK_RECEIVE asks only for negative acknowledgments: a normal receive posts nothing.
+    q.send(Message(body=b"x", acknowledge=Acknowledgment.NACK_RECEIVE, admin_queue=admin_fn), wait=True)
+    q.receive(timeout=10)
+    with pytest.raises(ReceiveTimeout):
+        admin.receive(timeout=0.5)
+
+
+def test_request_response_with_correlation(qm: QueueManager) -> None:
+    service = qm.create_queue(r".\private$\service")
+    replies = qm.create_queue(r".\private$\replies")
+    request = service.send(Message(body=b"2+2", response_queue=rf"DIRECT=OS:{qm.name}\private$\replies"),
+                           wait=True)
+    got = service.receive(timeout=10)
+    qm.open_queue(got.response_queue).send(Message(body=b"4", correlation_id=got.id), wait=True)
+    assert replies.receive_by_correlation_id(request.id, timeout=10).body == b"4"
+
+
+def test_expired_message_is_never_delivered_and_is_dead_lettered_with_a_nack(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\ttbr")
+    admin, admin_fn = _admin(qm)
+    sent = q.send(Message(body=b"stale", time_to_be_received=0.3, journal=JournalLevel.DEADLETTER,
+                          acknowledge=Acknowledgment.NACK_RECEIVE, admin_queue=admin_fn), wait=True)
+    q.send(Message(body=b"fresh"), wait=True)
+    time.sleep(0.6)
+    assert q.receive(timeout=10).body == b"fresh"
+    with pytest.raises(ReceiveTimeout):
+        q.receive(timeout=0.3)
+    dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
+    assert dead.id == sent.id and dead.body == b"stale"
+    assert dead.message_class is MessageClass.NACK_RECEIVE_TIMEOUT
+    nack = admin.receive(timeout=10)
+    assert nack.message_class is MessageClass.NACK_RECEIVE_TIMEOUT and nack.correlation_id == sent.id
+    assert decode_acknowledgment(nack.body).original_body == b"stale"
+
+
+def test_expiry_without_deadletter_flag_drops_the_message(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\drop")
+    q.send(Message(body=b"gone", time_to_be_received=0.2), wait=True)
+    time.sleep(0.4)
+    assert q.expire_due() == 1
+    assert q.count() == 0
+    with pytest.raises(ReceiveTimeout):
+        qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=0.5)
+
+
+def test_qm_run_expires_messages_when_nobody_receives(broker: BrokerEndpoint, qm: QueueManager,
+                                                       kmq_home: Path) -> None:
+    q = qm.create_queue(r".\private$\unread")
+    sent = q.send(Message(body=b"expires", time_to_be_received=0.2,
+                          journal=JournalLevel.DEADLETTER), wait=True)
+    time.sleep(0.4)
+    env = {**os.environ, "KMQ_HOME": str(kmq_home), "KMQ_BOOTSTRAP_SERVERS": broker.bootstrap_servers,
+           "KMQ_QUEUE_MANAGER": qm.name}
+    result = subprocess.run([sys.executable, "-m", "facade.cli", "qm", "run", "--once", "--json"],
+                            capture_output=True, text=True, env=env, timeout=120, check=False,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["expired"] == 1 and report["queues"] >= 1
+    assert qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10).id == sent.id
+    assert q.count() == 0
+
+
+def test_service_run_loop_sweeps(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\loop")
+    q.send(Message(body=b"x", time_to_be_received=0.1), wait=True)
+    time.sleep(0.3)
+    service = QueueManagerService(qm)
+    service.run(interval=0.05, sweeps=2)
+    service.close()
+    assert q.count() == 0
+
+
+def test_queue_journal_and_source_journal(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\journaled", journal=True)
+    sent = q.send(Message(body=b"keep", journal=JournalLevel.JOURNAL), wait=True)
+    assert q.receive(timeout=10).id == sent.id
+    queue_journal = qm.open_queue(rf"DIRECT=OS:{qm.name}\private$\journaled;JOURNAL")
+    assert queue_journal.receive(timeout=10).id == sent.id
+    machine_journal = qm.open_queue(f"MACHINE={qm.guid};JOURNAL")
+    assert machine_journal.receive(timeout=10).id == sent.id
+    plain = qm.create_queue(r".\private$\plain")
+    plain.send(Message(body=b"no copy"), wait=True)
+    plain.receive(timeout=10)
+    with pytest.raises(ReceiveTimeout):
+        machine_journal.receive(timeout=0.5)
+
+
+def test_timed_dequeue_not_before(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\later")
+    due = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1.5)
+    q.send(Message(body=b"later", not_before=due), wait=True)
+    with pytest.raises(ReceiveTimeout):
+        q.receive(timeout=0.3)
+    got = q.receive(timeout=10)
+    assert got.body == b"later"
+    assert dt.datetime.now(dt.timezone.utc) >= due
