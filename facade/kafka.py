@@ -322,6 +322,23 @@ class TopicReader:
             ))
         return records
 
+    def caught_up(self, topics: Iterable[str]) -> bool:
+        """True when every topic has been read up to the high watermark of its latest fetch
+        response (a watermark is known only after the first fetch response for the topic).
+
+        The fetch-response watermark is used, not a separate query, because it is what the
+        consumer has actually been offered (and some Kafka-API brokers answer watermark queries
+        inexactly). ``position()`` skips transaction control records, so gaps are not waited on.
+        """
+        parts = [TopicPartition(t, 0) for t in topics]
+        with map_kafka_errors("read positions"):
+            positions = self._consumer.position(parts)
+            for part in positions:
+                _low, high = self._consumer.get_watermark_offsets(part, cached=True)
+                if high < 0 or part.offset < 0 and high > 0 or 0 <= part.offset < high:
+                    return False
+        return True
+
     def end_offsets(self, topics: Iterable[str], timeout: float = ADMIN_TIMEOUT) -> dict[str, int]:
         """The next offset to be written in each topic (the high watermark), asked of the broker."""
         result = {}

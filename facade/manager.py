@@ -53,12 +53,14 @@ class Destination:
         topics (QueueTopics): its Kafka topics.
         properties (QueueProperties | None): registry properties (None for system queues).
         read_only (bool): journals and dead-letter queues: applications may only read/delete.
+        is_subqueue (bool): a subqueue: messages get there only by being moved.
     """
 
     format_name: str
     topics: QueueTopics
     properties: QueueProperties | None
     read_only: bool
+    is_subqueue: bool = False
 
 
 class QueueManager:
@@ -273,8 +275,10 @@ class QueueManager:
         if path.journal:
             return Destination(str(base.to_format_name()), topics.journal(), properties, True)
         if path.subqueue:
-            return Destination(str(base.to_format_name()), topics.subqueue(path.subqueue),
-                               properties, False)
+            sub = topics.subqueue(path.subqueue)
+            # Subqueues exist implicitly (MSMQ creates them on the first move): make the topics.
+            self.session.create_topics([sub.data, sub.receipts], exist_ok=True)
+            return Destination(str(base.to_format_name()), sub, properties, False, is_subqueue=True)
         return Destination(str(base.to_format_name()), topics, properties, False)
 
     def _resolve_direct(self, fn: DirectFormatName) -> Destination:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from facade.envelope import decode_message, encode_message
+from facade.formatnames import parse_format_name
 from facade.errors import (
     BrokerError,
     EnvelopeError,
@@ -31,6 +32,7 @@ from facade.queueview import QueueView
 from facade.receipts import ReceiptAction
 
 if TYPE_CHECKING:
+    from facade.cursor import Cursor
     from facade.manager import Destination, QueueManager
     from facade.registry import QueueProperties
 
@@ -56,6 +58,7 @@ class MessageQueue:
         self.format_name = format_name
         self.destinations = destinations
         self._view: QueueView | None = None
+        self._quota_views: dict[str, QueueView] = {}
 
     # -- properties ----------------------------------------------------------------------------
 
@@ -96,14 +99,22 @@ class MessageQueue:
                 raise UnsupportedFormatNameOperation(
                     f"{destination.format_name!r} is read-only: only the system writes to "
                     "journals and dead-letter queues", queue=destination.format_name)
+            if destination.is_subqueue:
+                raise UnsupportedFormatNameOperation(
+                    f"{destination.format_name!r} is a subqueue: messages enter it only by "
+                    "being moved", queue=destination.format_name, hint="use MessageQueue.move")
         sent = _copy(message, id=self.manager.ids.new(), sent_time=_now(),
                      source_machine_id=self.manager.guid, destination_format_name=self.format_name)
         producer = self.manager.producer(sent.delivery)
         errors: dict[str, str] = {}
         copies = []
+        rejected = []
         for destination in self.destinations:
             copy = _copy(sent, destination_queue=destination.format_name)
             record = encode_message(copy)
+            if self._over_quota(destination, len(record.value)):
+                rejected.append((destination, copy))
+                continue
             with map_kafka_errors("send to queue", destination.topics.data):
                 producer.produce(destination.topics.data, value=record.value, key=record.key,
                                  headers=record.headers,
@@ -111,6 +122,10 @@ class MessageQueue:
             copies.append((destination, copy))
         producer.poll(0)
         outputs = self.manager.outputs
+        for destination, copy in rejected:
+            outputs.dead_letter(copy, MessageClass.NACK_Q_EXCEED_QUOTA)
+            outputs.acknowledge(copy, MessageClass.NACK_Q_EXCEED_QUOTA, destination,
+                                reason=f"queue quota of {destination.properties.quota_kb} KB reached")
         # Arrival acknowledgments and source journaling need the broker's verdict, so such
         # sends wait for it like RECOVERABLE ones do.
         wants_arrival = bool(sent.acknowledge & _ARRIVAL_FLAGS) or bool(sent.journal & JournalLevel.JOURNAL)
@@ -120,6 +135,8 @@ class MessageQueue:
             raise BrokerUnavailable(f"send to {self.format_name!r} not acknowledged within "
                                     f"{timeout:g} s", queue=self.format_name)
         for destination, copy in copies:
+            if any(copy is r for _, r in rejected):
+                continue
             error = errors.get(destination.format_name)
             if error is None:
                 outputs.acknowledge(copy, MessageClass.ACK_REACH_QUEUE, destination)
@@ -132,6 +149,23 @@ class MessageQueue:
                               queue=self.format_name)
         outputs.source_journal(sent)
         return sent
+
+    def _over_quota(self, destination: Destination, size: int) -> bool:
+        """Whether adding ``size`` bytes would take the queue past PROPID_Q_QUOTA.
+
+        The sender reads the queue up to its end before each check; senders racing each other
+        can overshoot by what they have in flight (documented in design.md).
+        """
+        quota_kb = destination.properties.quota_kb if destination.properties else None
+        if quota_kb is None:
+            return False
+        view = self._quota_views.get(destination.topics.data)
+        if view is None:
+            view = self._quota_views[destination.topics.data] = QueueView(
+                self.manager.session, destination.topics)
+        # Exact, not cached: a quota is a promise, so only queues that have one pay this read.
+        view.catch_up()
+        return view.state.pending_bytes + size > quota_kb * 1024
 
     # -- receive and peek ----------------------------------------------------------------------
 
@@ -202,6 +236,75 @@ class MessageQueue:
         """
         return self._by_lookup_id(lookup_id, remove=False)
 
+    def move(self, lookup_id: int, subqueue: str) -> Message:
+        """Move a message into a subqueue of this queue (MSMQ ``MQMoveMessage``).
+
+        The message leaves this queue and is appended to ``<queue>;<subqueue>`` with
+        ``move_count`` incremented and the same id. Applications cannot send to subqueues;
+        moving is how messages get there (e.g. ``;poison``).
+
+        Args:
+            lookup_id (int): the message's lookup id in this queue.
+            subqueue (str): the subqueue name (1-32 characters).
+
+        Returns:
+            Message: the message as written to the subqueue.
+
+        Raises:
+            MessageAlreadyReceived: someone removed the message first.
+            MessageNotFound: no message with that lookup id.
+            FormatNameError: invalid subqueue name.
+        """
+        destination = self._single()
+        target = self.manager.resolve(
+            parse_format_name(destination.format_name).with_subqueue(subqueue))
+        view = self._open_view()
+        entry = self._pending_by_lookup_id(view, lookup_id)
+        record = view.record(entry)
+        outcome = view.claim(ReceiptAction.MOVE, (entry.offset,), target=subqueue)
+        if entry.offset not in outcome.won:
+            raise MessageAlreadyReceived(f"message with lookup id {lookup_id} was removed by "
+                                         "another receiver", queue=self.format_name)
+        message = self._message(record, entry)
+        moved = _copy(message, move_count=message.move_count + 1, lookup_id=None,
+                      arrived_time=None)
+        self.manager.write_system_copy(target.topics.data, moved)
+        view.claim(ReceiptAction.COMPLETED, completes=outcome.claim_id)
+        return moved
+
+    def mark_rejected(self, lookup_id: int, reason: str = "rejected by the receiving application") -> Message:
+        """Reject a message (MSMQ ``MQMarkMessageRejected``, poison-message handling).
+
+        The message is removed from the queue; a NACK_RECEIVE_REJECTED goes to its admin queue
+        when NEGATIVE_RECEIVE was requested, and a dead-letter copy with that class is written
+        when its journal level has DEADLETTER.
+
+        Raises:
+            MessageAlreadyReceived: someone removed the message first.
+            MessageNotFound: no message with that lookup id.
+        """
+        view = self._open_view()
+        entry = self._pending_by_lookup_id(view, lookup_id)
+        record = view.record(entry)
+        outcome = view.claim(ReceiptAction.REJECT, (entry.offset,),
+                             target=self.manager.dead_letter_topic, reason=reason[:1000])
+        if entry.offset not in outcome.won:
+            raise MessageAlreadyReceived(f"message with lookup id {lookup_id} was removed by "
+                                         "another receiver", queue=self.format_name)
+        message = self._message(record, entry)
+        self.manager.outputs.dead_letter(message, MessageClass.NACK_RECEIVE_REJECTED)
+        self.manager.outputs.acknowledge(message, MessageClass.NACK_RECEIVE_REJECTED,
+                                         self._single(), reason=reason)
+        view.claim(ReceiptAction.COMPLETED, completes=outcome.claim_id)
+        return message
+
+    def cursor(self) -> Cursor:
+        """A cursor over this queue (``MQCreateCursor``): peek_current, peek_next,
+        receive_current. See :class:`facade.cursor.Cursor`."""
+        from facade.cursor import Cursor
+
+        return Cursor(self)
+
     def purge(self) -> int:
         """Remove every message now in the queue (``MQPurgeQueue``).
 
@@ -227,6 +330,9 @@ class MessageQueue:
         if self._view is not None:
             self._view.close()
             self._view = None
+        for view in self._quota_views.values():
+            view.close()
+        self._quota_views.clear()
 
     def __enter__(self) -> MessageQueue:
         return self
@@ -286,8 +392,7 @@ class MessageQueue:
                                       queue=self.format_name)
             view.refresh(_WAIT_SLICE)
 
-    def _by_lookup_id(self, lookup_id: int, remove: bool) -> Message:
-        view = self._open_view()
+    def _pending_by_lookup_id(self, view: QueueView, lookup_id: int) -> IndexEntry:
         view.catch_up()
         status = view.state.status(lookup_id)
         if status.state in (OffsetState.REMOVED, OffsetState.DUPLICATE):
@@ -297,6 +402,11 @@ class MessageQueue:
         if entry is None:
             raise MessageNotFound(f"no message with lookup id {lookup_id} in {self.format_name!r}",
                                   queue=self.format_name)
+        return entry
+
+    def _by_lookup_id(self, lookup_id: int, remove: bool) -> Message:
+        view = self._open_view()
+        entry = self._pending_by_lookup_id(view, lookup_id)
         message = self._take(view, entry) if remove else self._decode(view, entry)
         if message is None:
             raise MessageAlreadyReceived(f"message with lookup id {lookup_id} was removed by "

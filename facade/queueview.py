@@ -22,6 +22,8 @@ from facade.topics import QueueTopics
 
 __all__ = ["QueueView"]
 
+#: Seconds of reading that ``catch_up`` always does first (two fetch cycles and then some).
+_SETTLE = 0.03
 #: Seconds a claim may wait for its own receipt to come back before the broker is deemed gone.
 CLAIM_TIMEOUT = 30.0
 
@@ -61,12 +63,23 @@ class QueueView:
                 self._add_receipt(record)
         return len(records)
 
-    def catch_up(self, idle_rounds: int = 3, poll: float = 0.02, timeout: float = 5.0) -> None:
-        """Read until both topics have been quiet for ``idle_rounds`` polls (or ``timeout`` s)."""
+    def catch_up(self, timeout: float = 10.0) -> None:
+        """Read both topics up to what the broker holds now (count, purge, lookups need this).
+
+        Raises:
+            BrokerUnavailable: not caught up within ``timeout`` seconds.
+        """
         deadline = time.monotonic() + timeout
-        quiet = 0
-        while quiet < idle_rounds and time.monotonic() < deadline:
-            quiet = 0 if self.refresh(poll) else quiet + 1
+        started = time.monotonic()
+        topics = (self.topics.data, self.topics.receipts)
+        # Let at least two fetch cycles (fetch.wait.max.ms = 10) complete after the call, so the
+        # watermarks reflect records acknowledged before it.
+        while time.monotonic() - started < _SETTLE or not self._reader.caught_up(topics):
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(f"could not read {self.topics.data!r} up to its end "
+                                        f"within {timeout:g} s",
+                                        hint="check that the Kafka broker is running")
+            self.refresh(0.01)
 
     def record(self, entry: IndexEntry) -> KafkaRecord:
         """The stored record of a pending entry."""

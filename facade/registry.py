@@ -13,11 +13,10 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from facade.errors import BrokerError, InvalidParameter
+from facade.errors import BrokerError, BrokerUnavailable, InvalidParameter
 from facade.kafka import KafkaSession, map_kafka_errors, wait_delivered
 from facade.message import Delivery
 from facade.topics import QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_REGISTRY_TOPIC
@@ -26,8 +25,8 @@ __all__ = ["QueueManagerRecord", "QueueProperties", "Registry"]
 
 #: Registry topics are compacted: only the latest record per key matters.
 _REGISTRY_TOPIC_CONFIG = {"cleanup.policy": "compact"}
-_IDLE_POLLS = 3
-_POLL_SECONDS = 0.05
+_SETTLE = 0.03
+_SCAN_TIMEOUT = 15.0
 #: PROPID_Q_LABEL limit in characters.
 MAX_QUEUE_LABEL_LENGTH = 124
 
@@ -198,21 +197,20 @@ class Registry:
         if wait_delivered(self._producer, 30.0) or errors:
             raise BrokerError(f"registry write to {topic!r} for {key!r} was not acknowledged: {errors}")
 
-    def _scan(self, topic: str) -> Iterable[tuple[str, bytes | None]]:
+    def _scan(self, topic: str) -> list[tuple[str, bytes | None]]:
         reader = self._session.reader()
         try:
-            end = reader.end_offsets([topic])[topic]
-            if end <= 0:
-                return []
             reader.assign({topic: 0})
             out: list[tuple[str, bytes | None]] = []
-            idle = 0
-            last = -1
-            while last < end - 1 and idle < _IDLE_POLLS * 40:
-                batch = reader.poll(_POLL_SECONDS)
-                idle = 0 if batch else idle + 1
-                for record in batch:
-                    last = record.offset
+            deadline = time.monotonic() + _SCAN_TIMEOUT
+            started = time.monotonic()
+            # The end is the fetch response's high watermark (see TopicReader.caught_up); a few
+            # fetch cycles first make it reflect writes acknowledged before this call.
+            while time.monotonic() - started < _SETTLE or not reader.caught_up([topic]):
+                if time.monotonic() > deadline:
+                    raise BrokerUnavailable(f"could not read registry {topic!r} within "
+                                            f"{_SCAN_TIMEOUT:g} s")
+                for record in reader.poll(0.01):
                     out.append(((record.key or b"").decode(), record.value))
             return out
         finally:

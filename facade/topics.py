@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from facade.errors import InvalidParameter, UnsupportedFormatNameOperation
 from facade.formatnames import QueuePath, SystemQueue

@@ -9,14 +9,18 @@ import os
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from facade import Acknowledgment, JournalLevel, Message, MessageClass, ReceiveTimeout
-from facade.config import KmqConfig
+from facade import (
+    Acknowledgment,
+    JournalLevel,
+    Message,
+    MessageClass,
+    ReceiveTimeout,
+    UnsupportedFormatNameOperation,
+)
 from facade.envelope import decode_acknowledgment
 from facade.manager import QueueManager
 from facade.service import QueueManagerService
@@ -25,12 +29,6 @@ from tests.support.kafka import BrokerEndpoint
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def qm(broker: BrokerEndpoint, kmq_home: Path) -> Iterator[QueueManager]:
-    name = f"qm-{uuid.uuid4().hex[:10]}"
-    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers, queue_manager=name)
-    with QueueManager.open(config) as manager:
-        yield manager
 
 
 def _admin(qm: QueueManager, name: str = "admin"):
@@ -157,3 +155,47 @@ def test_timed_dequeue_not_before(qm: QueueManager) -> None:
     got = q.receive(timeout=10)
     assert got.body == b"later"
     assert dt.datetime.now(dt.timezone.utc) >= due
+
+
+def test_move_to_subqueue(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\work")
+    first = q.send(Message(body=b"poisonous"))
+    q.send(Message(body=b"fine"), wait=True)
+    lookup = q.peek_by_id(first.id, timeout=10).lookup_id
+    moved = q.move(lookup, "poison")
+    assert moved.id == first.id and moved.move_count == 1
+    poison = qm.open_queue(rf"DIRECT=OS:{qm.name}\private$\work;poison")
+    got = poison.receive(timeout=10)
+    assert got.id == first.id and got.body == b"poisonous" and got.move_count == 1
+    assert q.receive(timeout=10).body == b"fine"
+    with pytest.raises(UnsupportedFormatNameOperation, match="subqueue"):
+        poison.send(Message(body=b"direct"))
+
+
+def test_mark_rejected_nacks_and_dead_letters(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\rej")
+    admin, admin_fn = _admin(qm)
+    sent = q.send(Message(body=b"bad", journal=JournalLevel.DEADLETTER,
+                          acknowledge=Acknowledgment.NEGATIVE_RECEIVE, admin_queue=admin_fn), wait=True)
+    q.mark_rejected(q.peek(timeout=10).lookup_id, reason="cannot parse")
+    assert q.count() == 0
+    nack = admin.receive(timeout=10)
+    assert nack.message_class is MessageClass.NACK_RECEIVE_REJECTED and nack.correlation_id == sent.id
+    assert decode_acknowledgment(nack.body).reason == "cannot parse"
+    dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
+    assert dead.id == sent.id and dead.message_class is MessageClass.NACK_RECEIVE_REJECTED
+
+
+def test_queue_quota_rejects_with_nack_q_exceed_quota(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\small", quota_kb=1)
+    admin, admin_fn = _admin(qm)
+    q.send(Message(body=b"a" * 600), wait=True)
+    over = q.send(Message(body=b"b" * 600, acknowledge=Acknowledgment.NACK_REACH_QUEUE,
+                          admin_queue=admin_fn, journal=JournalLevel.DEADLETTER), wait=True)
+    assert q.count() == 1
+    nack = admin.receive(timeout=10)
+    assert nack.message_class is MessageClass.NACK_Q_EXCEED_QUOTA and nack.correlation_id == over.id
+    assert qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10).id == over.id
+    q.receive(timeout=10)
+    q.send(Message(body=b"c" * 600), wait=True)   # room again once the first one is gone
+    assert q.count() == 1

@@ -9,8 +9,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,20 +22,12 @@ from facade import (
     ReceiveTimeout,
     UnsupportedFormatNameOperation,
 )
-from facade.config import KmqConfig
 from facade.manager import QueueManager
 from tests.support.kafka import BrokerEndpoint
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def qm(broker: BrokerEndpoint, kmq_home: Path) -> Iterator[QueueManager]:
-    """A queue manager with a fresh name, so each test has its own topics."""
-    name = f"qm-{uuid.uuid4().hex[:10]}"
-    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers, queue_manager=name)
-    with QueueManager.open(config) as manager:
-        yield manager
 
 
 def test_create_open_list_delete(qm: QueueManager) -> None:
@@ -129,7 +119,7 @@ def test_purge_removes_everything_present(qm: QueueManager) -> None:
 
 def test_read_only_queues_refuse_sends(qm: QueueManager) -> None:
     qm.create_queue(r".\private$\ro", journal=True)
-    for name in (rf"DIRECT=OS:{qm.name}\private$\ro;JOURNAL", rf"DIRECT=OS:.\SYSTEM$;DEADLETTER",
+    for name in (rf"DIRECT=OS:{qm.name}\private$\ro;JOURNAL", r"DIRECT=OS:.\SYSTEM$;DEADLETTER",
                  f"MACHINE={qm.guid};DEADXACT"):
         with pytest.raises(UnsupportedFormatNameOperation, match="read-only"):
             qm.open_queue(name).send(Message(body=b"x"))
