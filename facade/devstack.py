@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from facade._process import pid_alive
 from facade.config import KmqConfig
 from facade.errors import BrokerUnavailable, ConfigurationError
 
@@ -128,12 +129,8 @@ class BrokerProcess:
 
     def is_alive(self) -> bool:
         """True if the process exists and its port accepts connections."""
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
+        if not pid_alive(self.pid):
             return False
-        except PermissionError:
-            pass
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                 return True
@@ -144,10 +141,10 @@ class BrokerProcess:
         """Terminate the broker (SIGTERM, then SIGKILL after ``timeout`` seconds)."""
         _signal(self.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _exists(self.pid):
+        while time.monotonic() < deadline and pid_alive(self.pid):
             _reap(self.pid)
             time.sleep(0.05)
-        if _exists(self.pid):
+        if pid_alive(self.pid):
             _signal(self.pid, signal.SIGKILL)
             _reap(self.pid)
 
@@ -314,16 +311,6 @@ class DevStack:
             store.initialize(self.config.directory.base_dn)
         finally:
             store.close()
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

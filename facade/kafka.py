@@ -162,7 +162,8 @@ class KafkaSession:
 
     # -- configuration -------------------------------------------------------------------------
 
-    def producer_config(self, delivery: Delivery, transactional_id: str | None = None) -> dict[str, Any]:
+    def producer_config(self, delivery: Delivery, transactional_id: str | None = None,
+                        extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """librdkafka producer settings for an MSMQ delivery mode.
 
         EXPRESS: ``acks=1``, not idempotent (at most once, lowest latency). RECOVERABLE:
@@ -176,12 +177,20 @@ class KafkaSession:
             config.update({"acks": 1, "enable.idempotence": False})
         if transactional_id:
             config["transactional.id"] = transactional_id
+        if extra:
+            config.update(extra)
+        timeout = config.get("message.timeout.ms")
+        if timeout is not None:
+            # librdkafka rejects a request timeout longer than the message timeout.
+            config["request.timeout.ms"] = min(30000, int(timeout))
         return config
 
-    def producer(self, delivery: Delivery, transactional_id: str | None = None) -> Producer:
-        """A new producer for ``delivery`` (see :meth:`producer_config`)."""
+    def producer(self, delivery: Delivery, transactional_id: str | None = None,
+                 extra: Mapping[str, Any] | None = None) -> Producer:
+        """A new producer for ``delivery`` (see :meth:`producer_config`); ``extra`` adds
+        librdkafka settings such as ``message.timeout.ms`` (TTRQ)."""
         with map_kafka_errors("create producer"):
-            return Producer(self.producer_config(delivery, transactional_id))
+            return Producer(self.producer_config(delivery, transactional_id, extra))
 
     def reader(self) -> TopicReader:
         """A new :class:`TopicReader` (an unsubscribed consumer: assign-only, no commits)."""

@@ -37,6 +37,7 @@ from facade.formatnames import (
 from facade.kafka import KafkaSession, map_kafka_errors, resolve_bootstrap_servers
 from facade.message import Delivery, Message, MessageClass
 from facade.outputs import SystemOutputs
+from facade.sender import Sender
 from facade.registry import QueueManagerRecord, QueueProperties, Registry
 from facade.sequence import MessageIdAllocator
 from facade.topics import QueueTopics, queue_topics, system_topics
@@ -86,6 +87,7 @@ class QueueManager:
         self._lock = threading.Lock()
         self._open_queues: weakref.WeakSet = weakref.WeakSet()
         self.outputs = SystemOutputs(self)
+        self.sender = Sender(self)
 
     @classmethod
     def open(cls, config: KmqConfig | None = None, **overrides: Any) -> QueueManager:
@@ -111,6 +113,7 @@ class QueueManager:
         record = registry.ensure_queue_manager(config.queue_manager)
         manager = cls(config, session, record)
         manager._ensure_system_queues()
+        manager.sender.recover()
         return manager
 
     # -- queues --------------------------------------------------------------------------------
@@ -257,6 +260,18 @@ class QueueManager:
             hint="use a path name or a DIRECT=OS: format name (PUBLIC=, DL= and PRIVATE= "
             "need the directory, which arrives in a later version)")
 
+    def resolve_topic(self, topic: str, message: Message) -> Destination:
+        """The destination a stored copy was produced for (its PROPID_M_DEST_QUEUE).
+
+        Raises:
+            QueueNotFound: the queue no longer exists, or ``topic`` is not its topic.
+        """
+        destination = self.resolve(parse_queue_reference(message.destination_queue or ""))
+        if destination.topics.data != topic:
+            raise QueueNotFound(f"queue {message.destination_queue!r} no longer uses topic {topic!r}",
+                                queue=message.destination_queue)
+        return destination
+
     def _resolve_path(self, path: QueuePath) -> Destination:
         machine = self.name if path.is_local else path.machine
         if machine != self.name:
@@ -402,6 +417,7 @@ class QueueManager:
         """Close every queue opened through this manager, then flush and release the producers."""
         for queue in list(self._open_queues):
             queue.close()
+        self.sender.close()
         for producer in self._producers.values():
             producer.flush(10.0)
         self._producers.clear()

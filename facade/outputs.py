@@ -74,7 +74,7 @@ class SystemOutputs:
         self.manager = manager
 
     def acknowledge(self, original: Message, message_class: MessageClass, queue: Destination,
-                    reason: str | None = None) -> bool:
+                    reason: str | None = None, timeout: float = 30.0) -> bool:
         """Post an ACK/NACK of ``message_class`` about ``original`` to its admin queue(s).
 
         Returns:
@@ -95,14 +95,15 @@ class SystemOutputs:
         ack = acknowledgment_message(info, label=original.label)
         try:
             admin = self.manager.open_queue(original.admin_queue)
-            admin.send(ack, wait=True)
+            admin.send(ack, wait=True, timeout=timeout)
         except MessageQueueError as exc:
             log.warning("acknowledgment %s for message %s to admin queue %r was lost: %s",
                         message_class.name, original.id, original.admin_queue, exc)
             return False
         return True
 
-    def dead_letter(self, original: Message, message_class: MessageClass) -> bool:
+    def dead_letter(self, original: Message, message_class: MessageClass,
+                    timeout: float = 30.0) -> bool:
         """Copy ``original`` to the dead-letter queue with its class set to the reason, if its
         journal level asks for it (DEADLETTER).
 
@@ -115,9 +116,9 @@ class SystemOutputs:
         """
         if not original.journal & JournalLevel.DEADLETTER:
             return False
-        # The dead-letter copy must stay for inspection: it no longer expires.
-        copy = dataclasses.replace(original, message_class=message_class, time_to_be_received=None)
-        self.manager.dead_letter(copy, transactional=original.transaction_id is not None)
+        copy = _kept(original, message_class=message_class)
+        self.manager.dead_letter(copy, transactional=original.transaction_id is not None,
+                                 timeout=timeout)
         return True
 
     def journal_removed(self, message: Message, queue: Destination) -> bool:
@@ -130,12 +131,18 @@ class SystemOutputs:
         # Only the queue itself is journaled: not its journal, subqueues or system queues.
         if properties is None or not properties.journal or queue.topics.data != properties.data_topic:
             return False
-        self.manager.write_system_copy(queue.topics.journal().data, message)
+        self.manager.write_system_copy(queue.topics.journal().data, _kept(message))
         return True
 
     def source_journal(self, sent: Message) -> bool:
         """Copy a sent message to the machine journal when its journal level has JOURNAL."""
         if not sent.journal & JournalLevel.JOURNAL:
             return False
-        self.manager.write_system_copy(self.manager.system_topic(SystemQueue.JOURNAL), sent)
+        self.manager.write_system_copy(self.manager.system_topic(SystemQueue.JOURNAL), _kept(sent))
         return True
+
+
+def _kept(message: Message, **changes: object) -> Message:
+    """A copy for a journal or dead-letter queue: it stays there for inspection, so it no
+    longer expires (its time-to-be-received applied to the original queue only)."""
+    return dataclasses.replace(message, time_to_be_received=None, **changes)

@@ -25,10 +25,10 @@ from facade.errors import (
     ReceiveTimeout,
     UnsupportedFormatNameOperation,
 )
-from facade.kafka import map_kafka_errors
-from facade.message import Acknowledgment, Delivery, JournalLevel, Message, MessageClass, MessageId
+from facade.message import Message, MessageClass, MessageId
 from facade.queuestate import IndexEntry, OffsetState
 from facade.queueview import QueueView
+from facade.sender import SendTracker
 from facade.receipts import ReceiptAction
 
 if TYPE_CHECKING:
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = ["MessageQueue"]
 
-_ARRIVAL_FLAGS = Acknowledgment.POSITIVE_ARRIVAL | Acknowledgment.NEGATIVE_ARRIVAL
 #: Seconds between polls while a receive or peek waits for a message.
 _WAIT_SLICE = 0.05
 
@@ -78,12 +77,16 @@ class MessageQueue:
 
         The queue manager assigns ``id``, ``sent_time``, ``source_machine_id``,
         ``destination_queue`` and ``destination_format_name``; every copy of one send carries the
-        same id. EXPRESS messages are handed to the producer and may still be in flight when this
-        returns; RECOVERABLE ones are written with ``acks=all``.
+        same id. EXPRESS copies are handed to the producer (``acks=1``) and may still be in flight
+        when this returns; RECOVERABLE copies are first stored in the durable outgoing queue, then
+        produced with ``acks=all`` (see :mod:`facade.sender`). A copy not delivered within
+        time-to-reach-queue is dead-lettered and NACKed (NACK_REACH_QUEUE_TIMEOUT); a queue over
+        its quota gets NACK_Q_EXCEED_QUOTA instead of the copy.
 
         Args:
             message (Message): the message; it is not modified.
-            wait (bool): wait until the broker acknowledged every copy ("queued").
+            wait (bool): wait until every copy has the broker's verdict ("queued"), and raise if
+                one failed.
             timeout (float): seconds to wait when ``wait`` is true.
 
         Returns:
@@ -105,49 +108,30 @@ class MessageQueue:
                     "being moved", queue=destination.format_name, hint="use MessageQueue.move")
         sent = _copy(message, id=self.manager.ids.new(), sent_time=_now(),
                      source_machine_id=self.manager.guid, destination_format_name=self.format_name)
-        producer = self.manager.producer(sent.delivery)
-        errors: dict[str, str] = {}
-        copies = []
-        rejected = []
+        outputs = self.manager.outputs
+        accepted = []
         for destination in self.destinations:
             copy = _copy(sent, destination_queue=destination.format_name)
             record = encode_message(copy)
             if self._over_quota(destination, len(record.value)):
-                rejected.append((destination, copy))
-                continue
-            with map_kafka_errors("send to queue", destination.topics.data):
-                producer.produce(destination.topics.data, value=record.value, key=record.key,
-                                 headers=record.headers,
-                                 on_delivery=_record_failure(errors, destination.format_name))
-            copies.append((destination, copy))
-        producer.poll(0)
-        outputs = self.manager.outputs
-        for destination, copy in rejected:
-            outputs.dead_letter(copy, MessageClass.NACK_Q_EXCEED_QUOTA)
-            outputs.acknowledge(copy, MessageClass.NACK_Q_EXCEED_QUOTA, destination,
-                                reason=f"queue quota of {destination.properties.quota_kb} KB reached")
-        # Arrival acknowledgments and source journaling need the broker's verdict, so such
-        # sends wait for it like RECOVERABLE ones do.
-        wants_arrival = bool(sent.acknowledge & _ARRIVAL_FLAGS) or bool(sent.journal & JournalLevel.JOURNAL)
-        if not (wait or wants_arrival or sent.delivery is Delivery.RECOVERABLE):
-            return sent
-        if producer.flush(timeout):
-            raise BrokerUnavailable(f"send to {self.format_name!r} not acknowledged within "
-                                    f"{timeout:g} s", queue=self.format_name)
-        for destination, copy in copies:
-            if any(copy is r for _, r in rejected):
-                continue
-            error = errors.get(destination.format_name)
-            if error is None:
-                outputs.acknowledge(copy, MessageClass.ACK_REACH_QUEUE, destination)
+                outputs.dead_letter(copy, MessageClass.NACK_Q_EXCEED_QUOTA)
+                outputs.acknowledge(copy, MessageClass.NACK_Q_EXCEED_QUOTA, destination,
+                                    reason=f"queue quota of {destination.properties.quota_kb} KB reached")
             else:
-                outputs.dead_letter(copy, MessageClass.NACK_BAD_DST_Q)
-                outputs.acknowledge(copy, MessageClass.NACK_BAD_DST_Q, destination, reason=error)
-        if errors:
-            raise BrokerError(f"send to {self.format_name!r} failed: "
-                              + "; ".join(f"{q}: {e}" for q, e in errors.items()),
-                              queue=self.format_name)
-        outputs.source_journal(sent)
+                accepted.append((destination, copy, record))
+        tracker = SendTracker(len(accepted))
+        for index, (destination, copy, record) in enumerate(accepted):
+            # Source journaling keeps one copy per send, once the first copy is delivered.
+            journal = (lambda: outputs.source_journal(sent)) if index == 0 else None
+            self.manager.sender.submit(destination, copy, record, tracker, on_delivered=journal)
+        if wait:
+            if not tracker.wait(timeout):
+                raise BrokerUnavailable(f"send to {self.format_name!r} not acknowledged within "
+                                        f"{timeout:g} s", queue=self.format_name)
+            if tracker.errors:
+                raise BrokerError(f"send to {self.format_name!r} failed: "
+                                  + "; ".join(f"{q}: {e}" for q, e in tracker.errors.items()),
+                                  queue=self.format_name)
         return sent
 
     def _over_quota(self, destination: Destination, size: int) -> bool:
@@ -518,8 +502,3 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _record_failure(errors: dict[str, str], queue: str) -> Callable[[Any, Any], None]:
-    def on_delivery(err: Any, _msg: Any) -> None:
-        if err is not None:
-            errors[queue] = err.str()
-    return on_delivery

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from facade.cli import dev, qm, queue
+from facade.cli import dev, dlq, journal, qm, queue
 
 __all__ = ["app", "main"]
 
@@ -21,6 +21,8 @@ app = typer.Typer(
 app.add_typer(dev.app, name="dev")
 app.add_typer(queue.app, name="queue")
 app.add_typer(qm.app, name="qm")
+app.add_typer(dlq.app, name="dlq")
+app.add_typer(journal.app, name="journal")
 app.command("send")(queue.send)
 app.command("receive")(queue.receive)
 app.command("peek")(queue.peek)

@@ -65,6 +65,38 @@ def show(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
     emit(data, as_json, lambda d: key_value_table(queue, d))
 
 
+@app.command("set")
+def set_properties(
+        queue: str = QueueArg,
+        label: str = typer.Option(None, help="New queue label (<= 124 characters)."),
+        journal: bool = typer.Option(None, "--journal/--no-journal",
+                                     help="Keep (or stop keeping) removed messages in the journal."),
+        quota_kb: int = typer.Option(None, min=0, help="Queue quota in KB; 0 removes the quota."),
+        journal_quota_kb: int = typer.Option(None, min=0,
+                                             help="Journal quota in KB; 0 removes the quota."),
+        base_priority: int = typer.Option(None, min=-32768, max=32767,
+                                          help="Base priority (-32768..32767)."),
+        as_json: bool = JsonOption) -> None:
+    r"""Change a queue's properties; only the options given change. Prints the result.
+
+    Example: kmq queue set '.\private$\orders' --label Orders --journal --quota-kb 1024
+    """
+    changes = {name: value for name, value in (
+        ("label", label), ("journal", journal), ("quota_kb", quota_kb),
+        ("journal_quota_kb", journal_quota_kb), ("base_priority", base_priority))
+        if value is not None}
+    if not changes:
+        raise typer.BadParameter("nothing to change: give at least one of --label, "
+                                 "--journal/--no-journal, --quota-kb, --journal-quota-kb, "
+                                 "--base-priority", param_hint="options")
+    for name in ("quota_kb", "journal_quota_kb"):
+        if changes.get(name) == 0:
+            changes[name] = None  # unlimited
+    with _manager() as qm:
+        props = qm.set_properties(queue, **changes)
+    emit(dataclasses.asdict(props), as_json, lambda d: key_value_table("queue updated", d))
+
+
 @app.command()
 def purge(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
     """Remove every message now in the queue."""

@@ -199,3 +199,16 @@ def test_queue_quota_rejects_with_nack_q_exceed_quota(qm: QueueManager) -> None:
     q.receive(timeout=10)
     q.send(Message(body=b"c" * 600), wait=True)   # room again once the first one is gone
     assert q.count() == 1
+
+
+def test_journal_copies_do_not_expire(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\keepjournal", journal=True)
+    sent = q.send(Message(body=b"j", time_to_be_received=3.0,
+                          journal=JournalLevel.JOURNAL | JournalLevel.DEADLETTER), wait=True)
+    assert q.receive(timeout=2).id == sent.id
+    time.sleep(3.2)   # past the original TTBR: the journal copies must still be there
+    for journal in (rf"DIRECT=OS:{qm.name}\private$\keepjournal;JOURNAL", f"MACHINE={qm.guid};JOURNAL"):
+        kept = qm.open_queue(journal).peek(timeout=10)
+        assert kept.id == sent.id and kept.time_to_be_received is None
+    with pytest.raises(ReceiveTimeout):
+        qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=0.5)

@@ -1,0 +1,148 @@
+"""`kmq dlq | journal | queue set` against a real broker, through typer's runner.
+
+The situations (expired messages, journaled receives, source journaling) are made with the
+Python API on the same queue manager the CLI opens (same KMQ_HOME, broker and name).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from facade.cli import app
+from facade.config import KmqConfig
+from facade.manager import QueueManager
+from facade.message import JournalLevel, Message
+from tests.support.kafka import BrokerEndpoint
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cli_qm(broker: BrokerEndpoint, kmq_home: Path,
+           monkeypatch: pytest.MonkeyPatch) -> Iterator[QueueManager]:
+    """A fresh queue manager, also the one the CLI opens (through KMQ_* in the environment)."""
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", broker.bootstrap_servers)
+    monkeypatch.setenv("KMQ_QUEUE_MANAGER", name)
+    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers, queue_manager=name)
+    with QueueManager.open(config) as manager:
+        yield manager
+
+
+def _run(*args: str) -> dict | list:
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def _fails(*args: str, code: str) -> str:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 1, result.output
+    assert code in result.output and "Traceback" not in result.output
+    assert result.output.strip().splitlines()[0].startswith("error")
+    return result.output
+
+
+def test_expired_message_is_listed_shown_and_purged_from_the_dlq(cli_qm: QueueManager) -> None:
+    assert _run("dlq", "list") == []
+    q = cli_qm.create_queue(r".\private$\ttbr")
+    sent = q.send(Message(body="stale é".encode(), label="late", time_to_be_received=0.2,
+                          journal=JournalLevel.DEADLETTER, properties={"kmq.reason": "test"}),
+                  wait=True)
+    time.sleep(0.5)
+    assert _run("qm", "run", "--once")["expired"] == 1
+
+    rows = _run("dlq", "list")
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["id"] == str(sent.id) and row["class"] == "NACK_RECEIVE_TIMEOUT"
+    assert row["label"] == "late" and row["reason"] == "test"
+    assert row["destination_queue"] == rf"DIRECT=OS:{cli_qm.name}\private$\ttbr"
+    assert row["sent_time"] and isinstance(row["lookup_id"], int)
+    assert _run("dlq", "list", "--transactional") == []
+
+    table = CliRunner().invoke(app, ["dlq", "list"])
+    assert table.exit_code == 0 and "NACK_RECEIVE_TIMEOUT" in table.output
+
+    shown = _run("dlq", "show", str(row["lookup_id"]))
+    assert shown["id"] == str(sent.id) and shown["message_class"] == "NACK_RECEIVE_TIMEOUT"
+    assert shown["body"] == "stale é" and shown["body_size"] == len("stale é".encode())
+    assert shown["properties"] == {"kmq.reason": "test"} and shown["time_to_be_received"] is None
+    assert shown["journal"] == "DEADLETTER"
+
+    # Listing and showing removed nothing.
+    assert len(_run("dlq", "list")) == 1
+    assert _run("dlq", "purge")["purged"] == 1
+    assert _run("dlq", "list") == []
+
+
+def test_dlq_list_limit(cli_qm: QueueManager) -> None:
+    q = cli_qm.create_queue(r".\private$\many")
+    for i in range(3):
+        q.send(Message(body=b"x", label=f"m{i}", time_to_be_received=0.2,
+                       journal=JournalLevel.DEADLETTER), wait=True)
+    time.sleep(0.5)
+    assert q.expire_due() == 3
+    assert [r["label"] for r in _run("dlq", "list", "--limit", "2")] == ["m0", "m1"]
+    table = CliRunner().invoke(app, ["dlq", "list", "--limit", "2"])
+    assert table.exit_code == 0 and "more in the queue" in table.output
+    assert len(_run("dlq", "list")) == 3
+
+
+def test_queue_journal_lists_received_messages(cli_qm: QueueManager) -> None:
+    q = cli_qm.create_queue(r".\private$\orders", journal=True)
+    sent = q.send(Message(body=b"o1", label="order 1"), wait=True)
+    assert _run("journal", "list", r".\private$\orders") == []
+    assert q.receive(timeout=10).id == sent.id
+    rows = _run("journal", "list", r".\private$\orders")
+    assert [(r["id"], r["label"], r["class"]) for r in rows] == [(str(sent.id), "order 1", "NORMAL")]
+    # The same journal by format name; the machine journal has nothing (no JOURNAL level).
+    fn = rf"DIRECT=OS:{cli_qm.name}\private$\orders"
+    assert [r["id"] for r in _run("journal", "list", fn)] == [str(sent.id)]
+    assert _run("journal", "list", "--machine") == []
+
+
+def test_machine_journal_lists_source_journaled_sends(cli_qm: QueueManager) -> None:
+    q = cli_qm.create_queue(r".\private$\audit")
+    sent = q.send(Message(body=b"a", label="audited", journal=JournalLevel.JOURNAL), wait=True)
+    q.send(Message(body=b"b", label="not audited"), wait=True)
+    rows = _run("journal", "list", "--machine")
+    assert [(r["id"], r["label"]) for r in rows] == [(str(sent.id), "audited")]
+    assert q.count() == 2
+
+
+def test_queue_set_changes_only_the_given_properties(cli_qm: QueueManager) -> None:
+    q = r".\private$\props"
+    _run("queue", "create", q, "--label", "Before", "--quota-kb", "64")
+    updated = _run("queue", "set", q, "--label", "After", "--quota-kb", "128", "--journal")
+    assert (updated["label"], updated["quota_kb"], updated["journal"]) == ("After", 128, True)
+    shown = _run("queue", "show", q)
+    assert (shown["label"], shown["quota_kb"], shown["journal"]) == ("After", 128, True)
+    assert shown["base_priority"] == 0 and shown["journal_quota_kb"] is None
+
+    _run("queue", "set", q, "--no-journal", "--quota-kb", "0", "--base-priority", "5")
+    shown = _run("queue", "show", q)
+    assert (shown["label"], shown["quota_kb"], shown["journal"], shown["base_priority"]) == \
+        ("After", None, False, 5)
+
+
+def test_errors_exit_1_with_one_line_and_usage_errors_exit_2(cli_qm: QueueManager) -> None:
+    missing = r".\private$\missing"
+    _fails("journal", "list", missing, code="MQ_ERROR_QUEUE_NOT_FOUND")
+    _fails("queue", "set", missing, "--label", "x", code="MQ_ERROR_QUEUE_NOT_FOUND")
+    _fails("dlq", "show", "12345", code="MQ_ERROR_MESSAGE_NOT_FOUND")
+    _fails("journal", "list", f"MACHINE={cli_qm.guid};DEADLETTER",
+           code="MQ_ERROR_UNSUPPORTED_FORMATNAME_OPERATION")
+    cli_qm.create_queue(r".\private$\x")
+    _fails("queue", "set", r".\private$\x", "--label", "y" * 200, code="MQ_ERROR_INVALID_PARAMETER")
+    for args in (["journal", "list"], ["journal", "list", missing, "--machine"],
+                 ["queue", "set", missing], ["dlq", "show", "not-a-number"],
+                 ["queue", "set", missing, "--quota-kb", "-1"]):
+        assert CliRunner().invoke(app, args).exit_code == 2, args
