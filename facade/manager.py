@@ -417,6 +417,7 @@ class QueueManager:
         """Close every queue opened through this manager, then flush and release the producers."""
         for queue in list(self._open_queues):
             queue.close()
+        self.outputs.close()
         self.sender.close()
         for producer in self._producers.values():
             producer.flush(10.0)

@@ -25,9 +25,11 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
-from facade.envelope import acknowledgment_message
+from facade.envelope import acknowledgment_message, encode_message
 from facade.errors import MessageQueueError
 from facade.formatnames import SystemQueue
+from facade.queueview import QueueView
+from facade.topics import QueueTopics
 from facade.message import (
     AcknowledgedQueue,
     Acknowledgment,
@@ -72,6 +74,7 @@ class SystemOutputs:
 
     def __init__(self, manager: QueueManager):
         self.manager = manager
+        self._journal_views: dict[str, QueueView] = {}
 
     def acknowledge(self, original: Message, message_class: MessageClass, queue: Destination,
                     reason: str | None = None, timeout: float = 30.0) -> bool:
@@ -131,8 +134,30 @@ class SystemOutputs:
         # Only the queue itself is journaled: not its journal, subqueues or system queues.
         if properties is None or not properties.journal or queue.topics.data != properties.data_topic:
             return False
-        self.manager.write_system_copy(queue.topics.journal().data, _kept(message))
+        copy = _kept(message)
+        journal = queue.topics.journal()
+        if properties.journal_quota_kb is not None and self._journal_full(
+                journal, properties.journal_quota_kb, len(encode_message(copy).value)):
+            # MSMQ stops journaling when PROPID_Q_JOURNAL_QUOTA is reached; the receive itself
+            # is not affected.
+            log.warning("journal of %s is at its quota of %d KB: message %s not journaled",
+                        queue.format_name, properties.journal_quota_kb, message.id)
+            return False
+        self.manager.write_system_copy(journal.data, copy)
         return True
+
+    def _journal_full(self, journal: QueueTopics, quota_kb: int, size: int) -> bool:
+        view = self._journal_views.get(journal.data)
+        if view is None:
+            view = self._journal_views[journal.data] = QueueView(self.manager.session, journal)
+        view.catch_up()
+        return view.state.pending_bytes + size > quota_kb * 1024
+
+    def close(self) -> None:
+        """Release the journal views used for quota checks."""
+        for view in self._journal_views.values():
+            view.close()
+        self._journal_views.clear()
 
     def source_journal(self, sent: Message) -> bool:
         """Copy a sent message to the machine journal when its journal level has JOURNAL."""

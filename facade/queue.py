@@ -239,22 +239,11 @@ class MessageQueue:
             MessageNotFound: no message with that lookup id.
             FormatNameError: invalid subqueue name.
         """
-        destination = self._single()
-        target = self.manager.resolve(
-            parse_format_name(destination.format_name).with_subqueue(subqueue))
+        # Resolve first: a bad subqueue name fails before anything is claimed.
+        self._subqueue_destination(subqueue)
         view = self._open_view()
         entry = self._pending_by_lookup_id(view, lookup_id)
-        record = view.record(entry)
-        outcome = view.claim(ReceiptAction.MOVE, (entry.offset,), target=subqueue)
-        if entry.offset not in outcome.won:
-            raise MessageAlreadyReceived(f"message with lookup id {lookup_id} was removed by "
-                                         "another receiver", queue=self.format_name)
-        message = self._message(record, entry)
-        moved = _copy(message, move_count=message.move_count + 1, lookup_id=None,
-                      arrived_time=None)
-        self.manager.write_system_copy(target.topics.data, moved)
-        view.claim(ReceiptAction.COMPLETED, completes=outcome.claim_id)
-        return moved
+        return self._system_action(view, entry, ReceiptAction.MOVE, target=subqueue)
 
     def mark_rejected(self, lookup_id: int, reason: str = "rejected by the receiving application") -> Message:
         """Reject a message (MSMQ ``MQMarkMessageRejected``, poison-message handling).
@@ -269,18 +258,8 @@ class MessageQueue:
         """
         view = self._open_view()
         entry = self._pending_by_lookup_id(view, lookup_id)
-        record = view.record(entry)
-        outcome = view.claim(ReceiptAction.REJECT, (entry.offset,),
-                             target=self.manager.dead_letter_topic, reason=reason[:1000])
-        if entry.offset not in outcome.won:
-            raise MessageAlreadyReceived(f"message with lookup id {lookup_id} was removed by "
-                                         "another receiver", queue=self.format_name)
-        message = self._message(record, entry)
-        self.manager.outputs.dead_letter(message, MessageClass.NACK_RECEIVE_REJECTED)
-        self.manager.outputs.acknowledge(message, MessageClass.NACK_RECEIVE_REJECTED,
-                                         self._single(), reason=reason)
-        view.claim(ReceiptAction.COMPLETED, completes=outcome.claim_id)
-        return message
+        return self._system_action(view, entry, ReceiptAction.REJECT,
+                                   target=self.manager.dead_letter_topic, reason=reason[:1000])
 
     def cursor(self) -> Cursor:
         """A cursor over this queue (``MQCreateCursor``): peek_current, peek_next,
@@ -403,7 +382,7 @@ class MessageQueue:
         if entry.offset not in outcome.won:
             return None
         try:
-            message = self._message(record, entry)
+            message = self._message(record, entry.offset)
         except EnvelopeError as exc:
             # Headers looked valid but the value is not an envelope: the receipt already removed
             # it, so dead-letter it now rather than lose it or hand garbage to the application.
@@ -437,22 +416,13 @@ class MessageQueue:
             return 0
         expired = 0
         for entry in view.state.expired(now):
-            record = view.record(entry)
-            outcome = view.claim(ReceiptAction.EXPIRE, (entry.offset,),
-                                 target=self.manager.dead_letter_topic,
-                                 reason="time-to-be-received elapsed")
-            if entry.offset not in outcome.won:
-                continue
             try:
-                message = self._message(record, entry)
-            except EnvelopeError as exc:
-                self._send_poison_to_dead_letter(record, str(exc))
-            else:
-                self.manager.outputs.dead_letter(message, MessageClass.NACK_RECEIVE_TIMEOUT)
-                self.manager.outputs.acknowledge(message, MessageClass.NACK_RECEIVE_TIMEOUT,
-                                                 self._single())
-                expired += 1
-            view.claim(ReceiptAction.COMPLETED, completes=outcome.claim_id)
+                if self._system_action(view, entry, ReceiptAction.EXPIRE,
+                                       target=self.manager.dead_letter_topic,
+                                       reason="time-to-be-received elapsed") is not None:
+                    expired += 1
+            except MessageAlreadyReceived:
+                continue  # another process expired or received it first
         return expired
 
     def _dead_letter_poison(self, view: QueueView) -> list[int]:
@@ -463,14 +433,83 @@ class MessageQueue:
         """
         moved = []
         for entry in view.state.poisoned():
-            record = view.record(entry)
-            outcome = view.claim(ReceiptAction.POISON, (entry.offset,),
-                                 target=self.manager.dead_letter_topic, reason="invalid envelope")
-            if entry.offset in outcome.won:
-                self._send_poison_to_dead_letter(record, "record headers are not a kmq envelope's")
-                view.claim(ReceiptAction.COMPLETED, completes=outcome.claim_id)
-                moved.append(entry.offset)
+            try:
+                self._system_action(view, entry, ReceiptAction.POISON,
+                                    target=self.manager.dead_letter_topic, reason="invalid envelope")
+            except MessageAlreadyReceived:
+                continue
+            moved.append(entry.offset)
         return moved
+
+    def _system_action(self, view: QueueView, entry: IndexEntry, action: ReceiptAction,
+                       target: str | None = None, reason: str | None = None) -> Message | None:
+        """Claim ``entry`` for a system action, perform its outputs, then close the claim.
+
+        Raises:
+            MessageAlreadyReceived: another receipt removed the message first.
+        """
+        record = view.record(entry)
+        outcome = view.claim(action, (entry.offset,), target=target, reason=reason)
+        if entry.offset not in outcome.won:
+            raise MessageAlreadyReceived(f"message with lookup id {entry.offset} was removed by "
+                                         "another receiver", queue=self.format_name)
+        result = self._perform(action, record, target, reason)
+        view.claim(ReceiptAction.COMPLETED, completes=outcome.claim_id)
+        return result
+
+    def _perform(self, action: ReceiptAction, record: Any, target: str | None,
+                 reason: str | None) -> Message | None:
+        """The outputs of a won system claim; recovery calls this again for claims a crashed
+        process left without COMPLETED (copies keep their id, so a redone copy is a duplicate
+        that queue views drop).
+
+        Returns:
+            Message | None: the message (MOVE: as written to the subqueue); None for poison.
+        """
+        if action is ReceiptAction.POISON:
+            self._send_poison_to_dead_letter(record, "record headers are not a kmq envelope's")
+            return None
+        try:
+            message = self._message(record, record.offset)
+        except EnvelopeError as exc:
+            self._send_poison_to_dead_letter(record, str(exc))
+            return None
+        outputs = self.manager.outputs
+        if action is ReceiptAction.MOVE:
+            moved = _copy(message, move_count=message.move_count + 1, lookup_id=None,
+                          arrived_time=None)
+            self.manager.write_system_copy(self._subqueue_destination(target or "").topics.data, moved)
+            return moved
+        message_class = (MessageClass.NACK_RECEIVE_TIMEOUT if action is ReceiptAction.EXPIRE
+                         else MessageClass.NACK_RECEIVE_REJECTED)
+        outputs.dead_letter(message, message_class)
+        outputs.acknowledge(message, message_class, self._single(), reason=reason)
+        return message
+
+    def _subqueue_destination(self, subqueue: str) -> Destination:
+        parent = parse_format_name(self._single().format_name)
+        return self.manager.resolve(parent.with_subqueue(subqueue))
+
+    def recover_claims(self, grace: float = 30.0) -> int:
+        """Redo the outputs of system claims (expire, move, reject, poison) that a crashed
+        process left without a COMPLETED receipt, once they are ``grace`` seconds old.
+
+        Returns:
+            int: claims completed.
+        """
+        view = self._open_view()
+        view.catch_up()
+        cutoff = _now_ms() - int(grace * 1000)
+        done = 0
+        for claim in view.state.incomplete_claims():
+            if claim.receipt.time_ms > cutoff:
+                continue  # its owner may still be working on it
+            for offset in claim.offsets:
+                self._perform(claim.receipt.action, view.fetch(offset), claim.receipt.target,
+                              claim.receipt.reason)
+            view.claim(ReceiptAction.COMPLETED, completes=claim.receipt.claim_id)
+            done += 1
+        return done
 
     def _send_poison_to_dead_letter(self, record: Any, reason: str) -> None:
         where = f"{record.topic}@{record.partition}:{record.offset}"
@@ -478,12 +517,12 @@ class MessageQueue:
             self.manager.poison_message(record.value, reason, self._single(), where))
 
     def _decode(self, view: QueueView, entry: IndexEntry) -> Message:
-        return self._message(view.record(entry), entry)
+        return self._message(view.record(entry), entry.offset)
 
-    def _message(self, record: Any, entry: IndexEntry) -> Message:
+    def _message(self, record: Any, lookup_id: int) -> Message:
         message = decode_message(record.value, record.headers, topic=record.topic,
                                  partition=record.partition, offset=record.offset)
-        message.lookup_id = entry.offset
+        message.lookup_id = lookup_id
         message.arrived_time = dt.datetime.fromtimestamp(record.timestamp_ms / 1000, dt.timezone.utc)
         return message
 

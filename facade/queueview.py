@@ -13,7 +13,7 @@ import os
 import time
 import uuid
 
-from facade.errors import BrokerError, BrokerUnavailable
+from facade.errors import BrokerError, BrokerUnavailable, MessageNotFound
 from facade.kafka import KafkaRecord, KafkaSession, map_kafka_errors
 from facade.message import Delivery
 from facade.queuestate import ClaimOutcome, IndexEntry, QueueState
@@ -43,6 +43,7 @@ class QueueView:
         self.state = QueueState()
         self._values: dict[int, KafkaRecord] = {}
         self._outcomes: dict[str, ClaimOutcome] = {}
+        self._session = session
         self._reader = session.reader()
         self._reader.assign({topics.data: 0, topics.receipts: 0})
         self._producer = session.producer(Delivery.RECOVERABLE)
@@ -84,6 +85,30 @@ class QueueView:
     def record(self, entry: IndexEntry) -> KafkaRecord:
         """The stored record of a pending entry."""
         return self._values[entry.offset]
+
+    def fetch(self, offset: int, timeout: float = 10.0) -> KafkaRecord:
+        """Read one data record by offset, even one already removed (recovery redoes claims).
+
+        Raises:
+            MessageNotFound: no record at ``offset`` (deleted by retention, or never written).
+        """
+        reader = self._session.reader()
+        try:
+            reader.assign({self.topics.data: offset})
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                for record in reader.poll(0.05):
+                    if record.offset == offset:
+                        return record
+                    if record.offset > offset:
+                        break
+                else:
+                    continue
+                break
+        finally:
+            reader.close()
+        raise MessageNotFound(f"no record at offset {offset} of {self.topics.data!r}",
+                              queue=self.topics.data)
 
     def _add_data(self, record: KafkaRecord) -> None:
         entry = IndexEntry.from_record(record.offset, len(record.value or b""), record.headers)

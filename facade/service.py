@@ -42,12 +42,15 @@ class QueueManagerService:
         manager (QueueManager): the queue manager to serve.
     """
 
-    def __init__(self, manager: QueueManager):
+    def __init__(self, manager: QueueManager, claim_grace: float = 30.0):
         self.manager = manager
+        #: Seconds before a system claim without COMPLETED is considered abandoned and redone.
+        self.claim_grace = claim_grace
         self._queues: dict[str, MessageQueue] = {}
 
     def sweep(self) -> SweepReport:
-        """Expire due messages and dead-letter poison records in every queue, once."""
+        """Expire due messages, dead-letter poison records and redo abandoned system claims in
+        every queue, once."""
         started = time.monotonic()
         expired = 0
         current = {p.path_name for p in self.manager.list_queues()}
@@ -59,6 +62,7 @@ class QueueManagerService:
                 queue = self._queues.get(path) or self._queues.setdefault(
                     path, self.manager.open_queue(path))
                 expired += queue.expire_due()
+                queue.recover_claims(self.claim_grace)
             except QueueNotFound:
                 # Deleted between listing and sweeping: nothing left to expire.
                 self._queues.pop(path, None)

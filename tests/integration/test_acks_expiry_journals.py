@@ -212,3 +212,43 @@ def test_journal_copies_do_not_expire(qm: QueueManager) -> None:
         assert kept.id == sent.id and kept.time_to_be_received is None
     with pytest.raises(ReceiveTimeout):
         qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=0.5)
+
+
+def test_recovery_completes_system_claims_left_by_a_crashed_process(qm: QueueManager) -> None:
+    from facade.queueview import QueueView
+    from facade.receipts import ReceiptAction
+
+    q = qm.create_queue(r".\private$\crashy")
+    expiring = q.send(Message(body=b"e", time_to_be_received=0.2, journal=JournalLevel.DEADLETTER),
+                      wait=True)
+    moving = q.send(Message(body=b"m"), wait=True)
+    time.sleep(0.4)
+    # A process that claimed both and died before writing the outputs (no COMPLETED receipt).
+    crashed = QueueView(qm.session, q.destinations[0].topics, claimant="crashed")
+    crashed.catch_up()
+    offsets = {e.message_id: e.offset for e in crashed.state.expired(10**15)}
+    crashed.claim(ReceiptAction.EXPIRE, (offsets[str(expiring.id)],),
+                  target=qm.dead_letter_topic, reason="time-to-be-received elapsed")
+    move_offset = crashed.state.by_message_id(str(moving.id)).offset
+    crashed.claim(ReceiptAction.MOVE, (move_offset,), target="poison")
+    crashed.close()
+
+    assert q.recover_claims(grace=3600) == 0, "young claims belong to their (maybe live) owner"
+    assert q.recover_claims(grace=0) == 2
+    assert q.recover_claims(grace=0) == 0, "completed claims are not redone"
+    dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
+    assert dead.id == expiring.id and dead.message_class is MessageClass.NACK_RECEIVE_TIMEOUT
+    sub = qm.open_queue(rf"DIRECT=OS:{qm.name}\private$\crashy;poison").receive(timeout=10)
+    assert sub.id == moving.id and sub.move_count == 1
+    assert q.count() == 0
+
+
+def test_journal_quota_stops_journaling_not_receiving(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\jq", journal=True, journal_quota_kb=1)
+    first = q.send(Message(body=b"a" * 600), wait=True)
+    second = q.send(Message(body=b"b" * 600), wait=True)
+    assert [q.receive(timeout=10).id for _ in range(2)] == [first.id, second.id]
+    journal = qm.open_queue(rf"DIRECT=OS:{qm.name}\private$\jq;JOURNAL")
+    assert journal.receive(timeout=10).id == first.id
+    with pytest.raises(ReceiveTimeout):
+        journal.receive(timeout=0.5)

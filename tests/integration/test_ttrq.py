@@ -133,3 +133,26 @@ def _utcnow():
     import datetime as dt
 
     return dt.datetime.now(dt.timezone.utc)
+
+
+def test_record_past_ttrq_left_by_a_dead_sender_is_dead_lettered_and_nacked(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\late")
+    admin = qm.create_queue(r".\private$\lateadmin")
+    message = Message(id=qm.ids.new(), body=b"too late", delivery=Delivery.RECOVERABLE,
+                      sent_time=_utcnow(), destination_queue=q.destinations[0].format_name,
+                      time_to_reach_queue=1.0, journal=JournalLevel.DEADLETTER,
+                      acknowledge=Acknowledgment.NACK_REACH_QUEUE,
+                      admin_queue=rf"DIRECT=OS:{qm.name}\private$\lateadmin")
+    record = encode_message(message)
+    store = OutgoingQueue(qm.config.home / "outgoing" / f"{qm.name}.sqlite")
+    store.put(OutgoingRecord(topic=q.destinations[0].topics.data, key=record.key, value=record.value,
+                             headers=tuple(record.headers), message_id=str(message.id),
+                             deadline_ms=1, purpose=f"message:{_dead_pid()}", created_ms=0))
+    store.close()
+    with QueueManager.open(qm.config) as reopened:
+        assert reopened.sender.outgoing.count() == 0
+    dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
+    assert dead.id == message.id and dead.message_class is MessageClass.NACK_REACH_QUEUE_TIMEOUT
+    assert admin.receive(timeout=10).message_class is MessageClass.NACK_REACH_QUEUE_TIMEOUT
+    with pytest.raises(Exception, match="no message"):
+        q.receive(timeout=0.5)
