@@ -296,7 +296,7 @@ class TopicReader:
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
             # Receives wait on other processes' receipts: keep fetch latency low.
-            "fetch.wait.max.ms": 10,
+            "fetch.wait.max.ms": 2,
             "fetch.queue.backoff.ms": 1,
         })
         self._assigned: dict[str, int] = {}
@@ -316,7 +316,13 @@ class TopicReader:
             BrokerUnavailable, BrokerError: as mapped from Kafka.
         """
         with map_kafka_errors("read topics"):
-            batch = self._consumer.consume(max_records, timeout)
+            # consume() waits for max_records or the whole timeout; a receive waiting for one
+            # receipt must wake on the first record, so drain what is there, then block in poll().
+            batch = self._consumer.consume(max_records, 0)
+            if not batch and timeout > 0:
+                first = self._consumer.poll(timeout)
+                if first is not None:
+                    batch = [first, *self._consumer.consume(max_records - 1, 0)]
         records = []
         for msg in batch:
             error = msg.error()

@@ -46,7 +46,8 @@ class QueueView:
         self._session = session
         self._reader = session.reader()
         self._reader.assign({topics.data: 0, topics.receipts: 0})
-        self._producer = session.producer(Delivery.RECOVERABLE)
+        # Receipts are single, latency-critical records: no batching delay.
+        self._producer = session.producer(Delivery.RECOVERABLE, extra={"linger.ms": 0})
 
     # -- reading -------------------------------------------------------------------------------
 

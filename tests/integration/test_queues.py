@@ -173,7 +173,8 @@ def test_two_receiver_processes_never_get_the_same_message(
     q = qm.create_queue(r".\private$\shared")
     outs = [tmp_path / "r1.txt", tmp_path / "r2.txt"]
     receivers = [_start_receiver(broker, qm, out) for out in outs]
-    total = 200
+    # Enough messages that both receivers are busy at once (a receive takes a few ms).
+    total = 1000
     for i in range(total):
         q.send(Message(body=str(i).encode()))
     q.send(Message(body=b"end"), wait=True)
