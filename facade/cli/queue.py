@@ -133,19 +133,22 @@ def _message_dict(m: Message) -> dict:
             "body": m.body.decode("utf-8", "replace")}
 
 
-def receive(queue: str = QueueArg,
-            timeout: float = typer.Option(5.0, help="Seconds to wait for a message."),
-            as_json: bool = JsonOption) -> None:
+TimeoutOption = typer.Option(5.0, help="Seconds to wait for a message.")
+
+
+def _first_message(queue: str, timeout: float, as_json: bool, remove: bool) -> None:
+    with _manager() as qm:
+        handle = qm.open_queue(queue)
+        message = handle.receive(timeout=timeout) if remove else handle.peek(timeout=timeout)
+    title = "message received" if remove else "message peeked"
+    emit(_message_dict(message), as_json, lambda d: key_value_table(title, d))
+
+
+def receive(queue: str = QueueArg, timeout: float = TimeoutOption, as_json: bool = JsonOption) -> None:
     """Remove and print the first message (highest priority, then oldest)."""
-    with _manager() as qm:
-        message = qm.open_queue(queue).receive(timeout=timeout)
-    emit(_message_dict(message), as_json, lambda d: key_value_table("message received", d))
+    _first_message(queue, timeout, as_json, remove=True)
 
 
-def peek(queue: str = QueueArg,
-         timeout: float = typer.Option(5.0, help="Seconds to wait for a message."),
-         as_json: bool = JsonOption) -> None:
+def peek(queue: str = QueueArg, timeout: float = TimeoutOption, as_json: bool = JsonOption) -> None:
     """Print the first message without removing it."""
-    with _manager() as qm:
-        message = qm.open_queue(queue).peek(timeout=timeout)
-    emit(_message_dict(message), as_json, lambda d: key_value_table("message peeked", d))
+    _first_message(queue, timeout, as_json, remove=False)
