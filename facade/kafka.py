@@ -42,11 +42,14 @@ __all__ = [
     "KafkaSession",
     "TopicReader",
     "map_kafka_errors",
+    "produce_and_wait",
     "resolve_bootstrap_servers",
 ]
 
 #: Seconds an administrative request (create, delete, metadata) may take.
 ADMIN_TIMEOUT = 15.0
+#: Seconds ``read_to_end`` always reads first: a few fetch cycles, so watermarks are current.
+_SETTLE = 0.03
 
 _UNAVAILABLE = {
     KafkaError._TRANSPORT,
@@ -354,25 +357,47 @@ class TopicReader:
                     return False
         return True
 
-    def end_offsets(self, topics: Iterable[str], timeout: float = ADMIN_TIMEOUT) -> dict[str, int]:
-        """The next offset to be written in each topic (the high watermark), asked of the broker."""
-        result = {}
-        for topic in topics:
-            with map_kafka_errors("query end offset", topic):
-                _low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, 0), timeout=timeout, cached=False)
-            result[topic] = high
-        return result
+    def read_to_end(self, topics: Sequence[str], timeout: float) -> Iterator[list[KafkaRecord]]:
+        """Yield batches of records until every topic is read up to what the broker holds now.
+
+        Reads at least ``_SETTLE`` seconds first, so that the fetch-response watermarks
+        :meth:`caught_up` relies on reflect records acknowledged before the call.
+
+        Raises:
+            BrokerUnavailable: not caught up within ``timeout`` seconds.
+        """
+        started = time.monotonic()
+        while time.monotonic() - started < _SETTLE or not self.caught_up(topics):
+            if time.monotonic() - started > timeout:
+                raise BrokerUnavailable(f"could not read {', '.join(topics)} up to the end within "
+                                        f"{timeout:g} s", hint="check that the Kafka broker is running")
+            yield self.poll(0.01)
 
     def close(self) -> None:
         """Leave and release the consumer."""
         self._consumer.close()
 
 
-def wait_delivered(producer: Producer, timeout: float) -> int:
-    """Flush ``producer``, returning how many records are still undelivered after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    remaining = producer.flush(timeout)
-    while remaining and time.monotonic() < deadline:
-        remaining = producer.flush(max(0.0, deadline - time.monotonic()))
-    return remaining
+def produce_and_wait(producer: Producer, topic: str, value: bytes | None, *, key: bytes | None = None,
+                     headers: Sequence[tuple[str, bytes]] | None = None, timeout: float = 30.0,
+                     operation: str = "write") -> int:
+    """Produce one record and wait for the broker's acknowledgment.
+
+    Returns:
+        int: the record's offset.
+
+    Raises:
+        BrokerUnavailable: not acknowledged within ``timeout`` seconds.
+        BrokerError (or a more specific MessageQueueError): the broker rejected the record.
+    """
+    outcome: list[Any] = []
+    with map_kafka_errors(operation, topic):
+        producer.produce(topic, value=value, key=key, headers=headers,
+                         on_delivery=lambda err, msg: outcome.append((err, msg)))
+    if producer.flush(timeout) and not outcome:
+        raise BrokerUnavailable(f"{operation} to {topic!r} not acknowledged within {timeout:g} s",
+                                hint="check that the Kafka broker is running")
+    err, msg = outcome[0]
+    if err is not None:
+        raise kafka_error_to_queue_error(err, operation, topic)
+    return int(msg.offset())

@@ -18,8 +18,6 @@ from typing import Any
 from facade.config import KmqConfig
 from facade.envelope import encode_message
 from facade.errors import (
-    BrokerError,
-    BrokerUnavailable,
     QueueExists,
     QueueNotFound,
     UnsupportedFormatNameOperation,
@@ -34,7 +32,7 @@ from facade.formatnames import (
     parse_path_name,
     parse_queue_reference,
 )
-from facade.kafka import KafkaSession, map_kafka_errors, resolve_bootstrap_servers
+from facade.kafka import KafkaSession, produce_and_wait, resolve_bootstrap_servers
 from facade.message import Delivery, Message, MessageClass
 from facade.outputs import SystemOutputs
 from facade.sender import Sender
@@ -371,15 +369,8 @@ class QueueManager:
             BrokerError: the broker rejected the record.
         """
         record = encode_message(message)
-        producer = self.producer(Delivery.RECOVERABLE)
-        errors: list[str] = []
-        with map_kafka_errors("write system queue", topic):
-            producer.produce(topic, value=record.value, key=record.key, headers=record.headers,
-                             on_delivery=lambda err, _m: err and errors.append(err.str()))
-        if producer.flush(timeout):
-            raise BrokerUnavailable(f"write to {topic!r} not acknowledged within {timeout:g} s")
-        if errors:
-            raise BrokerError(f"write to {topic!r} failed: {errors[0]}")
+        produce_and_wait(self.producer(Delivery.RECOVERABLE), topic, record.value, key=record.key,
+                         headers=record.headers, timeout=timeout, operation="write system queue")
 
     def system_topic(self, queue: SystemQueue) -> str:
         """The data topic of one of this queue manager's system queues."""

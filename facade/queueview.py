@@ -13,17 +13,15 @@ import os
 import time
 import uuid
 
-from facade.errors import BrokerError, BrokerUnavailable, MessageNotFound
-from facade.kafka import KafkaRecord, KafkaSession, map_kafka_errors
+from facade.errors import BrokerUnavailable, MessageNotFound
+from facade.kafka import KafkaRecord, KafkaSession, produce_and_wait
 from facade.message import Delivery
 from facade.queuestate import ClaimOutcome, IndexEntry, QueueState
-from facade.receipts import Receipt, ReceiptAction, decode_receipt, encode_receipt, new_claim
+from facade.receipts import ReceiptAction, decode_receipt, encode_receipt, new_claim
 from facade.topics import QueueTopics
 
 __all__ = ["QueueView"]
 
-#: Seconds of reading that ``catch_up`` always does first (two fetch cycles and then some).
-_SETTLE = 0.03
 #: Seconds a claim may wait for its own receipt to come back before the broker is deemed gone.
 CLAIM_TIMEOUT = 30.0
 
@@ -42,6 +40,7 @@ class QueueView:
         self.claimant = claimant or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.state = QueueState()
         self._values: dict[int, KafkaRecord] = {}
+        self._awaiting: set[str] = set()
         self._outcomes: dict[str, ClaimOutcome] = {}
         self._session = session
         self._reader = session.reader()
@@ -57,7 +56,9 @@ class QueueView:
         Returns:
             int: number of records applied.
         """
-        records = self._reader.poll(timeout)
+        return self._apply(self._reader.poll(timeout))
+
+    def _apply(self, records: list[KafkaRecord]) -> int:
         for record in records:
             if record.topic == self.topics.data:
                 self._add_data(record)
@@ -71,17 +72,8 @@ class QueueView:
         Raises:
             BrokerUnavailable: not caught up within ``timeout`` seconds.
         """
-        deadline = time.monotonic() + timeout
-        started = time.monotonic()
-        topics = (self.topics.data, self.topics.receipts)
-        # Let at least two fetch cycles (fetch.wait.max.ms = 10) complete after the call, so the
-        # watermarks reflect records acknowledged before it.
-        while time.monotonic() - started < _SETTLE or not self._reader.caught_up(topics):
-            if time.monotonic() > deadline:
-                raise BrokerUnavailable(f"could not read {self.topics.data!r} up to its end "
-                                        f"within {timeout:g} s",
-                                        hint="check that the Kafka broker is running")
-            self.refresh(0.01)
+        for batch in self._reader.read_to_end((self.topics.data, self.topics.receipts), timeout):
+            self._apply(batch)
 
     def record(self, entry: IndexEntry) -> KafkaRecord:
         """The stored record of a pending entry."""
@@ -123,7 +115,10 @@ class QueueView:
         outcome = self.state.apply(receipt, record.offset)
         for offset in outcome.won:
             self._values.pop(offset, None)
-        self._outcomes[receipt.claim_id] = outcome
+        # Keep only the verdicts this view is waiting for: other processes' receipts flow
+        # through here too, and storing theirs would grow without bound.
+        if receipt.claim_id in self._awaiting:
+            self._outcomes[receipt.claim_id] = outcome
 
     # -- claiming ------------------------------------------------------------------------------
 
@@ -142,33 +137,20 @@ class QueueView:
             BrokerUnavailable: the receipt was not acknowledged, or not read back, in time.
         """
         receipt = new_claim(action, offsets, self.claimant, **fields)
-        self._append(receipt)
-        deadline = time.monotonic() + CLAIM_TIMEOUT
-        while receipt.claim_id not in self._outcomes:
-            if time.monotonic() > deadline:
-                raise BrokerUnavailable(
-                    f"receipt {receipt.claim_id} for {self.topics.data!r} was not read back "
-                    f"within {CLAIM_TIMEOUT:g} s")
-            self.refresh(0.05)
-        return self._outcomes.pop(receipt.claim_id)
-
-    def _append(self, receipt: Receipt) -> None:
-        errors: list[str] = []
-
-        def on_delivery(err, _msg) -> None:
-            if err is not None:
-                errors.append(err.str())
-
-        with map_kafka_errors("append receipt", self.topics.receipts):
-            self._producer.produce(self.topics.receipts, value=encode_receipt(receipt),
-                                   on_delivery=on_delivery)
-        remaining = self._producer.flush(CLAIM_TIMEOUT)
-        if errors:
-            raise BrokerError(f"receipt for {self.topics.data!r} was rejected: {errors[0]}")
-        if remaining:
-            raise BrokerUnavailable(
-                f"receipt for {self.topics.data!r} was not acknowledged within {CLAIM_TIMEOUT:g} s",
-                hint="check that the Kafka broker is running")
+        self._awaiting.add(receipt.claim_id)
+        try:
+            produce_and_wait(self._producer, self.topics.receipts, encode_receipt(receipt),
+                             timeout=CLAIM_TIMEOUT, operation="append receipt")
+            deadline = time.monotonic() + CLAIM_TIMEOUT
+            while receipt.claim_id not in self._outcomes:
+                if time.monotonic() > deadline:
+                    raise BrokerUnavailable(
+                        f"receipt {receipt.claim_id} for {self.topics.data!r} was not read back "
+                        f"within {CLAIM_TIMEOUT:g} s")
+                self.refresh(0.05)
+            return self._outcomes.pop(receipt.claim_id)
+        finally:
+            self._awaiting.discard(receipt.claim_id)
 
     def close(self) -> None:
         """Close the reader and flush the producer."""

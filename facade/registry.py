@@ -16,8 +16,8 @@ import uuid
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from facade.errors import BrokerError, BrokerUnavailable, InvalidParameter
-from facade.kafka import KafkaSession, map_kafka_errors, wait_delivered
+from facade.errors import InvalidParameter
+from facade.kafka import KafkaSession, produce_and_wait
 from facade.message import Delivery
 from facade.topics import QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_REGISTRY_TOPIC
 
@@ -25,7 +25,6 @@ __all__ = ["QueueManagerRecord", "QueueProperties", "Registry"]
 
 #: Registry topics are compacted: only the latest record per key matters.
 _REGISTRY_TOPIC_CONFIG = {"cleanup.policy": "compact"}
-_SETTLE = 0.03
 _SCAN_TIMEOUT = 15.0
 #: PROPID_Q_LABEL limit in characters.
 MAX_QUEUE_LABEL_LENGTH = 124
@@ -190,28 +189,13 @@ class Registry:
     def _write(self, topic: str, key: str, value: bytes | None) -> None:
         if self._producer is None:
             self._producer = self._session.producer(Delivery.RECOVERABLE)
-        errors: list = []
-        with map_kafka_errors("write registry", topic):
-            self._producer.produce(topic, key=key.encode(), value=value,
-                                   on_delivery=lambda err, _msg: err and errors.append(err))
-        if wait_delivered(self._producer, 30.0) or errors:
-            raise BrokerError(f"registry write to {topic!r} for {key!r} was not acknowledged: {errors}")
+        produce_and_wait(self._producer, topic, value, key=key.encode(), operation="write registry")
 
     def _scan(self, topic: str) -> list[tuple[str, bytes | None]]:
         reader = self._session.reader()
         try:
             reader.assign({topic: 0})
-            out: list[tuple[str, bytes | None]] = []
-            deadline = time.monotonic() + _SCAN_TIMEOUT
-            started = time.monotonic()
-            # The end is the fetch response's high watermark (see TopicReader.caught_up); a few
-            # fetch cycles first make it reflect writes acknowledged before this call.
-            while time.monotonic() - started < _SETTLE or not reader.caught_up([topic]):
-                if time.monotonic() > deadline:
-                    raise BrokerUnavailable(f"could not read registry {topic!r} within "
-                                            f"{_SCAN_TIMEOUT:g} s")
-                for record in reader.poll(0.01):
-                    out.append(((record.key or b"").decode(), record.value))
-            return out
+            return [((record.key or b"").decode(), record.value)
+                    for batch in reader.read_to_end([topic], _SCAN_TIMEOUT) for record in batch]
         finally:
             reader.close()

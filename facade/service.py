@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from facade.errors import QueueNotFound
@@ -69,13 +70,19 @@ class QueueManagerService:
         return SweepReport(len(current), expired, time.monotonic() - started)
 
     def run(self, interval: float = 1.0, stop: threading.Event | None = None,
-            sweeps: int | None = None) -> None:
-        """Sweep every ``interval`` seconds until ``stop`` is set or ``sweeps`` sweeps are done."""
+            sweeps: int | None = None,
+            on_sweep: Callable[[SweepReport], None] | None = None) -> None:
+        """Sweep every ``interval`` seconds until ``stop`` is set or ``sweeps`` sweeps are done,
+        passing each report to ``on_sweep``."""
         stop = stop or threading.Event()
         done = 0
-        while not stop.is_set() and (sweeps is None or done < sweeps):
-            self.sweep()
+        while not stop.is_set():
+            report = self.sweep()
             done += 1
+            if on_sweep is not None:
+                on_sweep(report)
+            if sweeps is not None and done >= sweeps:
+                return
             stop.wait(interval)
 
     def close(self) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import typer
 from rich.console import Console
@@ -11,7 +10,7 @@ from rich.console import Console
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
 from facade.formatnames import SystemQueue
 from facade.manager import QueueManager
-from facade.service import QueueManagerService
+from facade.service import QueueManagerService, SweepReport
 
 app = typer.Typer(help="Initialise, inspect and run the queue manager.", no_args_is_help=True)
 
@@ -48,18 +47,18 @@ def run(interval: float = typer.Option(1.0, help="Seconds between sweeps."),
     Example: kmq qm run --interval 2
     """
     console = Console(stderr=True)
+
+    def report(sweep: SweepReport) -> None:
+        if once:
+            emit(dataclasses.asdict(sweep), as_json,
+                 lambda d: f"swept {d['queues']} queue(s), expired {d['expired']}")
+        elif sweep.expired:
+            console.print(f"expired {sweep.expired} message(s) in {sweep.queues} queue(s)")
+
     with fail_on_errors(), QueueManager.open() as qm:
         service = QueueManagerService(qm)
         try:
-            while True:
-                report = service.sweep()
-                if once:
-                    emit(dataclasses.asdict(report), as_json,
-                         lambda d: f"swept {d['queues']} queue(s), expired {d['expired']}")
-                    return
-                if report.expired:
-                    console.print(f"expired {report.expired} message(s) in {report.queues} queue(s)")
-                time.sleep(interval)
+            service.run(interval, sweeps=1 if once else None, on_sweep=report)
         except KeyboardInterrupt:
             console.print("stopped")
         finally:

@@ -239,3 +239,18 @@ def test_poison_records_go_to_the_dead_letter_queue_without_stopping_receive(
         assert m.properties["kmq.reason"] and m.properties["kmq.source"].startswith(topic)
     with pytest.raises(ReceiveTimeout):
         q.receive(timeout=0.5)
+
+
+def test_a_view_keeps_no_verdicts_of_other_receivers_claims(qm: QueueManager) -> None:
+    """Receipts of every receiver flow through every view; only awaited verdicts are kept."""
+    q = qm.create_queue(r".\private$\verdicts")
+    watcher = qm.open_queue(r".\private$\verdicts")
+    for i in range(20):
+        q.send(Message(body=bytes([i])), wait=i == 19)
+    for _ in range(20):
+        q.receive(timeout=10)
+    view = watcher._open_view()
+    view.catch_up()
+    assert view.state.pending_count() == 0
+    assert view._outcomes == {} and view._awaiting == set()
+    assert q._open_view()._outcomes == {}
