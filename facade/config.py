@@ -4,24 +4,43 @@ Sources, strongest first: keyword arguments to :meth:`KmqConfig.load`, environme
 ``kmq.toml`` file, and the defaults. With nothing configured, kmq uses the local dev stack
 (``kmq dev up``): a Kafka-API broker on loopback and the embedded directory under ``KMQ_HOME``.
 
-========================== ============================ =======================================
-Environment variable       ``kmq.toml`` key             Meaning
-========================== ============================ =======================================
-``KMQ_CONFIG``             (n/a)                        path of the ``kmq.toml`` to read
-``KMQ_BOOTSTRAP_SERVERS``  ``bootstrap_servers``        Kafka ``bootstrap.servers``; unset: dev
-                                                        stack broker
-``KMQ_DIRECTORY_URL``      ``directory.url``            ``ldap://host:port``, ``ldaps://...`` or
-                                                        ``embedded:PATH``; unset: embedded store
-                                                        under ``KMQ_HOME``
-``KMQ_DIRECTORY_BASE_DN``  ``directory.base_dn``        directory suffix (``dc=kmq,dc=local``)
-``KMQ_DIRECTORY_BIND_DN``  ``directory.bind_dn``        simple-bind DN
-``KMQ_DIRECTORY_PASSWORD`` ``directory.password``       simple-bind password
-``KMQ_DIRECTORY_STARTTLS`` ``directory.starttls``       ``1``/``true``: StartTLS on ``ldap://``
-``KMQ_HOME``               ``home``                     state directory (``~/.kmq``)
-``KMQ_QUEUE_MANAGER``      ``queue_manager``            queue manager (machine) name; default
-                                                        this host's name, lowercased
-(n/a)                      ``[kafka]`` table            extra librdkafka properties (TLS, SASL)
-========================== ============================ =======================================
+================================ ============================ ==================================
+Environment variable             ``kmq.toml`` key             Meaning
+================================ ============================ ==================================
+``KMQ_CONFIG``                   (n/a)                        path of the ``kmq.toml`` to read
+``KMQ_BOOTSTRAP_SERVERS``        ``bootstrap_servers``        Kafka ``bootstrap.servers``;
+                                                              unset: dev stack broker
+``KMQ_DIRECTORY_URL``            ``directory.url``            ``ldap://host:port``,
+                                                              ``ldaps://...``, ``ldapi://...``,
+                                                              ``embedded:PATH`` or ``none``
+                                                              (workgroup mode: no directory);
+                                                              unset: embedded store under
+                                                              ``KMQ_HOME``
+``KMQ_DIRECTORY_BASE_DN``        ``directory.base_dn``        directory suffix
+                                                              (``dc=kmq,dc=local``)
+``KMQ_DIRECTORY_BIND_DN``        ``directory.bind_dn``        simple-bind DN (SASL: user name)
+``KMQ_DIRECTORY_PASSWORD``       ``directory.password``       bind password
+``KMQ_DIRECTORY_STARTTLS``       ``directory.starttls``       ``1``/``true``: StartTLS on
+                                                              ``ldap://``
+``KMQ_DIRECTORY_CA_FILE``        ``directory.ca_file``        PEM CA bundle to verify the LDAP
+                                                              server; unset: system trust store
+``KMQ_DIRECTORY_CERT_FILE``      ``directory.cert_file``      PEM client certificate (TLS client
+                                                              auth, SASL EXTERNAL)
+``KMQ_DIRECTORY_KEY_FILE``       ``directory.key_file``       PEM private key of ``cert_file``
+``KMQ_DIRECTORY_SASL_MECHANISM`` ``directory.sasl_mechanism`` ``EXTERNAL``, ``DIGEST-MD5`` or
+                                                              ``PLAIN``; unset: simple bind
+``KMQ_DIRECTORY_TIMEOUT``        ``directory.timeout``        LDAP connect and response timeout
+                                                              in seconds (default 5)
+``KMQ_HOME``                     ``home``                     state directory (``~/.kmq``)
+``KMQ_QUEUE_MANAGER``            ``queue_manager``            queue manager (machine) name;
+                                                              default this host's name,
+                                                              lowercased
+``KMQ_PRINCIPAL``                ``principal``                the caller's identity for MSMQ
+                                                              access checks; default the login
+                                                              name (``getpass.getuser()``)
+(n/a)                            ``[kafka]`` table            extra librdkafka properties (TLS,
+                                                              SASL)
+================================ ============================ ==================================
 
 A ``kmq.toml`` is read from ``KMQ_CONFIG`` if set, else ``./kmq.toml``, else
 ``$KMQ_HOME/kmq.toml``. Unknown keys are rejected, so a misspelling is an error, not a silent
@@ -30,6 +49,8 @@ default.
 
 from __future__ import annotations
 
+import getpass
+import math
 import os
 import socket
 import tomllib
@@ -41,15 +62,47 @@ from typing import Any
 
 from facade.errors import ConfigurationError
 
-__all__ = ["DEFAULT_BASE_DN", "DEFAULT_HOME", "DirectorySettings", "KmqConfig"]
+__all__ = [
+    "DEFAULT_BASE_DN",
+    "DEFAULT_DIRECTORY_TIMEOUT",
+    "DEFAULT_HOME",
+    "SASL_MECHANISMS",
+    "WORKGROUP_URL",
+    "DirectorySettings",
+    "KmqConfig",
+]
 
 #: Default state directory when ``KMQ_HOME`` is not set.
 DEFAULT_HOME = Path("~/.kmq")
 #: Default directory suffix (matches ``deploy/ldap/bootstrap.ldif``).
 DEFAULT_BASE_DN = "dc=kmq,dc=local"
 
-_TOP_KEYS = {"bootstrap_servers", "home", "queue_manager", "directory", "kafka"}
-_DIRECTORY_KEYS = {"url", "base_dn", "bind_dn", "password", "starttls"}
+_TOP_KEYS = {"bootstrap_servers", "home", "queue_manager", "principal", "directory", "kafka"}
+_DIRECTORY_KEYS = {
+    "url",
+    "base_dn",
+    "bind_dn",
+    "password",
+    "starttls",
+    "ca_file",
+    "cert_file",
+    "key_file",
+    "sasl_mechanism",
+    "timeout",
+}
+#: ``directory.url`` value meaning "no directory": MSMQ's workgroup mode.
+WORKGROUP_URL = "none"
+#: SASL mechanisms the LDAP store can bind with (upper case, as ldap3 and RFC 4422 spell them).
+SASL_MECHANISMS = ("EXTERNAL", "DIGEST-MD5", "PLAIN")
+#: Default LDAP connect and response timeout, in seconds.
+DEFAULT_DIRECTORY_TIMEOUT = 5.0
+#: Optional string settings of the directory read verbatim from the environment.
+_DIRECTORY_STRING_VARIABLES = (
+    ("KMQ_DIRECTORY_CA_FILE", "ca_file"),
+    ("KMQ_DIRECTORY_CERT_FILE", "cert_file"),
+    ("KMQ_DIRECTORY_KEY_FILE", "key_file"),
+    ("KMQ_DIRECTORY_SASL_MECHANISM", "sasl_mechanism"),
+)
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -59,12 +112,23 @@ class DirectorySettings:
     """Where the directory of public objects (MSMQ's Active Directory role) lives.
 
     Attributes:
-        url (str | None): ``ldap://host:port``, ``ldaps://host:port`` or ``embedded:PATH``;
-            None means the embedded store at ``<home>/directory.json``.
+        url (str | None): ``ldap://host:port``, ``ldaps://host:port``, ``ldapi://<socket>``,
+            ``embedded:PATH``, or ``none`` for MSMQ's workgroup mode (no directory: no public
+            queues, aliases or distribution lists); None means the embedded store at
+            ``<home>/directory.json``.
         base_dn (str): the suffix under which kmq's entries live.
-        bind_dn (str | None): DN for a simple bind; None binds anonymously.
+        bind_dn (str | None): DN for a simple bind, or the user name for SASL DIGEST-MD5/PLAIN;
+            None binds anonymously (or, with SASL EXTERNAL, as the TLS/ldapi identity).
         password (str | None): password for ``bind_dn``. Never printed.
         starttls (bool): upgrade an ``ldap://`` connection with StartTLS.
+        ca_file (str | None): PEM file of the CA(s) that sign the LDAP server's certificate;
+            None trusts the system's CA store.
+        cert_file (str | None): PEM client certificate presented in the TLS handshake (for SASL
+            EXTERNAL, or a server that requires client certificates).
+        key_file (str | None): PEM private key of ``cert_file`` (unencrypted).
+        sasl_mechanism (str | None): ``EXTERNAL``, ``DIGEST-MD5`` or ``PLAIN`` (validated by
+            :meth:`KmqConfig.load`, which also upper-cases it); None means a simple bind.
+        timeout (float): seconds to wait for the TCP connect and for each LDAP response.
     """
 
     url: str | None = None
@@ -72,10 +136,20 @@ class DirectorySettings:
     bind_dn: str | None = None
     password: str | None = field(default=None, repr=False)
     starttls: bool = False
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    sasl_mechanism: str | None = None
+    timeout: float = DEFAULT_DIRECTORY_TIMEOUT
+
+    @property
+    def is_workgroup(self) -> bool:
+        """True for ``url = "none"``: MSMQ workgroup mode, no directory of public objects."""
+        return self.url is not None and self.url.strip().lower() == WORKGROUP_URL
 
     @property
     def is_embedded(self) -> bool:
-        """True when the embedded ldap3 MOCK_SYNC store is used."""
+        """True when the embedded ldap3 MOCK_SYNC store is used (never in workgroup mode)."""
         return self.url is None or self.url.startswith("embedded:")
 
 
@@ -88,6 +162,8 @@ class KmqConfig:
             None means "use the local dev stack broker".
         home (Path): state directory (outgoing queue, dev stack state, embedded directory).
         queue_manager (str): this queue manager's (MSMQ machine's) name, lowercase.
+        principal (str): the caller's identity that MSMQ access checks (send, receive, peek,
+            ...) are made for; by default the login name of the process's user.
         directory (DirectorySettings): the directory of public objects.
         kafka_options (Mapping[str, str]): extra librdkafka properties, e.g.
             ``security.protocol``, ``sasl.mechanism``, ``ssl.ca.location``.
@@ -96,19 +172,18 @@ class KmqConfig:
     bootstrap_servers: str | None = None
     home: Path = DEFAULT_HOME.expanduser()
     queue_manager: str = field(default_factory=lambda: _default_queue_manager())
+    principal: str = field(default_factory=lambda: _default_principal())
     directory: DirectorySettings = DirectorySettings()
     kafka_options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
-    def load(
-        cls, environ: Mapping[str, str] | None = None, **overrides: Any
-    ) -> KmqConfig:
+    def load(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> KmqConfig:
         """Read the configuration from ``kmq.toml``, the environment and ``overrides``.
 
         Args:
             environ (Mapping[str, str] | None): environment to read; default ``os.environ``.
             **overrides: field values that win over everything else (``bootstrap_servers``,
-                ``home``, ``queue_manager``, ``directory``, ``kafka_options``).
+                ``home``, ``queue_manager``, ``principal``, ``directory``, ``kafka_options``).
 
         Returns:
             KmqConfig: the resolved configuration.
@@ -140,6 +215,15 @@ class KmqConfig:
 
 def _default_queue_manager() -> str:
     return socket.gethostname().split(".")[0].lower() or "localhost"
+
+
+def _default_principal() -> str:
+    # getuser() raises when neither LOGNAME/USER/... nor a passwd entry names the user (some
+    # containers run with an arbitrary uid); the uid is then the only identity there is.
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return f"uid-{os.getuid()}"
 
 
 def _find_toml(env: Mapping[str, str]) -> Path | None:
@@ -186,6 +270,13 @@ def _from_toml(doc: Mapping[str, Any], path: Path | None) -> KmqConfig:
         bind_dn=_opt_str(directory_doc, "bind_dn", where),
         password=_opt_str(directory_doc, "password", where),
         starttls=_bool(directory_doc.get("starttls", False), "directory.starttls", where),
+        ca_file=_opt_str(directory_doc, "ca_file", where),
+        cert_file=_opt_str(directory_doc, "cert_file", where),
+        key_file=_opt_str(directory_doc, "key_file", where),
+        sasl_mechanism=_opt_str(directory_doc, "sasl_mechanism", where),
+        timeout=_timeout(
+            directory_doc.get("timeout", DEFAULT_DIRECTORY_TIMEOUT), "directory.timeout", where
+        ),
     )
     config = KmqConfig(
         bootstrap_servers=_opt_str(doc, "bootstrap_servers", where),
@@ -196,6 +287,8 @@ def _from_toml(doc: Mapping[str, Any], path: Path | None) -> KmqConfig:
         config = replace(config, home=Path(_opt_str(doc, "home", where) or "").expanduser())
     if "queue_manager" in doc:
         config = replace(config, queue_manager=_queue_manager_name(doc["queue_manager"], where))
+    if "principal" in doc:
+        config = replace(config, principal=_principal_name(doc["principal"], where))
     return _validated(config, where)
 
 
@@ -212,7 +305,16 @@ def _apply_environment(config: KmqConfig, env: Mapping[str, str]) -> KmqConfig:
         directory = replace(directory, password=env["KMQ_DIRECTORY_PASSWORD"])
     if "KMQ_DIRECTORY_STARTTLS" in env:
         directory = replace(
-            directory, starttls=_bool(env["KMQ_DIRECTORY_STARTTLS"], "KMQ_DIRECTORY_STARTTLS", where)
+            directory,
+            starttls=_bool(env["KMQ_DIRECTORY_STARTTLS"], "KMQ_DIRECTORY_STARTTLS", where),
+        )
+    for variable, name in _DIRECTORY_STRING_VARIABLES:
+        if env.get(variable):
+            directory = replace(directory, **{name: env[variable]})
+    if env.get("KMQ_DIRECTORY_TIMEOUT"):
+        directory = replace(
+            directory,
+            timeout=_timeout(env["KMQ_DIRECTORY_TIMEOUT"], "KMQ_DIRECTORY_TIMEOUT", where),
         )
     changes: dict[str, Any] = {"directory": directory}
     if env.get("KMQ_BOOTSTRAP_SERVERS"):
@@ -221,19 +323,41 @@ def _apply_environment(config: KmqConfig, env: Mapping[str, str]) -> KmqConfig:
         changes["home"] = Path(env["KMQ_HOME"]).expanduser()
     if env.get("KMQ_QUEUE_MANAGER"):
         changes["queue_manager"] = _queue_manager_name(env["KMQ_QUEUE_MANAGER"], where)
+    if env.get("KMQ_PRINCIPAL"):
+        changes["principal"] = _principal_name(env["KMQ_PRINCIPAL"], where)
     return _validated(replace(config, **changes), where)
 
 
 def _validated(config: KmqConfig, where: str) -> KmqConfig:
-    url = config.directory.url
-    if url and not url.startswith(("ldap://", "ldaps://", "embedded:")):
-        raise ConfigurationError(
-            f"directory URL {url!r} {where} is not ldap://, ldaps:// or embedded:PATH",
-            hint="e.g. ldap://127.0.0.1:3890 or embedded:/var/lib/kmq/directory.json",
-        )
+    directory = _validated_directory(config.directory, where)
     if config.bootstrap_servers is not None and not config.bootstrap_servers.strip():
         raise ConfigurationError(f"bootstrap_servers {where} is empty", hint="give host:port")
-    return config
+    return replace(config, directory=directory)
+
+
+def _validated_directory(directory: DirectorySettings, where: str) -> DirectorySettings:
+    """Check the URL and SASL mechanism; canonical spellings (``none``, upper-case mechanism)."""
+    url = directory.url
+    if directory.is_workgroup:
+        directory = replace(directory, url=WORKGROUP_URL)
+    elif url and not url.startswith(("ldap://", "ldaps://", "ldapi://", "embedded:")):
+        raise ConfigurationError(
+            f"directory URL {url!r} {where} is not ldap://, ldaps://, ldapi://, embedded:PATH "
+            "or none",
+            hint="e.g. ldap://127.0.0.1:3890, embedded:/var/lib/kmq/directory.json, or none for "
+            "workgroup mode (no public queues)",
+        )
+    mechanism = directory.sasl_mechanism
+    if mechanism is not None:
+        canonical = mechanism.strip().upper()
+        if canonical not in SASL_MECHANISMS:
+            raise ConfigurationError(
+                f"SASL mechanism {mechanism!r} {where} is not supported",
+                hint=f"set KMQ_DIRECTORY_SASL_MECHANISM (directory.sasl_mechanism) to one of "
+                f"{', '.join(SASL_MECHANISMS)}, or unset it for a simple bind",
+            )
+        directory = replace(directory, sasl_mechanism=canonical)
+    return directory
 
 
 def _reject_unknown(doc: Mapping[str, Any], allowed: set[str], where: str) -> None:
@@ -263,6 +387,34 @@ def _bool(value: Any, name: str, where: str) -> bool:
     if text in _FALSE:
         return False
     raise ConfigurationError(f"{name} {where} must be true or false, not {value!r}")
+
+
+def _timeout(value: Any, name: str, where: str) -> float:
+    """A positive, finite number of seconds from TOML (int/float) or the environment (text)."""
+    if isinstance(value, bool):  # bool is an int subclass; "timeout = true" is a mistake
+        seconds = math.nan
+    elif isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        try:
+            seconds = float(str(value).strip())
+        except ValueError:
+            seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigurationError(
+            f"{name} {where} must be a positive number of seconds, not {value!r}",
+            hint="e.g. 5 (the default) or 0.5",
+        )
+    return seconds
+
+
+def _principal_name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(
+            f"principal {where} must be a non-empty string",
+            hint="set KMQ_PRINCIPAL (or principal) to a user name, or unset it for the login name",
+        )
+    return value.strip()
 
 
 def _queue_manager_name(value: Any, where: str) -> str:

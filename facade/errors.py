@@ -35,6 +35,7 @@ __all__ = [
     "BrokerError",
     "BrokerUnavailable",
     "ConfigurationError",
+    "DirectoryObjectNotFound",
     "DirectoryUnavailable",
     "EnvelopeError",
     "FormatNameError",
@@ -125,6 +126,16 @@ class QueueExists(MessageQueueError):
 
     error_code = "MQ_ERROR_QUEUE_EXISTS"
     hresult = 0xC00E0005
+
+
+class DirectoryObjectNotFound(QueueNotFound):
+    """A directory object (public queue, queue alias, distribution list) does not exist.
+
+    A subclass of :class:`QueueNotFound`, so code that opens a format name catches both.
+    """
+
+    error_code = "MQDS_OBJECT_NOT_FOUND"
+    hresult = 0xC00E050F
 
 
 class ReceiveTimeout(MessageQueueError, TimeoutError):

@@ -7,6 +7,7 @@ Queues are created, deleted, listed and opened through it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import ipaddress
 import threading
@@ -18,6 +19,7 @@ from typing import Any
 from facade.config import KmqConfig
 from facade.envelope import encode_message
 from facade.errors import (
+    DirectoryObjectNotFound,
     QueueExists,
     QueueNotFound,
     UnsupportedFormatNameOperation,
@@ -25,8 +27,11 @@ from facade.errors import (
 from facade.formatnames import (
     DirectFormatName,
     DirectProtocol,
+    DistributionListFormatName,
     FormatName,
     MachineFormatName,
+    PrivateFormatName,
+    PublicFormatName,
     QueuePath,
     SystemQueue,
     parse_path_name,
@@ -35,6 +40,7 @@ from facade.formatnames import (
 from facade.kafka import KafkaSession, produce_and_wait, resolve_bootstrap_servers
 from facade.message import Delivery, Message, MessageClass
 from facade.outputs import SystemOutputs
+from facade.resolution import Resolver
 from facade.sender import Sender
 from facade.registry import QueueManagerRecord, QueueProperties, Registry
 from facade.sequence import MessageIdAllocator
@@ -72,18 +78,22 @@ class QueueManager:
         config (KmqConfig): resolved configuration.
         session (KafkaSession): Kafka clients.
         record (QueueManagerRecord): this queue manager's name and GUID.
+        registry (Registry | None): the registries' reader, reused from :meth:`open`.
     """
 
-    def __init__(self, config: KmqConfig, session: KafkaSession, record: QueueManagerRecord):
+    def __init__(self, config: KmqConfig, session: KafkaSession, record: QueueManagerRecord,
+                 registry: Registry | None = None):
         self.config = config
         self.session = session
         self.name = record.name
         self.guid = uuid.UUID(record.guid)
-        self.registry = Registry(session)
+        self.registry = registry or Registry(session)
         self.ids = MessageIdAllocator(config.home / f"{self.name}.sequence", self.guid)
         self._producers: dict[Delivery, Any] = {}
         self._lock = threading.Lock()
         self._open_queues: weakref.WeakSet = weakref.WeakSet()
+        self._directory: Any = None
+        self.resolver = Resolver(self)
         self.outputs = SystemOutputs(self)
         self.sender = Sender(self)
 
@@ -109,10 +119,39 @@ class QueueManager:
         registry = Registry(session)
         registry.ensure_topics()
         record = registry.ensure_queue_manager(config.queue_manager)
-        manager = cls(config, session, record)
+        manager = cls(config, session, record, registry)
         manager._ensure_system_queues()
         manager.sender.recover()
         return manager
+
+    # -- directory -----------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Any:
+        """The directory of public objects (:class:`~facade.directory.Directory`), opened on
+        first use, so direct and private names work without one.
+
+        Raises:
+            DirectoryUnavailable: workgroup mode (``KMQ_DIRECTORY_URL=none``) or the directory
+                cannot be reached; tried again on the next use.
+            ConfigurationError: bad directory settings.
+        """
+        with self._lock:
+            if self._directory is None:
+                from facade.directory import Directory
+
+                self._directory = Directory.open(self.config)
+            return self._directory
+
+    def destinations(self, reference: FormatName | QueuePath, *,
+                     for_send: bool = False) -> list[Destination]:
+        """Every queue a path or format name resolves to (see :mod:`facade.resolution`).
+
+        Raises:
+            DirectoryUnavailable, DirectoryObjectNotFound, QueueNotFound, AccessDenied: see
+                :meth:`facade.resolution.Resolver.destinations`.
+        """
+        return self.resolver.destinations(reference, for_send=for_send)
 
     # -- queues --------------------------------------------------------------------------------
 
@@ -144,6 +183,12 @@ class QueueManager:
             UnsupportedFormatNameOperation: the path names a journal, subqueue or system queue,
                 or another queue manager.
             InvalidParameter: a property outside its range.
+            DirectoryUnavailable: a public queue (a path without ``private$``) and no directory
+                (workgroup mode) or it is down; nothing is created.
+
+        A public queue is published in the directory (an ``mSMQQueue`` entry whose GUID is the
+        queue's PROPID_Q_INSTANCE, so ``PUBLIC=<guid>`` names it) with its properties as
+        attributes; the queue manager is published first if needed.
         """
         queue_path = self._local_path(path)
         topics = queue_topics(self.name, queue_path.queue_name, private=queue_path.private)
@@ -154,8 +199,13 @@ class QueueManager:
             quota_kb=quota_kb, journal_quota_kb=journal_quota_kb, base_priority=base_priority,
             authenticate=authenticate, privacy_level=privacy_level,
         ).validate()
-        if self.registry.get_queue(properties.path_name) is not None:
+        registered = self.registry.queues()
+        if properties.path_name in registered:
             raise QueueExists(f"queue {properties.path_name!r} already exists", queue=properties.path_name)
+        if properties.private:
+            properties = _unique_queue_number(properties, registered.values())
+        else:
+            self._prepare_public(properties)
         # CreateTopics is atomic: of two processes creating the same queue, one gets QueueExists.
         try:
             self.session.create_topics([topics.data])
@@ -163,10 +213,25 @@ class QueueManager:
             raise QueueExists(f"queue {properties.path_name!r} already exists",
                               queue=properties.path_name) from None
         journal_topics = topics.journal()
-        self.session.create_topics(
-            [topics.receipts, journal_topics.data, journal_topics.receipts], exist_ok=True)
+        all_topics = [topics.data, topics.receipts, journal_topics.data, journal_topics.receipts]
+        try:
+            self.session.create_topics(all_topics[1:], exist_ok=True)
+            if not properties.private:
+                self.directory.create_public_queue(public_entry(properties))
+        except BaseException:
+            self.session.delete_topics(all_topics)  # nothing half-created stays behind
+            raise
         self.registry.put_queue(properties)
         return self.open_queue(properties.path_name)
+
+    def _prepare_public(self, properties: QueueProperties) -> None:
+        """Check, before creating anything, that a public queue can be published."""
+        directory = self.directory  # workgroup mode: public queues do not exist
+        directory.publish_queue_manager(self.name, self.guid)
+        if directory.find_public_queue(properties.path_name) is not None:
+            raise QueueExists(f"public queue {properties.path_name!r} is already published in "
+                              f"the {directory.description}", queue=properties.path_name,
+                              hint="delete the stale entry or pick another name")
 
     def delete_queue(self, path_or_format_name: str) -> None:
         """Delete a queue, its journal and every message in them (``MQDeleteQueue``).
@@ -176,6 +241,12 @@ class QueueManager:
         """
         properties = self._properties(path_or_format_name)
         topics = QueueTopics(properties.data_topic, properties.receipts_topic)
+        if not properties.private:
+            # The directory first: if it is down, nothing is deleted.
+            try:
+                self.directory.delete_public_queue(properties.instance)
+            except DirectoryObjectNotFound:
+                pass  # already unpublished (a previous delete stopped half-way)
         self.registry.remove_queue(properties.path_name)
         journal = topics.journal()
         self.session.delete_topics([topics.data, topics.receipts, journal.data, journal.receipts])
@@ -194,18 +265,28 @@ class QueueManager:
                       key=lambda p: p.path_name)
 
     def open_queue(self, path_or_format_name: str) -> Any:
-        """Open a queue by path name or any single-queue format name (``MQOpenQueue``).
+        """Open a queue, list or set of queues by path name or format name (``MQOpenQueue``).
+
+        A ``DL=`` name or a multiple-element name can only be sent to; a distribution list is
+        expanded again at every send, so membership changes apply to later messages.
+
+        Args:
+            path_or_format_name (str): e.g. ``.\\private$\\orders``, ``PUBLIC=<guid>``,
+                ``DL=<guid>``, ``DIRECT=OS:qm\\private$\\a,PUBLIC=<guid>``.
 
         Raises:
             FormatNameError: malformed text.
-            QueueNotFound: the queue does not exist.
+            QueueNotFound: the queue does not exist (DirectoryObjectNotFound for a PUBLIC= or
+                DL= GUID the directory does not know).
+            DirectoryUnavailable: a PUBLIC= or DL= element and no reachable directory: the
+                whole name fails (MSMQ's offline rule).
             UnsupportedFormatNameOperation: a kind of format name this version cannot open.
         """
         from facade.queue import MessageQueue
 
         reference = parse_queue_reference(path_or_format_name)
-        destinations = [self.resolve(element) for element in _elements(reference)]
-        queue = MessageQueue(self, str(reference), destinations)
+        destinations = self.destinations(reference)
+        queue = MessageQueue(self, reference, destinations)
         self._open_queues.add(queue)
         return queue
 
@@ -230,33 +311,43 @@ class QueueManager:
                                    hint="settable: label, journal, quota_kb, journal_quota_kb, "
                                    "base_priority, type_id, authenticate, privacy_level")
         updated = self._properties(path_or_format_name).with_changes(**changes)
+        if not updated.private:
+            published = {name: getattr(updated, name) for name in changes
+                          if name in PUBLISHED_PROPERTIES}
+            if published:
+                self.directory.update_public_queue(updated.instance, **published)
         self.registry.put_queue(updated)
         return updated
 
     # -- resolution ----------------------------------------------------------------------------
 
     def resolve(self, reference: FormatName | QueuePath) -> Destination:
-        """Resolve a path name or single-element format name to its queue.
+        """Resolve a path name or single-queue format name to its queue.
+
+        Queues of every queue manager on the cluster are reachable (the registry is shared).
 
         Raises:
             QueueNotFound: the queue is not registered.
-            UnsupportedFormatNameOperation: PUBLIC=, DL=, PRIVATE=, MULTICAST= or a remote
-                DIRECT= address (not supported by this version).
+            DirectoryObjectNotFound: a ``PUBLIC=`` GUID not in the directory.
+            DirectoryUnavailable: ``PUBLIC=`` without a reachable directory.
+            UnsupportedFormatNameOperation: ``DL=``, ``MULTICAST=`` or a multiple-element name
+                (several queues: use :meth:`destinations`), or an unreachable ``DIRECT=``.
         """
         if isinstance(reference, QueuePath):
             return self._resolve_path(reference)
         if isinstance(reference, DirectFormatName):
             return self._resolve_direct(reference)
+        if isinstance(reference, PublicFormatName):
+            return self.resolver.destinations(reference, for_send=False)[0]
+        if isinstance(reference, PrivateFormatName):
+            return self._resolve_private(reference)
         if isinstance(reference, MachineFormatName):
-            if reference.machine_id != self.guid:
-                raise QueueNotFound(f"no queue manager with GUID {reference.machine_id} is local",
-                                    queue=str(reference))
-            return self._system(reference.system_queue)
+            return self._system(reference.system_queue, self._manager_name(reference.machine_id))
+        kind = ("a distribution list" if isinstance(reference, DistributionListFormatName)
+                else f"a {type(reference).__name__}")
         raise UnsupportedFormatNameOperation(
-            f"{type(reference).__name__} {str(reference)!r} is not supported yet",
-            queue=str(reference),
-            hint="use a path name or a DIRECT=OS: format name (PUBLIC=, DL= and PRIVATE= "
-            "need the directory, which arrives in a later version)")
+            f"{str(reference)!r} is {kind}, not one queue", queue=str(reference),
+            hint="open it with open_queue() to send to it; MULTICAST= is not supported")
 
     def resolve_topic(self, topic: str, message: Message) -> Destination:
         """The destination a stored copy was produced for (its PROPID_M_DEST_QUEUE).
@@ -272,13 +363,9 @@ class QueueManager:
 
     def _resolve_path(self, path: QueuePath) -> Destination:
         machine = self.name if path.is_local else path.machine
-        if machine != self.name:
-            raise QueueNotFound(f"queue manager {machine!r} in {str(path)!r} is not this one "
-                                f"({self.name!r})", queue=str(path),
-                                hint="open remote queues through their own queue manager name")
         if path.system_queue is not None:
-            return self._system(path.system_queue)
-        base = path.with_machine(self.name)
+            return self._system(path.system_queue, machine)
+        base = path.with_machine(machine)
         key = str(base.without_suffix()) if (path.journal or path.subqueue) else str(base)
         properties = self.registry.get_queue(key)
         if properties is None:
@@ -294,6 +381,26 @@ class QueueManager:
             return Destination(str(base.to_format_name()), sub, properties, False, is_subqueue=True)
         return Destination(str(base.to_format_name()), topics, properties, False)
 
+    def _resolve_private(self, fn: PrivateFormatName) -> Destination:
+        machine = self._manager_name(fn.machine_id)
+        for properties in self.registry.queues().values():
+            if (properties.private and properties.queue_manager == machine
+                    and properties.queue_number == fn.queue_number):
+                path = QueuePath(machine, properties.queue_name, private=True,
+                                 journal=fn.journal, subqueue=fn.subqueue)
+                return self._resolve_path(path)
+        raise QueueNotFound(f"queue manager {machine!r} has no private queue number "
+                            f"{fn.queue_number:08x}", queue=str(fn))
+
+    def _manager_name(self, guid: uuid.UUID) -> str:
+        if guid == self.guid:
+            return self.name
+        for record in self.registry.queue_managers().values():
+            if uuid.UUID(record.guid) == guid:
+                return record.name
+        raise QueueNotFound(f"no queue manager with GUID {guid} is registered on this cluster",
+                            queue=str(guid))
+
     def _resolve_direct(self, fn: DirectFormatName) -> Destination:
         if fn.is_url or fn.protocol not in (DirectProtocol.OS, DirectProtocol.TCP):
             raise UnsupportedFormatNameOperation(
@@ -307,16 +414,22 @@ class QueueManager:
         if machine in (".", "localhost"):
             machine = self.name
         if fn.system_queue is not None:
-            if machine != self.name:
-                raise QueueNotFound(f"queue manager {machine!r} is not this one", queue=str(fn))
-            return self._system(fn.system_queue)
+            return self._system(fn.system_queue, machine)
         path = QueuePath(machine, fn.queue_name, private=fn.private, journal=fn.journal,
                          subqueue=fn.subqueue)
         return self._resolve_path(path)
 
-    def _system(self, queue: SystemQueue) -> Destination:
-        fn = f"MACHINE={self.guid};{queue.name}"
-        return Destination(fn, system_topics(self.name, queue), None, True)
+    def _system(self, queue: SystemQueue, machine: str | None = None) -> Destination:
+        machine = machine or self.name
+        if machine == self.name:
+            guid = self.guid
+        else:
+            record = self.registry.queue_managers().get(machine)
+            if record is None:
+                raise QueueNotFound(f"no queue manager {machine!r} is registered on this "
+                                    "cluster", queue=f"{machine}\\{queue.path_keyword}")
+            guid = uuid.UUID(record.guid)
+        return Destination(f"MACHINE={guid};{queue.name}", system_topics(machine, queue), None, True)
 
     def _properties(self, path_or_format_name: str) -> QueueProperties:
         destination = self.resolve(parse_queue_reference(path_or_format_name))
@@ -413,6 +526,11 @@ class QueueManager:
         for producer in self._producers.values():
             producer.flush(10.0)
         self._producers.clear()
+        self.registry.close()
+        with self._lock:
+            directory, self._directory = self._directory, None
+        if directory is not None:
+            directory.close()
         self.session.close()
 
     def __enter__(self) -> QueueManager:
@@ -426,5 +544,27 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def _elements(reference: FormatName | QueuePath) -> tuple:
-    return (reference,) if isinstance(reference, QueuePath) else reference.elements
+
+#: Queue properties that are also directory attributes of a public queue.
+PUBLISHED_PROPERTIES = ("label", "type_id", "transactional", "journal", "quota_kb",
+                        "journal_quota_kb", "base_priority", "authenticate", "privacy_level")
+
+
+def public_entry(properties: QueueProperties) -> Any:
+    """The directory entry publishing a public queue (same GUID as PROPID_Q_INSTANCE)."""
+    from facade.directory import PublicQueueEntry
+
+    values = {name: getattr(properties, name) for name in PUBLISHED_PROPERTIES}
+    values["type_id"] = uuid.UUID(properties.type_id) if properties.type_id else None
+    return PublicQueueEntry(guid=uuid.UUID(properties.instance),
+                            queue_manager=properties.queue_manager,
+                            queue_name=properties.queue_name, **values)
+
+
+def _unique_queue_number(properties: QueueProperties, existing: Any) -> QueueProperties:
+    """A private queue whose ``PRIVATE=`` number no other private queue of its manager has."""
+    taken = {p.queue_number for p in existing
+             if p.private and p.queue_manager == properties.queue_manager}
+    while properties.queue_number in taken:
+        properties = dataclasses.replace(properties, instance=str(uuid.uuid4()))
+    return properties

@@ -21,13 +21,14 @@ it is logged at WARNING and never fails the send or receive that caused it.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import uuid
 from typing import TYPE_CHECKING
 
 from facade.envelope import acknowledgment_message, encode_message
-from facade.errors import MessageQueueError
-from facade.formatnames import SystemQueue
+from facade.errors import MessageQueueError, UnsupportedFormatNameOperation
+from facade.formatnames import SystemQueue, parse_queue_reference
 from facade.queueview import QueueView
 from facade.topics import QueueTopics
 from facade.message import (
@@ -97,13 +98,33 @@ class SystemOutputs:
         )
         ack = acknowledgment_message(info, label=original.label)
         try:
-            admin = self.manager.open_queue(original.admin_queue)
-            admin.send(ack, wait=True, timeout=timeout)
+            self._post(ack, original.admin_queue, timeout)
         except MessageQueueError as exc:
             log.warning("acknowledgment %s for message %s to admin queue %r was lost: %s",
                         message_class.name, original.id, original.admin_queue, exc)
             return False
         return True
+
+    def _post(self, ack: Message, admin_queue: str, timeout: float) -> None:
+        """Write ``ack`` to every queue ``admin_queue`` resolves to, one id for all copies.
+
+        Written straight to the topics with ``acks=all`` (like journal and dead-letter copies),
+        not through the sender: this often runs on the sender's delivery-report thread, which
+        must not wait for a delivery report of its own.
+        """
+        manager = self.manager
+        sent = dataclasses.replace(ack, id=manager.ids.new(), sent_time=_utcnow(),
+                                   source_machine_id=manager.guid,
+                                   destination_format_name=admin_queue)
+        destinations = manager.destinations(parse_queue_reference(admin_queue), for_send=True)
+        for destination in destinations:
+            if destination.read_only or destination.is_subqueue:
+                raise UnsupportedFormatNameOperation(
+                    f"admin queue {destination.format_name!r} cannot be sent to",
+                    queue=destination.format_name)
+        for destination in destinations:
+            copy = dataclasses.replace(sent, destination_queue=destination.format_name)
+            manager.write_system_copy(destination.topics.data, copy, timeout)
 
     def dead_letter(self, original: Message, message_class: MessageClass,
                     timeout: float = 30.0) -> bool:
@@ -171,3 +192,7 @@ def _kept(message: Message, **changes: object) -> Message:
     """A copy for a journal or dead-letter queue: it stays there for inspection, so it no
     longer expires (its time-to-be-received applied to the original queue only)."""
     return dataclasses.replace(message, time_to_be_received=None, **changes)
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)

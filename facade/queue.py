@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from facade.envelope import decode_message, encode_message
-from facade.formatnames import parse_format_name
+from facade.formatnames import FormatName, QueuePath, parse_format_name
 from facade.errors import (
     BrokerError,
     EnvelopeError,
@@ -30,6 +30,7 @@ from facade.queuestate import IndexEntry, OffsetState
 from facade.queueview import QueueView
 from facade.sender import SendTracker
 from facade.receipts import ReceiptAction
+from facade.resolution import elements_of, is_dynamic, needs_directory
 
 if TYPE_CHECKING:
     from facade.cursor import Cursor
@@ -47,15 +48,24 @@ class MessageQueue:
 
     Args:
         manager (QueueManager): the owning queue manager.
-        format_name (str): the text it was opened with, canonicalised.
-        destinations (list[Destination]): the queue(s) it resolves to (several for a
-            multiple-element format name, which can only be sent to).
+        reference (FormatName | QueuePath): what it was opened with, parsed.
+        destinations (list[Destination]): the queue(s) it resolves to now (several for a
+            distribution list or multiple-element format name, which can only be sent to).
+
+    Attributes:
+        format_name (str): the canonical text of ``reference`` (PROPID_M_DEST_FORMAT_NAME of
+            what is sent through this handle).
     """
 
-    def __init__(self, manager: QueueManager, format_name: str, destinations: list[Destination]):
+    def __init__(self, manager: QueueManager, reference: FormatName | QueuePath,
+                 destinations: list[Destination]):
         self.manager = manager
-        self.format_name = format_name
+        self.reference = reference
+        self.format_name = str(reference)
         self.destinations = destinations
+        # A list's members are read at each send; a PUBLIC= queue's Send To right once.
+        self._dynamic = is_dynamic(reference)
+        self._send_checked = not needs_directory(reference)
         self._view: QueueView | None = None
         self._quota_views: dict[str, QueueView] = {}
 
@@ -97,7 +107,8 @@ class MessageQueue:
             InvalidParameter: a property outside its range.
             BrokerUnavailable: ``wait`` and the broker did not acknowledge in time.
         """
-        for destination in self.destinations:
+        destinations = self._send_destinations()
+        for destination in destinations:
             if destination.read_only:
                 raise UnsupportedFormatNameOperation(
                     f"{destination.format_name!r} is read-only: only the system writes to "
@@ -110,7 +121,7 @@ class MessageQueue:
                      source_machine_id=self.manager.guid, destination_format_name=self.format_name)
         outputs = self.manager.outputs
         accepted = []
-        for destination in self.destinations:
+        for destination in destinations:
             copy = _copy(sent, destination_queue=destination.format_name)
             record = encode_message(copy)
             if self._over_quota(destination, len(record.value)):
@@ -305,8 +316,17 @@ class MessageQueue:
 
     # -- internals -----------------------------------------------------------------------------
 
+    def _send_destinations(self) -> list[Destination]:
+        """The queues a send goes to: re-resolved for a list, Send To checked once otherwise."""
+        if self._dynamic or not self._send_checked:
+            destinations = self.manager.destinations(self.reference, for_send=True)
+            if not self._dynamic:
+                self.destinations, self._send_checked = destinations, True
+            return destinations
+        return self.destinations
+
     def _single(self) -> Destination:
-        if len(self.destinations) != 1:
+        if self._dynamic or len(elements_of(self.reference)) != 1 or len(self.destinations) != 1:
             raise UnsupportedFormatNameOperation(
                 f"{self.format_name!r} names several queues: it can only be sent to",
                 queue=self.format_name)

@@ -11,6 +11,7 @@ initialising the same name at once agree on one GUID).
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
@@ -26,6 +27,8 @@ __all__ = ["QueueManagerRecord", "QueueProperties", "Registry"]
 #: Registry topics are compacted: only the latest record per key matters.
 _REGISTRY_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 _SCAN_TIMEOUT = 15.0
+#: Seconds a registry lookup that hits may serve the cached view without reading new records.
+REFRESH_INTERVAL = 1.0
 #: PROPID_Q_LABEL limit in characters.
 MAX_QUEUE_LABEL_LENGTH = 124
 
@@ -71,6 +74,12 @@ class QueueProperties:
     privacy_level: int = 0
     create_time: float = field(default_factory=time.time)
     modify_time: float = field(default_factory=time.time)
+
+    @property
+    def queue_number(self) -> int:
+        """The queue's number in ``PRIVATE=<queue manager guid>\\<number>`` (the first 32 bits
+        of its instance GUID; unique among its queue manager's private queues)."""
+        return int(uuid.UUID(self.instance).hex[:8], 16)
 
     def validate(self) -> QueueProperties:
         """Check the property ranges.
@@ -125,7 +134,12 @@ class QueueManagerRecord:
 
 
 class Registry:
-    """Reads and writes the registry topics.
+    """Reads and writes the registry topics, keeping a cached view of them.
+
+    The view is brought up to date incrementally (one persistent reader per registry): at most
+    every :data:`REFRESH_INTERVAL` seconds for lookups that hit, and always before a lookup
+    misses or before :meth:`queues` lists everything, so a queue created anywhere is found at
+    once and a property change is seen within that interval. Own writes are applied at once.
 
     Args:
         session (KafkaSession): the Kafka clients to use.
@@ -134,6 +148,11 @@ class Registry:
     def __init__(self, session: KafkaSession):
         self._session = session
         self._producer = None
+        self._lock = threading.RLock()
+        self._reader: Any = None
+        self._refreshed = float("-inf")
+        self._queues: dict[str, QueueProperties] = {}
+        self._managers: dict[str, QueueManagerRecord] = {}
 
     def ensure_topics(self) -> None:
         """Create the registry topics if they do not exist yet."""
@@ -143,36 +162,46 @@ class Registry:
     # -- queues --------------------------------------------------------------------------------
 
     def queues(self) -> dict[str, QueueProperties]:
-        """Every registered queue, by canonical path name (latest record per key wins)."""
-        queues: dict[str, QueueProperties] = {}
-        for key, value in self._scan(QUEUE_REGISTRY_TOPIC):
-            if value is None:
-                queues.pop(key, None)
-            else:
-                queues[key] = QueueProperties.from_json(value)
-        return queues
+        """Every registered queue, by canonical path name (latest record per key wins), read up
+        to the end of the registry now."""
+        self._refresh(force=True)
+        with self._lock:
+            return dict(self._queues)
 
     def get_queue(self, path_name: str) -> QueueProperties | None:
-        """The queue registered under ``path_name`` (canonical form), or None."""
-        return self.queues().get(path_name)
+        """The queue registered under ``path_name`` (canonical form), or None.
+
+        A hit may be up to :data:`REFRESH_INTERVAL` seconds old; a miss is always re-checked
+        against the end of the registry.
+        """
+        self._refresh(force=False)
+        with self._lock:
+            found = self._queues.get(path_name)
+        if found is None:
+            self._refresh(force=True)
+            with self._lock:
+                found = self._queues.get(path_name)
+        return found
 
     def put_queue(self, properties: QueueProperties) -> None:
         """Register or update a queue (one record, acknowledged by all in-sync replicas)."""
         self._write(QUEUE_REGISTRY_TOPIC, properties.path_name, properties.to_json())
+        with self._lock:
+            self._queues[properties.path_name] = properties
 
     def remove_queue(self, path_name: str) -> None:
         """Unregister a queue (a tombstone)."""
         self._write(QUEUE_REGISTRY_TOPIC, path_name, None)
+        with self._lock:
+            self._queues.pop(path_name, None)
 
     # -- queue managers ------------------------------------------------------------------------
 
     def queue_managers(self) -> dict[str, QueueManagerRecord]:
         """Every queue manager, by name; the first record per name is authoritative."""
-        managers: dict[str, QueueManagerRecord] = {}
-        for key, value in self._scan(QUEUE_MANAGER_REGISTRY_TOPIC):
-            if value is not None and key not in managers:
-                managers[key] = QueueManagerRecord(**json.loads(value))
-        return managers
+        self._refresh(force=True)
+        with self._lock:
+            return dict(self._managers)
 
     def ensure_queue_manager(self, name: str) -> QueueManagerRecord:
         """Return the queue manager ``name``, registering it with a new GUID if unknown."""
@@ -184,18 +213,44 @@ class Registry:
         # Read back: if another process registered the name first, its GUID wins.
         return self.queue_managers()[name]
 
+    def close(self) -> None:
+        """Release the reader and the producer."""
+        with self._lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+            if self._producer is not None:
+                self._producer.flush(5.0)
+                self._producer = None
+
     # -- plumbing ------------------------------------------------------------------------------
 
     def _write(self, topic: str, key: str, value: bytes | None) -> None:
-        if self._producer is None:
-            self._producer = self._session.producer(Delivery.RECOVERABLE)
-        produce_and_wait(self._producer, topic, value, key=key.encode(), operation="write registry")
+        with self._lock:
+            if self._producer is None:
+                self._producer = self._session.producer(Delivery.RECOVERABLE)
+            producer = self._producer
+        produce_and_wait(producer, topic, value, key=key.encode(), operation="write registry")
 
-    def _scan(self, topic: str) -> list[tuple[str, bytes | None]]:
-        reader = self._session.reader()
-        try:
-            reader.assign({topic: 0})
-            return [((record.key or b"").decode(), record.value)
-                    for batch in reader.read_to_end([topic], _SCAN_TIMEOUT) for record in batch]
-        finally:
-            reader.close()
+    def _refresh(self, *, force: bool) -> None:
+        """Apply the registry records written since the last refresh."""
+        with self._lock:
+            if not force and time.monotonic() - self._refreshed < REFRESH_INTERVAL:
+                return
+            topics = [QUEUE_REGISTRY_TOPIC, QUEUE_MANAGER_REGISTRY_TOPIC]
+            if self._reader is None:
+                self._reader = self._session.reader()
+                self._reader.assign({topic: 0 for topic in topics})
+            for batch in self._reader.read_to_end(topics, _SCAN_TIMEOUT):
+                for record in batch:
+                    self._apply(record.topic, (record.key or b"").decode(), record.value)
+            self._refreshed = time.monotonic()
+
+    def _apply(self, topic: str, key: str, value: bytes | None) -> None:
+        if topic == QUEUE_REGISTRY_TOPIC:
+            if value is None:
+                self._queues.pop(key, None)
+            else:
+                self._queues[key] = QueueProperties.from_json(value)
+        elif value is not None and key not in self._managers:
+            self._managers[key] = QueueManagerRecord(**json.loads(value))

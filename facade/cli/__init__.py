@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from facade.cli import dev, dlq, journal, qm, queue
+from facade.cli import alias, dev, directory, dl, dlq, journal, qm, queue
 
 __all__ = ["app", "main"]
 
@@ -23,6 +23,9 @@ app.add_typer(queue.app, name="queue")
 app.add_typer(qm.app, name="qm")
 app.add_typer(dlq.app, name="dlq")
 app.add_typer(journal.app, name="journal")
+app.add_typer(directory.app, name="directory")
+app.add_typer(alias.app, name="alias")
+app.add_typer(dl.app, name="dl")
 app.command("send")(queue.send)
 app.command("receive")(queue.receive)
 app.command("peek")(queue.peek)

@@ -24,19 +24,74 @@ def _manager() -> Iterator[QueueManager]:
         yield manager
 
 
+def _create_path(path: str, public: bool) -> str:
+    r"""The path name to create: a bare NAME is ``.\private$\NAME`` (``.\NAME`` with --public)."""
+    if "\\" not in path:
+        return f".\\{path}" if public else f".\\private$\\{path}"
+    if public and "private$" in path.lower().split("\\"):
+        raise typer.BadParameter(f"{path!r} is a private queue's path; --public creates a public "
+                                 r"queue (.\NAME or HOST\NAME)", param_hint="'--public'")
+    return path
+
+
 @app.command()
-def create(path: str = typer.Argument(..., help=r"Path name, e.g. .\private$\orders"),
+def create(path: str = typer.Argument(
+               ..., help=r"Path name (.\private$\orders, .\orders) or a bare NAME "
+                         r"(.\private$\NAME, or .\NAME with --public)."),
+           public: bool = typer.Option(
+               False, "--public",
+               help="A bare NAME becomes a public queue (.\\NAME), published in the directory."),
            label: str = typer.Option("", help="Queue label (<= 124 characters)."),
            transactional: bool = typer.Option(False, help="Transactional queue."),
            journal: bool = typer.Option(False, help="Keep removed messages in the queue journal."),
            quota_kb: int = typer.Option(None, help="Queue quota in KB (default unlimited)."),
            as_json: bool = JsonOption) -> None:
-    r"""Create a queue. Example: kmq queue create '.\private$\orders' --label Orders"""
+    r"""Create a queue; a path without private$ is a public queue, published in the directory.
+
+    Example: kmq queue create orders --public --label Orders
+    """
+    queue_path = _create_path(path, public)
     with _manager() as qm:
-        queue = qm.create_queue(path, label=label, transactional=transactional, journal=journal,
-                                quota_kb=quota_kb)
+        queue = qm.create_queue(queue_path, label=label, transactional=transactional,
+                                journal=journal, quota_kb=quota_kb)
         props = queue.properties
-    emit(dataclasses.asdict(props), as_json, lambda d: key_value_table("queue created", d))
+    data = dataclasses.asdict(props)
+    if not props.private:
+        data["format_name"] = f"PUBLIC={props.instance}"
+    emit(data, as_json, lambda d: key_value_table("queue created", d))
+
+
+@app.command()
+def locate(label: str = typer.Option(None, help="Label to match; * matches any characters "
+                                     "(an empty label matches unlabelled queues)."),
+           type_id: str = typer.Option(None, help="Type GUID (PROPID_Q_TYPE) to match."),
+           queue_manager: str = typer.Option(None, help="Only this queue manager's queues."),
+           transactional: bool = typer.Option(None, "--transactional/--no-transactional",
+                                              help="Only transactional (or non-transactional) "
+                                              "queues."),
+           as_json: bool = JsonOption) -> None:
+    """Find public queues in the directory; every restriction given must hold (no broker needed).
+
+    Example: kmq queue locate --label 'Order*' --transactional
+    """
+    from facade.cli.directory import open_directory
+
+    restrictions = {} if transactional is None else {"transactional": transactional}
+    with open_directory() as directory:
+        found = directory.locate(label=label, type_id=type_id, queue_manager=queue_manager,
+                                 **restrictions)
+    rows = [{"path_name": q.path_name, "format_name": q.format_name, "label": q.label,
+             "queue_manager": q.queue_manager, "transactional": q.transactional,
+             "type_id": str(q.type_id) if q.type_id else None} for q in found]
+
+    def render(data: list[dict]) -> Table:
+        table = Table(title="public queues")
+        for column in ("path_name", "format_name", "label"):
+            table.add_column(column)
+        for row in data:
+            table.add_row(row["path_name"], row["format_name"], row["label"])
+        return table
+    emit(rows, as_json, render)
 
 
 @app.command("list")

@@ -4,12 +4,23 @@ Queue managers, public queues, queue aliases and distribution lists are LDAP ent
 class and attribute names (see :mod:`facade.directory.layout` and ``deploy/ldap/``), kept either in
 a real LDAP server or in the embedded JSON-file store (:mod:`facade.directory.embedded`).
 
-Only this package imports ldap3.
+Only this package imports ldap3. :class:`Directory` is the API; the stores underneath are
+:class:`EmbeddedDirectoryStore` (the default) and :class:`LdapDirectoryStore` (a real server).
 """
 
 from __future__ import annotations
 
+from facade.directory.client import Directory, DirectoryStore, Recipient, open_store
 from facade.directory.embedded import EmbeddedDirectoryStore, embedded_schema, parse_slapd_schema
+from facade.directory.ldap import LdapDirectoryStore
+from facade.directory.objects import (
+    DirectoryObject,
+    DistributionListEntry,
+    GroupScope,
+    PublicQueueEntry,
+    QueueAliasEntry,
+    QueueManagerEntry,
+)
 from facade.directory.layout import (
     ALIASES_OU,
     COMPUTERS_OU,
@@ -46,6 +57,17 @@ from facade.directory.layout import (
 )
 
 __all__ = [
+    "Directory",
+    "DirectoryObject",
+    "DirectoryStore",
+    "DistributionListEntry",
+    "GroupScope",
+    "LdapDirectoryStore",
+    "PublicQueueEntry",
+    "QueueAliasEntry",
+    "QueueManagerEntry",
+    "Recipient",
+    "open_store",
     "ALIASES_OU",
     "COMPUTERS_OU",
     "DEFAULT_BASE_DN",

@@ -273,6 +273,12 @@ class EmbeddedDirectoryStore:
         return self._connection is not None
 
     @property
+    def description(self) -> str:
+        """Human-readable name for messages: ``"embedded directory /path/to/directory.json"``
+        (the same property as ``LdapDirectoryStore.description``)."""
+        return f"embedded directory {self.path}"
+
+    @property
     def connection(self) -> ldap3.Connection:
         """The bound ldap3 MOCK_SYNC connection.
 

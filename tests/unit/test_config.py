@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import getpass
+import os
 from pathlib import Path
 
 import pytest
 
-from facade.config import DEFAULT_BASE_DN, KmqConfig
+from facade.config import (
+    DEFAULT_BASE_DN,
+    DEFAULT_DIRECTORY_TIMEOUT,
+    WORKGROUP_URL,
+    DirectorySettings,
+    KmqConfig,
+)
 from facade.errors import ConfigurationError
 
 
@@ -62,7 +70,14 @@ def test_password_is_not_in_repr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ("toml", "expected"),
     [
         ('bootstrap_server = "x:1"\n', "unknown configuration key(s) bootstrap_server"),
-        ('[directory]\nurl = "http://x"\n', "is not ldap://, ldaps:// or embedded:PATH"),
+        ('[directory]\nurl = "http://x"\n', "is not ldap://, ldaps://, ldapi://, embedded:PATH"),
+        ('[directory]\nsasl_mechanism = "GSSAPI"\n', "SASL mechanism 'GSSAPI' in"),
+        ("[directory]\ntimeout = 0\n", "must be a positive number of seconds"),
+        ("[directory]\ntimeout = -1.5\n", "must be a positive number of seconds"),
+        ("[directory]\ntimeout = true\n", "directory.timeout in"),
+        ("[directory]\nca_file = 3\n", "ca_file in"),
+        ('[directory]\ncafile = "/x"\n', "unknown configuration key(s) cafile"),
+        ('principal = ""\n', "principal in"),
         ('[directory]\nuri = "ldap://x"\n', "unknown configuration key(s) uri"),
         ("bootstrap_servers = 5\n", "bootstrap_servers in"),
         ('queue_manager = "a\\\\b"\n', "forbids in names"),
@@ -89,3 +104,131 @@ def test_bad_directory_url_in_environment(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigurationError, match="in the environment"):
         KmqConfig.load({"KMQ_DIRECTORY_URL": "ftp://x"})
+
+
+def test_directory_tls_and_sasl_from_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kmq.toml").write_text(
+        '[directory]\nurl = "ldaps://ldap.example:636"\nca_file = "/etc/kmq/ca.pem"\n'
+        'cert_file = "/etc/kmq/client.pem"\nkey_file = "/etc/kmq/client.key"\n'
+        'sasl_mechanism = "external"\ntimeout = 2\n'
+    )
+    directory = KmqConfig.load({"KMQ_HOME": str(tmp_path)}).directory
+    assert directory.ca_file == "/etc/kmq/ca.pem"
+    assert directory.cert_file == "/etc/kmq/client.pem"
+    assert directory.key_file == "/etc/kmq/client.key"
+    assert directory.sasl_mechanism == "EXTERNAL"  # validated case-insensitively, stored upper
+    assert directory.timeout == 2.0 and isinstance(directory.timeout, float)
+
+
+def test_directory_tls_and_sasl_from_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kmq.toml").write_text('[directory]\nca_file = "/toml/ca.pem"\ntimeout = 9\n')
+    directory = KmqConfig.load(
+        {
+            "KMQ_HOME": str(tmp_path),
+            "KMQ_DIRECTORY_URL": "ldap://ldap.example:389",
+            "KMQ_DIRECTORY_CA_FILE": "/env/ca.pem",
+            "KMQ_DIRECTORY_CERT_FILE": "/env/c.pem",
+            "KMQ_DIRECTORY_KEY_FILE": "/env/c.key",
+            "KMQ_DIRECTORY_SASL_MECHANISM": "Digest-MD5",
+            "KMQ_DIRECTORY_TIMEOUT": "0.5",
+        }
+    ).directory
+    assert (directory.ca_file, directory.cert_file, directory.key_file) == (
+        "/env/ca.pem",
+        "/env/c.pem",
+        "/env/c.key",
+    )
+    assert directory.sasl_mechanism == "DIGEST-MD5"
+    assert directory.timeout == 0.5
+
+
+def test_directory_defaults_for_tls_and_sasl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    directory = KmqConfig.load({"KMQ_HOME": str(tmp_path)}).directory
+    assert directory.ca_file is directory.cert_file is directory.key_file is None
+    assert directory.sasl_mechanism is None
+    assert directory.timeout == DEFAULT_DIRECTORY_TIMEOUT == 5.0
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("KMQ_DIRECTORY_SASL_MECHANISM", "GSSAPI", "SASL mechanism 'GSSAPI' in the environment"),
+        ("KMQ_DIRECTORY_TIMEOUT", "soon", "KMQ_DIRECTORY_TIMEOUT in the environment"),
+        ("KMQ_DIRECTORY_TIMEOUT", "0", "must be a positive number of seconds"),
+        ("KMQ_DIRECTORY_TIMEOUT", "nan", "must be a positive number of seconds"),
+        ("KMQ_DIRECTORY_TIMEOUT", "inf", "must be a positive number of seconds"),
+    ],
+)
+def test_bad_directory_settings_in_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, expected: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError) as info:
+        KmqConfig.load({variable: value})
+    assert expected in str(info.value)
+    assert "hint:" in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["none", "NONE", " None "])
+def test_workgroup_mode_means_no_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    directory = KmqConfig.load({"KMQ_DIRECTORY_URL": url}).directory
+    assert directory.is_workgroup
+    assert not directory.is_embedded
+    assert directory.url == WORKGROUP_URL
+
+
+def test_workgroup_mode_from_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kmq.toml").write_text('[directory]\nurl = "none"\n')
+    directory = KmqConfig.load({"KMQ_HOME": str(tmp_path)}).directory
+    assert directory.is_workgroup and not directory.is_embedded
+
+
+def test_workgroup_property_on_plain_settings() -> None:
+    assert DirectorySettings(url="None").is_workgroup
+    assert not DirectorySettings(url="None").is_embedded
+    assert not DirectorySettings().is_workgroup
+    assert DirectorySettings().is_embedded
+    assert not DirectorySettings(url="ldap://127.0.0.1:389").is_workgroup
+
+
+def test_ldapi_url_is_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    url = "ldapi://%2Fvar%2Frun%2Fslapd%2Fldapi"
+    directory = KmqConfig.load({"KMQ_DIRECTORY_URL": url}).directory
+    assert directory.url == url and not directory.is_embedded and not directory.is_workgroup
+
+
+def test_principal_defaults_to_the_login_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert KmqConfig.load({}).principal == getpass.getuser()
+
+
+def test_principal_from_toml_environment_and_overrides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kmq.toml").write_text('principal = "alice"\n')
+    assert KmqConfig.load({"KMQ_HOME": str(tmp_path)}).principal == "alice"
+    assert KmqConfig.load({"KMQ_HOME": str(tmp_path), "KMQ_PRINCIPAL": "bob"}).principal == "bob"
+    assert KmqConfig.load({"KMQ_PRINCIPAL": "bob"}, principal="carol").principal == "carol"
+
+
+def test_principal_without_a_login_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_user() -> str:
+        raise OSError("No username set in the environment")
+
+    monkeypatch.setattr(getpass, "getuser", no_user)
+    assert KmqConfig().principal == f"uid-{os.getuid()}"

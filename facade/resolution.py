@@ -1,0 +1,124 @@
+"""Format-name resolution: from what the application wrote to the queues a message goes to.
+
+MSMQ resolves a destination when the queue is opened and again at each send to a distribution
+list (its membership is read at send time):
+
+* path names, ``DIRECT=`` and ``MACHINE=`` names are resolved from the queue registry, without the
+  directory;
+* ``PUBLIC=<guid>`` is looked up in the directory, then in the registry;
+* ``DL=<guid>`` is expanded in the directory (nested lists, aliases translated, duplicates
+  dropped, cycles broken) and each recipient resolved as above;
+* a multiple-element name resolves each element; a queue reached twice gets one copy.
+
+Offline (workgroup mode, or the directory is unreachable) a name that needs the directory fails
+as a whole: :meth:`Resolver.destinations` resolves every element before anything is sent, so
+nothing is sent to the other elements either.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from facade.errors import InvalidParameter
+from facade.formatnames import (
+    DistributionListFormatName,
+    FormatName,
+    PublicFormatName,
+    QueuePath,
+    parse_format_name,
+)
+
+if TYPE_CHECKING:
+    from facade.manager import Destination, QueueManager
+
+__all__ = ["Resolver", "elements_of", "is_dynamic"]
+
+
+def elements_of(reference: FormatName | QueuePath) -> tuple[FormatName | QueuePath, ...]:
+    """The elements of a reference: itself, or a multiple-element name's elements."""
+    return (reference,) if isinstance(reference, QueuePath) else reference.elements
+
+
+def is_dynamic(reference: FormatName | QueuePath) -> bool:
+    """True when the reference contains a distribution list, whose members are read per send."""
+    return any(isinstance(e, DistributionListFormatName) for e in elements_of(reference))
+
+
+def needs_directory(reference: FormatName | QueuePath) -> bool:
+    """True for PUBLIC= and DL= names, and multiple-element names holding one."""
+    return not isinstance(reference, QueuePath) and reference.requires_directory
+
+
+class Resolver:
+    """Resolves references for one queue manager, through its registry and directory.
+
+    Args:
+        manager (QueueManager): supplies ``resolve`` (registry lookups) and ``directory``.
+    """
+
+    def __init__(self, manager: QueueManager):
+        self.manager = manager
+
+    def destinations(self, reference: FormatName | QueuePath, *,
+                     for_send: bool) -> list[Destination]:
+        """Every concrete queue ``reference`` names, without duplicates, in element order.
+
+        Args:
+            reference: a parsed path name or format name.
+            for_send (bool): check the caller's Send To right on the directory objects named
+                (the queue of a PUBLIC= name; a list and its top-level members).
+
+        Returns:
+            list[Destination]: at least one queue (a list may expand to none: then empty).
+
+        Raises:
+            DirectoryUnavailable: the name needs the directory and there is none or it is
+                down (names the directory); nothing was resolved for sending.
+            DirectoryObjectNotFound: a PUBLIC= queue or DL= list does not exist.
+            QueueNotFound: a queue is not registered.
+            AccessDenied: ``for_send`` and the caller lacks Send To.
+            UnsupportedFormatNameOperation: an element kind this version cannot reach.
+        """
+        if needs_directory(reference):
+            self.manager.directory  # noqa: B018 - offline: fail before resolving any element
+        resolved: list[Destination] = []
+        seen: set[str] = set()
+        for element in elements_of(reference):
+            for destination in self._element(element, for_send):
+                if destination.topics.data not in seen:
+                    seen.add(destination.topics.data)
+                    resolved.append(destination)
+        return resolved
+
+    def _element(self, element: FormatName | QueuePath, for_send: bool) -> list[Destination]:
+        if isinstance(element, PublicFormatName):
+            return [self._public(element, for_send)]
+        if isinstance(element, DistributionListFormatName):
+            return self._distribution_list(element, for_send)
+        return [self.manager.resolve(element)]
+
+    def _public(self, fn: PublicFormatName, for_send: bool) -> Destination:
+        directory = self.manager.directory
+        entry = directory.public_queue(fn.queue_id)
+        if for_send:
+            directory.check_send(entry)
+        path = QueuePath(entry.queue_manager, entry.queue_name, journal=fn.journal,
+                         subqueue=fn.subqueue)
+        return self.manager.resolve(path)
+
+    def _distribution_list(self, fn: DistributionListFormatName,
+                           for_send: bool) -> list[Destination]:
+        recipients = self.manager.directory.expand(str(fn), check_send=for_send)
+        resolved: list[Destination] = []
+        for recipient in recipients:
+            target = parse_format_name(recipient.format_name)
+            if isinstance(target, DistributionListFormatName) or target.is_multiple_element:
+                raise InvalidParameter(
+                    f"queue alias {recipient.source.name!r} in {fn} points at {target}, which is "
+                    "not a queue", queue=str(fn), hint="point the alias at a queue's format name")
+            # Send To is checked on the top-level members only (seed 000), which expand() did.
+            if isinstance(target, PublicFormatName):
+                resolved.append(self._public(target, for_send=False))
+            else:
+                resolved.append(self.manager.resolve(target))
+        return resolved

@@ -1,0 +1,258 @@
+"""Seed 000 and 001 as tests of the directory: lists, aliases, expansion, permissions, locate.
+
+Each test runs against the embedded store and a real slapd (see ``directory_settings``).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from facade.acl import AccessRight
+from facade.directory import Directory, PublicQueueEntry
+from facade.errors import (
+    AccessDenied,
+    DirectoryObjectNotFound,
+    FormatNameError,
+    InvalidParameter,
+    QueueExists,
+)
+
+
+def _queue(directory: Directory, name: str, **properties: object) -> PublicQueueEntry:
+    return directory.create_public_queue(
+        PublicQueueEntry(uuid.uuid4(), "qm1", name, **properties))  # type: ignore[arg-type]
+
+
+def _expanded(directory: Directory, reference: str) -> list[str]:
+    return [r.format_name for r in directory.expand(reference)]
+
+
+def test_nested_lists_duplicates_and_cycles_give_one_copy(directory: Directory) -> None:
+    # Seed 000: D1 = {Q1, D2}; D2 = {Q1, D1}: the second reference to Q1 or D1 is ignored.
+    q1 = _queue(directory, "q1")
+    directory.create_distribution_list("D1")
+    directory.create_distribution_list("D2")
+    assert directory.add_member("D1", q1.format_name)
+    assert directory.add_member("D1", "dl:D2")
+    assert directory.add_member("D2", r"qm1\q1")
+    assert directory.add_member("D2", "dl:D1")
+    assert _expanded(directory, "D1") == [q1.format_name]
+    assert _expanded(directory, "D2") == [q1.format_name]
+
+
+def test_deep_nesting_expands_depth_first_in_member_order(directory: Directory) -> None:
+    queues = [_queue(directory, f"n{i}") for i in range(4)]
+    for name in ("top", "mid", "leaf"):
+        directory.create_distribution_list(name)
+    directory.add_member("leaf", queues[3].format_name)
+    directory.add_member("mid", queues[1].format_name)
+    directory.add_member("mid", "dl:leaf")
+    directory.add_member("top", queues[0].format_name)
+    directory.add_member("top", "dl:mid")
+    directory.add_member("top", queues[2].format_name)
+    directory.add_member("top", queues[3].format_name)  # also reached through mid -> leaf
+    assert _expanded(directory, "top") == [q.format_name for q in
+                                           (queues[0], queues[1], queues[3], queues[2])]
+
+
+def test_membership_is_read_at_expansion_time(directory: Directory) -> None:
+    q1, q2 = _queue(directory, "dyn1"), _queue(directory, "dyn2")
+    directory.create_distribution_list("L")
+    directory.add_member("L", q1.format_name)
+    assert _expanded(directory, "L") == [q1.format_name]
+    directory.add_member("L", q2.format_name)
+    assert _expanded(directory, "L") == [q1.format_name, q2.format_name]
+    assert directory.remove_member("L", q1.format_name)
+    assert _expanded(directory, "L") == [q2.format_name]
+
+
+def test_private_queues_join_only_through_an_alias(directory: Directory) -> None:
+    directory.create_distribution_list("L")
+    with pytest.raises(InvalidParameter, match="through a queue alias") as caught:
+        directory.add_member("L", r"DIRECT=OS:qm1\private$\orders")
+    assert "kmq alias create" in str(caught.value)
+    alias = directory.create_alias("orders-alias", r"DIRECT=OS:qm1\private$\orders")
+    directory.add_member("L", "alias:orders-alias")
+    assert _expanded(directory, "L") == [r"DIRECT=OS:qm1\private$\orders"]
+    # The alias can be repointed without touching the list.
+    directory.set_alias_target("orders-alias", r"DIRECT=OS:qm1\private$\orders2")
+    assert _expanded(directory, "L") == [r"DIRECT=OS:qm1\private$\orders2"]
+    assert alias.name == "orders-alias"
+
+
+def test_deleting_an_alias_removes_it_from_every_list(directory: Directory) -> None:
+    directory.create_alias("a1", r"DIRECT=OS:qm1\private$\x")
+    q = _queue(directory, "kept")
+    for name in ("L1", "L2"):
+        directory.create_distribution_list(name)
+        directory.add_member(name, "alias:a1")
+        directory.add_member(name, q.format_name)
+    directory.delete_alias("a1")
+    for name in ("L1", "L2"):
+        assert [m.dn for m in directory.members(name)] == [q.dn]
+    with pytest.raises(DirectoryObjectNotFound):
+        directory.alias("a1")
+
+
+def test_deleting_a_queue_or_list_removes_it_from_lists(directory: Directory) -> None:
+    q = _queue(directory, "gone")
+    directory.create_distribution_list("inner")
+    directory.create_distribution_list("outer")
+    directory.add_member("outer", q.format_name)
+    directory.add_member("outer", "dl:inner")
+    directory.delete_public_queue(q.guid)
+    directory.delete_distribution_list("inner")
+    assert directory.members("outer") == []
+    assert _expanded(directory, "outer") == []
+
+
+def test_alias_targets_must_be_one_sendable_queue(directory: Directory) -> None:
+    for bad in (f"DL={uuid.uuid4()}", r"DIRECT=OS:qm1\private$\q;JOURNAL",
+                r"DIRECT=OS:qm1\private$\a,DIRECT=OS:qm1\private$\b", "x" * 256,
+                "not a format name"):
+        with pytest.raises((InvalidParameter, FormatNameError)):
+            directory.create_alias("bad", bad)
+    directory.create_alias("ok", f"PUBLIC={uuid.uuid4()}")
+    with pytest.raises(QueueExists):
+        directory.create_alias("OK", r"DIRECT=OS:qm1\private$\q")  # names are case-insensitive
+
+
+def test_adding_twice_is_a_no_op_and_a_list_cannot_contain_itself(directory: Directory) -> None:
+    q = _queue(directory, "twice")
+    directory.create_distribution_list("L")
+    assert directory.add_member("L", q.format_name) is True
+    assert directory.add_member("L", q.format_name) is False
+    assert len(directory.members("L")) == 1
+    with pytest.raises(InvalidParameter, match="itself"):
+        directory.add_member("L", "dl:L")
+    assert directory.remove_member("L", "dl:L") is False
+
+
+def test_dl_format_names_and_domains(directory: Directory) -> None:
+    entry = directory.create_distribution_list("Domains")
+    assert directory.distribution_list(entry.format_name).name == "Domains"
+    assert directory.distribution_list(f"{entry.format_name}@{directory.domain}").guid == entry.guid
+    with pytest.raises(DirectoryObjectNotFound, match="domain"):
+        directory.distribution_list(f"{entry.format_name}@other.example")
+    with pytest.raises(DirectoryObjectNotFound):
+        directory.distribution_list(f"DL={uuid.uuid4()}")
+    with pytest.raises(DirectoryObjectNotFound):
+        directory.distribution_list("no-such-list")
+
+
+def test_public_queue_lookup_update_and_locate(directory: Directory) -> None:
+    kind = uuid.uuid4()
+    orders = _queue(directory, "orders", label="Order intake", type_id=kind, journal=True)
+    _queue(directory, "billing", label="Billing", transactional=True)
+    _queue(directory, "unlabelled")
+    assert directory.public_queue(orders.guid).path_name == r"qm1\orders"
+    assert directory.find_public_queue(r".\orders").guid == orders.guid
+    assert directory.find_public_queue(r"qm1\missing") is None
+    assert [q.queue_name for q in directory.locate(label="order*")] == ["orders"]
+    assert [q.queue_name for q in directory.locate(label="ORDER INTAKE")] == ["orders"]
+    assert [q.queue_name for q in directory.locate(type_id=kind)] == ["orders"]
+    assert [q.queue_name for q in directory.locate(transactional=True)] == ["billing"]
+    assert [q.queue_name for q in directory.locate(label="")] == ["unlabelled"]
+    assert len(directory.locate(queue_manager="qm1")) == 3
+    assert directory.locate(queue_manager="nosuchqm") == []
+    with pytest.raises(InvalidParameter, match="cannot locate"):
+        directory.locate(colour="blue")
+    updated = directory.update_public_queue(orders.guid, label="Orders", quota_kb=10, type_id=None)
+    assert (updated.label, updated.quota_kb, updated.type_id) == ("Orders", 10, None)
+    assert directory.locate(type_id=kind) == []
+    with pytest.raises(QueueExists):
+        _queue(directory, "orders")
+    with pytest.raises(DirectoryObjectNotFound):
+        directory.public_queue(uuid.uuid4())
+
+
+def test_status_counts_objects(directory: Directory) -> None:
+    _queue(directory, "s1")
+    directory.create_alias("s-alias", r"DIRECT=OS:qm1\private$\s")
+    directory.create_distribution_list("s-list")
+    status = directory.status()
+    assert status["initialized"] is True
+    assert (status["queue_managers"], status["public_queues"], status["aliases"],
+            status["distribution_lists"]) == (1, 1, 1, 1)
+    assert directory.initialize() == 0
+
+
+# -- permissions (seed 000, "Distribution list security") ---------------------------------
+
+
+def test_everyone_may_add_a_queue_or_alias_to_their_own_list(directory: Directory,
+                                                              as_bob: Directory) -> None:
+    q = _queue(directory, "alices")  # owned by alice
+    directory.create_alias("alices-alias", r"DIRECT=OS:qm1\private$\a")
+    as_bob.create_distribution_list("bobs")
+    assert as_bob.add_member("bobs", q.format_name)
+    assert as_bob.add_member("bobs", "alias:alices-alias")
+
+
+def test_only_the_owner_may_add_a_list_as_a_member(directory: Directory, as_bob: Directory) -> None:
+    # Inserting DL2 into DL1 needs the element right on DL1 and the container right on DL2.
+    directory.create_distribution_list("DL2")  # alice's
+    as_bob.create_distribution_list("DL1")  # bob's
+    with pytest.raises(AccessDenied, match="ADD_REMOVE_SELF"):
+        as_bob.add_member("DL1", "dl:DL2")  # bob may change DL1 but DL2 did not consent
+    with pytest.raises(AccessDenied, match="ADD_REMOVE_ELEMENT"):
+        directory.add_member("DL1", "dl:DL2")  # alice owns DL2 but may not change DL1
+    dl1 = as_bob.distribution_list("DL1")
+    as_bob.set_security("dl:DL1", dl1.security.grant("alice", AccessRight.ADD_REMOVE_ELEMENT))
+    assert directory.add_member("DL1", "dl:DL2")
+    # Removal needs only one of the two rights: bob (element right on DL1) may remove DL2.
+    as_bob.set_security("dl:DL1", as_bob.security("dl:DL1").revoke("alice"))
+    assert as_bob.remove_member("DL1", "dl:DL2")
+
+
+def test_removal_with_only_the_members_consent(directory: Directory, as_bob: Directory) -> None:
+    as_bob.create_distribution_list("bobs")
+    q = _queue(directory, "mine")
+    assert as_bob.add_member("bobs", q.format_name)
+    # Alice cannot change bob's list, but Everyone has ADD_REMOVE_SELF on her queue.
+    assert directory.remove_member("bobs", q.format_name)
+
+
+def test_send_to_is_checked_on_the_list_and_its_top_level_members(directory: Directory,
+                                                                   as_bob: Directory) -> None:
+    top, nested = _queue(directory, "top-q"), _queue(directory, "nested-q")
+    directory.create_distribution_list("child")
+    directory.add_member("child", nested.format_name)
+    directory.create_distribution_list("parent")
+    directory.add_member("parent", top.format_name)
+    directory.add_member("parent", "dl:child")
+    assert len(as_bob.expand("parent")) == 2
+    # A deny on a member of a child list is not checked (MSMQ checks the top level only) ...
+    directory.set_security(nested.format_name,
+                           directory.security(nested.format_name).deny("bob", AccessRight.SEND_TO))
+    assert len(as_bob.expand("parent")) == 2
+    # ... but on a top-level member it refuses the whole list.
+    directory.set_security(top.format_name,
+                           directory.security(top.format_name).deny("bob", AccessRight.SEND_TO))
+    with pytest.raises(AccessDenied, match="bob"):
+        as_bob.expand("parent")
+    assert len(directory.expand("parent")) == 2  # alice is still allowed
+    directory.set_security("dl:parent",
+                           directory.security("dl:parent").deny("Everyone", AccessRight.SEND_TO))
+    with pytest.raises(AccessDenied):
+        directory.expand("parent")
+
+
+def test_only_rights_holders_change_delete_or_repermission(directory: Directory,
+                                                            as_bob: Directory) -> None:
+    q = _queue(directory, "guarded")
+    directory.create_distribution_list("guarded-list")
+    directory.create_alias("guarded-alias", r"DIRECT=OS:qm1\private$\g")
+    for attempt in (lambda: as_bob.delete_public_queue(q.guid),
+                    lambda: as_bob.delete_distribution_list("guarded-list"),
+                    lambda: as_bob.delete_alias("guarded-alias"),
+                    lambda: as_bob.update_public_queue(q.guid, label="mine now"),
+                    lambda: as_bob.set_alias_target("guarded-alias", r"DIRECT=OS:qm1\private$\b"),
+                    lambda: as_bob.set_security("dl:guarded-list",
+                                                as_bob.security("dl:guarded-list").with_owner("bob"))):
+        with pytest.raises(AccessDenied):
+            attempt()
+    assert directory.public_queue(q.guid).label == ""
+    directory.delete_public_queue(q.guid)
