@@ -247,7 +247,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        # UnicodeDecodeError: TOML must be UTF-8 (found by tests/faults/test_fuzz.py)
         raise ConfigurationError(
             f"cannot read configuration file {str(path)!r}: {exc}",
             hint="fix the TOML syntax or point KMQ_CONFIG elsewhere",

@@ -244,7 +244,7 @@ def _headers(m: Message, record: Mapping[str, Any]) -> list[tuple[str, bytes]]:
     return headers
 
 
-def encode_message(message: Message) -> EncodedRecord:
+def encode_message(message: Message, *, validate: bool = True) -> EncodedRecord:
     """Encode ``message`` as a Kafka record (key, value, headers).
 
     Times are stored in epoch milliseconds (sub-millisecond parts are dropped) and durations in
@@ -252,6 +252,8 @@ def encode_message(message: Message) -> EncodedRecord:
 
     Args:
         message (Message): a message with ``id`` set (the queue manager assigns it at send).
+        validate (bool): run :meth:`Message.validate` first; the queue manager passes False
+            for copies of a message it has just checked.
 
     Returns:
         EncodedRecord: the record key, value and headers.
@@ -262,7 +264,11 @@ def encode_message(message: Message) -> EncodedRecord:
     """
     if not isinstance(message, Message):
         raise InvalidParameter(f"expected a Message, got {type(message).__name__}")
-    message.validate()
+    if validate:
+        message.validate()
+    elif message.id is None:
+        raise InvalidParameter("a message needs an id to be encoded",
+                               hint="send it through a queue, which assigns the id")
     record = _envelope_record(message)
     try:
         value = _ENVELOPE.encode(record)

@@ -41,7 +41,9 @@ __all__ = [
     "KafkaRecord",
     "KafkaSession",
     "TopicReader",
+    "is_fatal",
     "map_kafka_errors",
+    "poll_producer",
     "produce_and_wait",
     "resolve_bootstrap_servers",
 ]
@@ -199,6 +201,20 @@ class KafkaSession:
         """A new :class:`TopicReader` (an unsubscribed consumer: assign-only, no commits)."""
         return TopicReader(self._base)
 
+    def watermarks(self, topics: Sequence[str], timeout: float = 10.0) -> dict[str, tuple[int, int]]:
+        """``(low, high)`` offsets of each single-partition topic, read by a throwaway reader
+        (see :meth:`TopicReader.watermarks`).
+
+        Raises:
+            QueueNotFound: a topic does not exist.
+            BrokerUnavailable: no answer within ``timeout`` seconds.
+        """
+        reader = self.reader()
+        try:
+            return reader.watermarks(topics, timeout)
+        finally:
+            reader.close()
+
     # -- administration ------------------------------------------------------------------------
 
     @property
@@ -340,6 +356,16 @@ class TopicReader:
             ))
         return records
 
+    def seek(self, topic: str, offset: int) -> None:
+        """Read ``topic`` (partition 0) again from ``offset``; records already fetched past it
+        are dropped and fetched again.
+
+        Raises:
+            BrokerError: the partition is not assigned to this reader.
+        """
+        with map_kafka_errors("seek", topic):
+            self._consumer.seek(TopicPartition(topic, 0, offset))
+
     def caught_up(self, topics: Iterable[str]) -> bool:
         """True when every topic has been read up to the high watermark of its latest fetch
         response (a watermark is known only after the first fetch response for the topic).
@@ -356,6 +382,67 @@ class TopicReader:
                 if high < 0 or part.offset < 0 and high > 0 or 0 <= part.offset < high:
                     return False
         return True
+
+    def end_offsets(self, topics: Sequence[str], timeout: float = 10.0) -> dict[str, int]:
+        """The offset the next record of each topic (partition 0) will get, from a ListOffsets
+        query to the broker (not the cached fetch watermark).
+
+        Exact for topics written one record per batch (the registries); some Kafka-API brokers
+        answer it inexactly after multi-record batches, where :meth:`watermarks` is needed.
+
+        Raises:
+            QueueNotFound: a topic does not exist.
+            BrokerUnavailable: no answer within ``timeout`` seconds.
+        """
+        ends = {}
+        with map_kafka_errors("read end offsets"):
+            for topic in topics:
+                _low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, 0), timeout=timeout, cached=False)
+                ends[topic] = max(high, 0)
+        return ends
+
+    def watermarks(self, topics: Sequence[str], timeout: float = 10.0) -> dict[str, tuple[int, int]]:
+        """The log start and end offsets of each topic (partition 0), from a fetch response.
+
+        A ListOffsets query only gives the starting point (some Kafka-API brokers answer it
+        inexactly after multi-record batches); the reader then fetches from just before that
+        end, and the watermarks of the fetch response are returned, as :meth:`caught_up` uses.
+        Replaces this reader's assignment; the records fetched are discarded.
+
+        Args:
+            topics (Sequence[str]): single-partition topics.
+            timeout (float): seconds for the whole operation.
+
+        Returns:
+            dict[str, tuple[int, int]]: per topic, ``(low, high)``: the first offset still
+            stored and the offset the next record will get.
+
+        Raises:
+            QueueNotFound: a topic does not exist.
+            BrokerUnavailable: no fetch response within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        hints = {}
+        with map_kafka_errors("read end offsets"):
+            for topic in topics:
+                _low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, 0), timeout=timeout, cached=False)
+                hints[topic] = max(high, 0)
+        # Fetch the last record the query reported: its response carries the true watermarks.
+        self.assign({topic: max(high - 1, 0) for topic, high in hints.items()})
+        found: dict[str, tuple[int, int]] = {}
+        while len(found) < len(hints):
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(f"no fetch response for {', '.join(sorted(set(hints) - set(found)))} "
+                                        f"within {timeout:g} s", hint="check that the Kafka broker is running")
+            self.poll(0.01)
+            with map_kafka_errors("read end offsets"):
+                for topic in hints.keys() - found.keys():
+                    low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0), cached=True)
+                    if high >= 0:
+                        found[topic] = (max(low, 0), max(high, hints[topic]))
+        return found
 
     def read_to_end(self, topics: Sequence[str], timeout: float) -> Iterator[list[KafkaRecord]]:
         """Yield batches of records until every topic is read up to what the broker holds now.
@@ -401,3 +488,31 @@ def produce_and_wait(producer: Producer, topic: str, value: bytes | None, *, key
     if err is not None:
         raise kafka_error_to_queue_error(err, operation, topic)
     return int(msg.offset())
+
+
+def is_fatal(error: Any) -> bool:
+    """True when ``error`` (a delivery-report ``KafkaError``, or a :class:`BrokerError` from
+    :func:`map_kafka_errors`) leaves its producer unusable: librdkafka's fatal errors, after
+    which every produce fails until the producer is replaced (e.g. an idempotent producer whose
+    sequence numbers the broker no longer knows)."""
+    if isinstance(error, BrokerError):
+        return error.kafka_code == "_FATAL"
+    if isinstance(error, KafkaError):
+        return error.fatal() or error.code() == KafkaError._FATAL
+    return False
+
+
+def poll_producer(producer: Producer) -> BrokerError | None:
+    """Serve ``producer``'s delivery callbacks without blocking.
+
+    Returns:
+        BrokerError | None: the fatal error ``poll`` reported, if any (replace the producer);
+        None otherwise. Never raises, so a background poller survives a fatal producer.
+    """
+    try:
+        producer.poll(0)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        return BrokerError(f"producer failed: {exc}",
+                           kafka_code="_FATAL" if error is None or error.fatal() else error.name())
+    return None

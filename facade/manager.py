@@ -117,11 +117,21 @@ class QueueManager:
                                client_id=f"kmq-{config.queue_manager}")
         session.ping()
         registry = Registry(session)
-        registry.ensure_topics()
-        record = registry.ensure_queue_manager(config.queue_manager)
-        manager = cls(config, session, record, registry)
-        manager._ensure_system_queues()
-        manager.sender.recover()
+        try:
+            registry.ensure_topics()
+            record = registry.ensure_queue_manager(config.queue_manager)
+            manager = cls(config, session, record, registry)
+        except BaseException:
+            # e.g. an unwritable KMQ_HOME: release the registry reader, not leak it per retry
+            registry.close()
+            session.close()
+            raise
+        try:
+            manager._ensure_system_queues()
+            manager.sender.recover()
+        except BaseException:
+            manager.close()
+            raise
         return manager
 
     # -- directory -----------------------------------------------------------------------------

@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
-from typing import ClassVar, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 from facade.errors import InvalidParameter
 
@@ -640,8 +640,33 @@ class Message:
     properties: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Normalise and validate in place (what construction does), for a message whose
+        properties were edited after it was built.
+
+        Raises:
+            InvalidParameter: see :meth:`validate`.
+        """
         self._normalize()
         self.validate()
+
+    def stamped(self, **changes: Any) -> Message:
+        """A copy with ``changes`` applied, without normalising or validating again.
+
+        For the queue manager's own stamping (id, times, destinations) of a message that was
+        checked already; application code should use :func:`dataclasses.replace`, which
+        validates. The ``properties`` dict is copied, so the copies never share it.
+
+        Args:
+            **changes: field values, already of the right types.
+        """
+        copy = object.__new__(Message)
+        copy.__dict__.update(self.__dict__)
+        copy.properties = dict(self.properties)
+        copy.__dict__.update(changes)
+        return copy
 
     def _normalize(self) -> None:
         """Convert accepted alternative forms (ints for enums, raw ids, bytearray) in place."""

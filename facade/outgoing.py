@@ -298,7 +298,8 @@ def _make_parent(path: Path) -> None:
     except (FileExistsError, NotADirectoryError) as exc:
         raise MessageQueueError(
             f"cannot create the directory of the outgoing queue {path}: "
-            f"{exc.filename or path.parent} exists and is not a directory",
+            f"{_blocking_file(path.parent) or exc.filename or path.parent} exists and is not a "
+            "directory",
             hint="set KMQ_HOME to a writable directory",
         ) from exc
     except OSError as exc:
@@ -312,6 +313,15 @@ def _make_parent(path: Path) -> None:
             hint="pass a file path such as $KMQ_HOME/outgoing.sqlite3, or set KMQ_HOME to "
             "another directory",
         )
+
+
+def _blocking_file(directory: Path) -> Path | None:
+    """The nearest existing ancestor of ``directory`` (itself included) that is not a
+    directory, which is what stops ``mkdir`` (mkdir's error names only the leaf)."""
+    for candidate in (directory, *directory.parents):
+        if candidate.exists() or candidate.is_symlink():
+            return None if candidate.is_dir() else candidate
+    return None
 
 
 def _prepare(conn: sqlite3.Connection, path: Path) -> None:

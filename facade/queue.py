@@ -117,25 +117,28 @@ class MessageQueue:
                 raise UnsupportedFormatNameOperation(
                     f"{destination.format_name!r} is a subqueue: messages enter it only by "
                     "being moved", queue=destination.format_name, hint="use MessageQueue.move")
-        sent = _copy(message, id=self.manager.ids.new(), sent_time=_now(),
-                     source_machine_id=self.manager.guid, destination_format_name=self.format_name)
+        sent = message.stamped(id=self.manager.ids.new(), sent_time=_now(),
+                               source_machine_id=self.manager.guid,
+                               destination_format_name=self.format_name)
+        sent.check()  # once per send: the application may have edited it since construction
         outputs = self.manager.outputs
         accepted = []
         for destination in destinations:
-            copy = _copy(sent, destination_queue=destination.format_name)
-            record = encode_message(copy)
+            copy = sent.stamped(destination_queue=destination.format_name)
+            record = encode_message(copy, validate=False)
             if self._over_quota(destination, len(record.value)):
                 outputs.dead_letter(copy, MessageClass.NACK_Q_EXCEED_QUOTA)
                 outputs.acknowledge(copy, MessageClass.NACK_Q_EXCEED_QUOTA, destination,
                                     reason=f"queue quota of {destination.properties.quota_kb} KB reached")
             else:
                 accepted.append((destination, copy, record))
-        tracker = SendTracker(len(accepted))
+        # Only a waiting send needs to count verdicts (an Event and a Lock per send otherwise).
+        tracker = SendTracker(len(accepted)) if wait else None
         for index, (destination, copy, record) in enumerate(accepted):
             # Source journaling keeps one copy per send, once the first copy is delivered.
             journal = (lambda: outputs.source_journal(sent)) if index == 0 else None
             self.manager.sender.submit(destination, copy, record, tracker, on_delivered=journal)
-        if wait:
+        if tracker is not None:
             if not tracker.wait(timeout):
                 raise BrokerUnavailable(f"send to {self.format_name!r} not acknowledged within "
                                         f"{timeout:g} s", queue=self.format_name)

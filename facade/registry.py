@@ -17,7 +17,7 @@ import uuid
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from facade.errors import InvalidParameter
+from facade.errors import BrokerUnavailable, InvalidParameter
 from facade.kafka import KafkaSession, produce_and_wait
 from facade.message import Delivery
 from facade.topics import QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_REGISTRY_TOPIC
@@ -153,6 +153,7 @@ class Registry:
         self._refreshed = float("-inf")
         self._queues: dict[str, QueueProperties] = {}
         self._managers: dict[str, QueueManagerRecord] = {}
+        self._next: dict[str, int] = {}  # per registry topic: the next offset to apply
 
     def ensure_topics(self) -> None:
         """Create the registry topics if they do not exist yet."""
@@ -233,7 +234,8 @@ class Registry:
         produce_and_wait(producer, topic, value, key=key.encode(), operation="write registry")
 
     def _refresh(self, *, force: bool) -> None:
-        """Apply the registry records written since the last refresh."""
+        """Apply the registry records written since the last refresh, up to the end offsets
+        the broker reports now (so a record acknowledged before this call is always seen)."""
         with self._lock:
             if not force and time.monotonic() - self._refreshed < REFRESH_INTERVAL:
                 return
@@ -241,9 +243,16 @@ class Registry:
             if self._reader is None:
                 self._reader = self._session.reader()
                 self._reader.assign({topic: 0 for topic in topics})
-            for batch in self._reader.read_to_end(topics, _SCAN_TIMEOUT):
-                for record in batch:
+            ends = self._reader.end_offsets(topics, _SCAN_TIMEOUT)
+            deadline = time.monotonic() + _SCAN_TIMEOUT
+            while any(self._next.get(topic, 0) < end for topic, end in ends.items()):
+                if time.monotonic() > deadline:
+                    raise BrokerUnavailable(
+                        f"could not read the queue registry up to its end within {_SCAN_TIMEOUT:g} s",
+                        hint="check that the Kafka broker is running")
+                for record in self._reader.poll(0.05):
                     self._apply(record.topic, (record.key or b"").decode(), record.value)
+                    self._next[record.topic] = record.offset + 1
             self._refreshed = time.monotonic()
 
     def _apply(self, topic: str, key: str, value: bytes | None) -> None:

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from facade._process import pid_alive
 from facade.envelope import EncodedRecord, decode_message
-from facade.errors import MessageQueueError, TransientQueueError
-from facade.kafka import map_kafka_errors
+from facade.errors import BrokerError, MessageQueueError, TransientQueueError
+from facade.kafka import is_fatal, map_kafka_errors, poll_producer
 from facade.message import Delivery, Message, MessageClass
 from facade.outgoing import OutgoingQueue, OutgoingRecord, StoredRecord
 
@@ -46,6 +46,8 @@ LONG_LIVED = 4 * 24 * 3600.0
 #: Producers kept at once (one per distinct delivery mode and TTRQ in use).
 _MAX_PRODUCERS = 8
 _POLL_INTERVAL = 0.05
+#: librdkafka's largest ``message.timeout.ms`` (TTRQs up to MSMQ's ~136 years are clamped).
+_MAX_TIMEOUT_MS = 2**31 - 1
 #: Seconds the failure path waits for the DLQ copy and the NACK to be acknowledged.
 _SETTLE_TIMEOUT = 5.0
 
@@ -89,6 +91,8 @@ class Sender:
         self._producers: OrderedDict[tuple[Delivery, int], Any] = OrderedDict()
         self._lock = threading.Lock()
         self._parked: set[int] = set()
+        #: Producers replaced after a fatal error, still polled until their callbacks are served.
+        self._retired: list[Any] = []
         self._stop = threading.Event()
         self._poller = threading.Thread(target=self._poll_loop, name="kmq-sender", daemon=True)
         self._poller.start()
@@ -96,7 +100,8 @@ class Sender:
     # -- sending -------------------------------------------------------------------------------
 
     def submit(self, destination: Destination, copy: Message, record: EncodedRecord,
-               tracker: SendTracker, on_delivered: Callable[[], None] | None = None) -> None:
+               tracker: SendTracker | None,
+               on_delivered: Callable[[], None] | None = None) -> None:
         """Produce one copy. RECOVERABLE copies are stored in the outgoing queue first.
 
         Raises:
@@ -116,20 +121,40 @@ class Sender:
     def _produce(self, destination: Destination, copy: Message, record: EncodedRecord,
                  deadline_ms: int, row: int | None, tracker: SendTracker | None,
                  on_delivered: Callable[[], None] | None) -> None:
-        remaining_ms = max(1, deadline_ms - _now_ms())
-        producer = self._producer(copy.delivery, remaining_ms)
+        producer = self._producer(copy.delivery, _ttrq_ms(copy))
 
         def on_delivery(err: Any, _msg: Any) -> None:
             error = None if err is None else err.str()
+            if err is not None and row is not None and is_fatal(err) and deadline_ms > _now_ms():
+                # The producer failed, not this copy: a stored copy is produced again by a new
+                # producer (queue views drop the duplicate if the first attempt had arrived).
+                self._retire(failed)
+                try:
+                    self._produce(destination, copy, record, deadline_ms, row, tracker,
+                                  on_delivered)
+                    return
+                except MessageQueueError as exc:
+                    error = f"{error}; resending failed: {exc}"
             try:
                 self._settle(destination, copy, row, error, on_delivered)
             finally:
                 if tracker is not None:
                     tracker.finish(destination.format_name, error)
 
-        with map_kafka_errors("send to queue", destination.topics.data):
-            producer.produce(destination.topics.data, value=record.value, key=record.key,
-                             headers=record.headers, on_delivery=on_delivery)
+        failed = producer
+        try:
+            with map_kafka_errors("send to queue", destination.topics.data):
+                producer.produce(destination.topics.data, value=record.value, key=record.key,
+                                 headers=record.headers, on_delivery=on_delivery)
+        except BrokerError as exc:
+            if not is_fatal(exc):
+                raise
+            # The producer is unusable (e.g. the broker forgot its producer id): replace it.
+            self._retire(producer)
+            failed = producer = self._producer(copy.delivery, _ttrq_ms(copy))
+            with map_kafka_errors("send to queue", destination.topics.data):
+                producer.produce(destination.topics.data, value=record.value, key=record.key,
+                                 headers=record.headers, on_delivery=on_delivery)
 
     def _settle(self, destination: Destination, copy: Message, row: int | None,
                 error: str | None, on_delivered: Callable[[], None] | None) -> None:
@@ -208,7 +233,7 @@ class Sender:
 
     def _producer(self, delivery: Delivery, timeout_ms: int) -> Any:
         # Round TTRQ up to whole seconds so nearby values share a producer.
-        bucket = -(-timeout_ms // 1000) * 1000
+        bucket = min(-(-timeout_ms // 1000) * 1000, _MAX_TIMEOUT_MS)
         key = (delivery, bucket)
         with self._lock:
             producer = self._producers.get(key)
@@ -222,18 +247,33 @@ class Sender:
             self._producers.move_to_end(key)
             return producer
 
+    def _retire(self, producer: Any) -> None:
+        """Stop using a producer that failed fatally; the next copy gets a new one."""
+        with self._lock:
+            for key, candidate in list(self._producers.items()):
+                if candidate is producer:
+                    del self._producers[key]
+                    self._retired.append(producer)
+                    log.warning("a %s producer failed fatally and was replaced", key[0].name)
+
     def flush(self, timeout: float) -> int:
         """Flush every producer; returns how many records are still undelivered."""
         with self._lock:
-            producers = list(self._producers.values())
+            producers = list(self._producers.values()) + self._retired
         return sum(p.flush(timeout) for p in producers)
 
     def _poll_loop(self) -> None:
         while not self._stop.is_set():
             with self._lock:
-                producers = list(self._producers.values())
+                producers = list(self._producers.values()) + self._retired
             for producer in producers:
-                producer.poll(0)
+                # Never raises: a fatal producer error must not stop every delivery verdict.
+                error = poll_producer(producer)
+                if error is not None:
+                    log.warning("producer error: %s", error)
+                    self._retire(producer)
+            with self._lock:
+                self._retired = [p for p in self._retired if len(p)]
             self._stop.wait(_POLL_INTERVAL)
 
     def close(self, timeout: float = 10.0) -> None:
@@ -243,6 +283,7 @@ class Sender:
         self._poller.join(timeout)
         with self._lock:
             self._producers.clear()
+            self._retired.clear()
         self.outgoing.close()
 
 
@@ -253,6 +294,24 @@ def _deadline_ms(message: Message) -> int:
     if deadline is None:
         return _now_ms() + int(LONG_LIVED * 1000)
     return int(deadline.timestamp() * 1000)
+
+
+def _ttrq_ms(message: Message) -> int:
+    """The copy's time-to-reach-queue as set on the message, min(TTRQ, TTBR), else LONG_LIVED,
+    in ms: it selects the copy's producer (whose ``message.timeout.ms`` it becomes).
+
+    Keyed by the setting, not by the time left: one sender's copies with the same setting then
+    share one producer and keep their order, even when a slow outgoing-queue write (a busy disk)
+    or a recovery of records of different ages would have put them in different one-second
+    buckets and let two producers race (found by ``tests/faults/test_sender_kills.py``). The
+    cost: a record resent by recovery gets its full TTRQ again from the resend, so it may
+    arrive up to its age at recovery past its deadline (records already past it are failed,
+    not resent).
+    """
+    limits = [t for t in (message.time_to_reach_queue, message.time_to_be_received)
+              if t is not None]
+    seconds = min(limits) if limits else LONG_LIVED
+    return max(1, min(int(seconds * 1000), _MAX_TIMEOUT_MS))
 
 
 def _now_ms() -> int:

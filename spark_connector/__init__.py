@@ -1,5 +1,59 @@
-"""Spark connector for kmq queues (Structured Streaming over Kafka).
+"""Spark connector for kmq queues: batch and Structured Streaming reads and writes.
 
-Not implemented yet: it arrives with the Spark connector issue. Importing this package gives
-nothing but this notice.
+Reading::
+
+    from spark_connector import read_queue
+
+    df = read_queue(spark, r"DIRECT=OS:qm1\\private$\\orders", streaming=True)
+    df.writeStream.option("checkpointLocation", "/chk/orders").toTable("orders")
+
+``read_queue`` resolves the format name on the driver (queues, ``DL=`` lists, multiple-element
+names, journals, dead-letter and admin queues), reads with Spark's own Kafka source when it is
+on the classpath or with kmq's Python data source (``format("kmq")``) otherwise, and decodes
+the envelopes (:data:`~spark_connector.schema.MESSAGE_SCHEMA`). :func:`decode_messages` decodes
+any DataFrame with Spark's Kafka-source schema; :func:`kafka_source_options` gives the options
+for reading kmq topics with ``format("kafka")`` yourself.
+
+Writing (``write_messages``, ``write_stream``) lives in :mod:`spark_connector.sink`.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+from spark_connector.datasource import register
+from spark_connector.decode import DeadLetterTarget, decode_messages
+from spark_connector.read import kafka_source_available, kafka_source_options, read_queue
+from spark_connector.resolve import QueueTarget, Resolution, resolve
+from spark_connector.schema import KAFKA_SOURCE_SCHEMA, MESSAGE_SCHEMA
+
+try:
+    from spark_connector.sink import write_messages, write_stream
+except ImportError as _missing:  # pragma: no cover - only while the writer is absent
+    if _missing.name != "spark_connector.sink":  # a missing dependency of the sink: report it
+        raise
+
+    def write_messages(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+        """Write a DataFrame of messages to a queue (needs :mod:`spark_connector.sink`)."""
+        raise NotImplementedError("spark_connector.sink is not installed")
+
+    def write_stream(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+        """Write a streaming DataFrame of messages to a queue (needs the sink module)."""
+        raise NotImplementedError("spark_connector.sink is not installed")
+
+
+__all__ = [
+    "KAFKA_SOURCE_SCHEMA",
+    "MESSAGE_SCHEMA",
+    "DeadLetterTarget",
+    "QueueTarget",
+    "Resolution",
+    "decode_messages",
+    "kafka_source_available",
+    "kafka_source_options",
+    "read_queue",
+    "register",
+    "resolve",
+    "write_messages",
+    "write_stream",
+]

@@ -22,7 +22,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from facade.devstack import start_tansu
 
-__all__ = ["BrokerCapabilities", "BrokerEndpoint", "docker_engine_answers", "probe_capabilities", "provide_broker"]
+__all__ = ["BrokerCapabilities", "BrokerEndpoint", "PrivateBroker", "docker_engine_answers",
+           "probe_capabilities", "provide_broker"]
 
 
 @dataclass(frozen=True)
@@ -32,9 +33,14 @@ class BrokerCapabilities:
     Attributes:
         hides_aborted_transactions (bool): a read_committed consumer never sees records of an
             aborted transaction (Kafka: yes; Tansu 0.6: no).
+        persistent (bool): acknowledged records survive a broker restart (Kafka: yes; Tansu
+            with memory storage, as kmq starts it: no). Told by the cluster id: a cluster
+            named ``tansu...`` is taken as memory storage, which under-promises for a Tansu
+            with S3 or Postgres storage.
     """
 
     hides_aborted_transactions: bool
+    persistent: bool = True
 
 
 @dataclass(frozen=True)
@@ -126,8 +132,10 @@ def probe_capabilities(bootstrap_servers: str, timeout: float = 20.0) -> BrokerC
     producer.produce(topic, b"committed")
     producer.commit_transaction(timeout)
     seen = _read_committed_values(bootstrap_servers, topic, until=b"committed", timeout=timeout)
+    cluster_id = str(admin.list_topics(timeout=timeout).cluster_id or "")
     admin.delete_topics([topic])
-    return BrokerCapabilities(hides_aborted_transactions=b"aborted" not in seen)
+    return BrokerCapabilities(hides_aborted_transactions=b"aborted" not in seen,
+                              persistent=not cluster_id.startswith("tansu"))
 
 
 def _read_committed_values(bootstrap_servers: str, topic: str, until: bytes, timeout: float) -> list[bytes]:
@@ -156,3 +164,69 @@ def _read_committed_values(bootstrap_servers: str, topic: str, until: bytes, tim
     if until not in values:
         raise TimeoutError(f"capability probe did not read its committed record from {topic!r}")
     return values
+
+
+class PrivateBroker:
+    """A Tansu broker process of its own, which a test may stop and restart on the same port.
+
+    Fault tests that take the broker away use one, so the session broker other tests share
+    never goes down. Tansu keeps everything in memory: after :meth:`restart` the broker is
+    empty (no topics, no records, no producer ids), as ``capabilities.persistent`` says.
+
+    Args:
+        log_dir (Path): directory for the broker's log (appended across restarts).
+
+    Attributes:
+        bootstrap_servers (str): ``127.0.0.1:<port>``, the same across restarts.
+        capabilities (BrokerCapabilities): what this broker does (not persistent).
+    """
+
+    capabilities = BrokerCapabilities(hides_aborted_transactions=False, persistent=False)
+    kind = "tansu"
+
+    def __init__(self, log_dir: Path):
+        self.log_path = Path(log_dir) / "private-broker.log"
+        record, self._process = start_tansu(self.log_path)
+        self.port = record.port
+        self.bootstrap_servers = record.bootstrap_servers
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def stop(self, hard: bool = True) -> None:
+        """Stop the broker: SIGKILL (a crash) when ``hard``, else SIGTERM. Idempotent."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        if hard:
+            process.kill()
+        else:
+            process.terminate()
+        try:
+            process.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - escalate to SIGKILL whatever went wrong
+            process.kill()
+            process.wait()
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Start it again on the same port (after :meth:`stop`), retrying while the port is
+        still held by the old process's socket."""
+        from facade.errors import BrokerUnavailable
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                _record, self._process = start_tansu(self.log_path, port=self.port)
+                return
+            except BrokerUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def restart(self, hard: bool = True) -> None:
+        self.stop(hard)
+        self.start()
+
+    def close(self) -> None:
+        self.stop(hard=False)

@@ -1,0 +1,196 @@
+"""Receive mode: removing the messages a committed micro-batch processed, on the driver.
+
+A batch of a receive-mode stream covers, per queue topic, the offsets ``[from, to)`` planned at
+an instant ``at_ms`` (both kept in Spark's offset log, see :mod:`spark_connector.source`). The
+batch delivered the records of that range that were in the queue when it read them and, for
+messages, visible at ``at_ms`` (not before their not-before time, not past their
+time-to-be-received). Removal is therefore decidable from the range alone, after any crash: a
+message still pending now and visible at ``at_ms`` was delivered (pending-ness only ever goes
+from pending to removed).
+
+Removal does what a facade receive does, in bulk:
+
+1. one RECEIVE receipt per chunk of offsets (the first receipt naming an offset wins, so a
+   message another receiver took meanwhile is lost to us, and a repeated removal after a restart
+   finds everything gone and writes nothing);
+2. for each offset won, the queue-journal copy and the ACK_RECEIVE (when asked for), and for a
+   record whose value turns out not to be an envelope, a dead-letter copy;
+3. :meth:`facade.queue.MessageQueue.expire_due`: TTBR-expired messages go to the dead-letter
+   queue with NACK_RECEIVE_TIMEOUT, poison records (invalid headers) with
+   NACK_RECEIVE_REJECTED.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from facade.config import KmqConfig
+from facade.envelope import decode_message
+from facade.errors import EnvelopeError, QueueNotFound
+from facade.formatnames import parse_queue_reference
+from facade.kafka import KafkaRecord
+from facade.manager import Destination, QueueManager
+from facade.message import MessageClass
+from facade.queueview import QueueView
+from facade.receipts import ReceiptAction
+from spark_connector.resolve import QueueTarget, Resolution
+
+__all__ = ["BatchRemover", "RemovalStats"]
+
+log = logging.getLogger("kmq.spark")
+
+#: Offsets named by one RECEIVE receipt (keeps receipts far below Kafka's record size limit).
+CLAIM_CHUNK = 500
+
+
+@dataclass
+class RemovalStats:
+    """What one removal did.
+
+    Attributes:
+        received (int): messages this removal took out of the queue (RECEIVE won).
+        taken_by_others (int): delivered messages another receiver removed first (they were
+            processed by the batch and by that receiver: at-least-once towards concurrent
+            receivers).
+        expired (int): messages and poison records :meth:`MessageQueue.expire_due` moved to
+            the dead-letter queue.
+        per_topic (dict[str, int]): received, per data topic.
+    """
+
+    received: int = 0
+    taken_by_others: int = 0
+    expired: int = 0
+    per_topic: dict[str, int] = field(default_factory=dict)
+
+
+class BatchRemover:
+    """Removes committed batches' messages through a queue manager opened on the driver.
+
+    Opened lazily (the first removal), with the configuration the query was resolved with,
+    and kept for the life of the query.
+
+    Args:
+        resolution (Resolution): the query's queues and queue manager.
+    """
+
+    def __init__(self, resolution: Resolution):
+        self.resolution = resolution
+        self._manager: QueueManager | None = None
+        self._views: dict[str, QueueView] = {}
+        self._queues: dict[str, Any] = {}
+        self._destinations: dict[str, Destination] = {}
+
+    def remove(self, start: dict[str, int], end: dict[str, int], at_ms: int) -> RemovalStats:
+        """Remove the messages a batch ``[start, end)`` planned at ``at_ms`` delivered.
+
+        Args:
+            start (dict[str, int]): first offset per data topic.
+            end (dict[str, int]): offset after the last, per data topic.
+            at_ms (int): the batch's planning instant, epoch milliseconds.
+
+        Returns:
+            RemovalStats: counts.
+
+        Raises:
+            BrokerUnavailable: a receipt or copy was not acknowledged in time (Spark fails the
+                query; the removal is redone on restart and takes what is still pending).
+            QueueNotFound: a queue was deleted or recreated since the query started.
+        """
+        stats = RemovalStats()
+        for target in self.resolution.targets:
+            first, stop = start.get(target.data_topic, 0), end.get(target.data_topic, 0)
+            if stop > first:
+                won = self._receive_range(target, first, stop, at_ms, stats)
+                stats.per_topic[target.data_topic] = won
+        for target in self.resolution.targets:
+            stats.expired += self._queue(target).expire_due()
+        log.info("receive mode: removed %d, taken by others %d, expired %d", stats.received,
+                 stats.taken_by_others, stats.expired)
+        return stats
+
+    def _receive_range(self, target: QueueTarget, first: int, stop: int, at_ms: int,
+                       stats: RemovalStats) -> int:
+        view = self._view(target)
+        view.catch_up()
+        delivered = []
+        for offset in range(first, stop):
+            entry = view.state.by_lookup_id(offset)
+            if entry is not None and entry.visible(at_ms):
+                # Keep the record now: a won claim drops it from the view.
+                delivered.append((offset, view.record(entry)))
+        won_total = 0
+        for i in range(0, len(delivered), CLAIM_CHUNK):
+            chunk = dict(delivered[i:i + CLAIM_CHUNK])
+            outcome = view.claim(ReceiptAction.RECEIVE, tuple(chunk))
+            stats.taken_by_others += len(outcome.lost)
+            for offset in outcome.won:
+                self._after_receive(target, chunk[offset])
+            won_total += len(outcome.won)
+        stats.received += won_total
+        return won_total
+
+    def _after_receive(self, target: QueueTarget, record: KafkaRecord) -> None:
+        """The side effects of a facade receive: journal copy and ACK_RECEIVE, or dead-letter."""
+        manager = self._open()
+        destination = self._destination(target)
+        try:
+            message = decode_message(record.value, record.headers, topic=record.topic,
+                                     partition=record.partition, offset=record.offset)
+        except EnvelopeError as exc:
+            where = f"{record.topic}@{record.partition}:{record.offset}"
+            manager.dead_letter(manager.poison_message(record.value, str(exc), destination, where))
+            return
+        message.lookup_id = record.offset
+        message.arrived_time = dt.datetime.fromtimestamp(record.timestamp_ms / 1000, dt.timezone.utc)
+        manager.outputs.journal_removed(message, destination)
+        manager.outputs.acknowledge(message, MessageClass.ACK_RECEIVE, destination)
+
+    # -- facade objects, opened once per query ----------------------------------------------
+
+    def _open(self) -> QueueManager:
+        if self._manager is None:
+            r = self.resolution
+            config = KmqConfig.load(bootstrap_servers=r.bootstrap_servers,
+                                    queue_manager=r.queue_manager, home=Path(r.home),
+                                    kafka_options=dict(r.kafka_options))
+            self._manager = QueueManager.open(config)
+        return self._manager
+
+    def _destination(self, target: QueueTarget) -> Destination:
+        destination = self._destinations.get(target.data_topic)
+        if destination is None:
+            destination = self._open().resolve(parse_queue_reference(target.format_name))
+            if destination.topics.data != target.data_topic:
+                raise QueueNotFound(f"queue {target.format_name!r} was recreated since the query "
+                                    "started", queue=target.format_name,
+                                    hint="restart the query with a new checkpoint")
+            self._destinations[target.data_topic] = destination
+        return destination
+
+    def _view(self, target: QueueTarget) -> QueueView:
+        view = self._views.get(target.data_topic)
+        if view is None:
+            view = QueueView(self._open().session, self._destination(target).topics)
+            self._views[target.data_topic] = view
+        return view
+
+    def _queue(self, target: QueueTarget) -> Any:
+        queue = self._queues.get(target.data_topic)
+        if queue is None:
+            queue = self._open().open_queue(target.format_name)
+            self._queues[target.data_topic] = queue
+        return queue
+
+    def close(self) -> None:
+        """Close the views and the queue manager."""
+        for view in self._views.values():
+            view.close()
+        self._views.clear()
+        self._queues.clear()
+        if self._manager is not None:
+            self._manager.close()
+            self._manager = None
