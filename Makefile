@@ -9,7 +9,7 @@ STAMP := $(VENV)/.kmq-installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,spark]'
+	$(PY) -m pip install --quiet -e '.[test,spark,demo]'
 	touch $(STAMP)
 
 install: $(STAMP)

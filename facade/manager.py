@@ -259,7 +259,14 @@ class QueueManager:
                 pass  # already unpublished (a previous delete stopped half-way)
         self.registry.remove_queue(properties.path_name)
         journal = topics.journal()
-        self.session.delete_topics([topics.data, topics.receipts, journal.data, journal.receipts])
+        doomed = [topics.data, topics.receipts, journal.data, journal.receipts]
+        # Handles on the queue stop reading it first: librdkafka can crash when a topic a
+        # consumer is assigned to disappears under it (seen with librdkafka 2.16).
+        for queue in list(self._open_queues):
+            if any(d.topics.data in doomed for d in queue.destinations):
+                queue.close()
+        self.outputs.forget(doomed)
+        self.session.delete_topics(doomed)
 
     def queue_exists(self, path_or_format_name: str) -> bool:
         """True if the queue exists (``MessageQueue.Exists``)."""

@@ -174,6 +174,13 @@ class SystemOutputs:
         view.catch_up()
         return view.state.pending_bytes + size > quota_kb * 1024
 
+    def forget(self, topics: list[str]) -> None:
+        """Close the journal views of topics about to be deleted."""
+        for topic in topics:
+            view = self._journal_views.pop(topic, None)
+            if view is not None:
+                view.close()
+
     def close(self) -> None:
         """Release the journal views used for quota checks."""
         for view in self._journal_views.values():

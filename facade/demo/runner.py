@@ -1,0 +1,418 @@
+"""``kmq demo`` end to end: parse, set up, send, receive, expire, collect, account, report.
+
+Phases (each timed; the long ones show a progress bar on stderr):
+
+1. **parse**: read the corpus (:mod:`facade.demo.corpus`).
+2. **setup**: choose or start the brokers (:mod:`facade.demo.stack`), open the run's queue
+   manager, create queues, alias and distribution list (:mod:`facade.demo.workload`).
+3. **send + receive**: a few receiver threads start first, each draining one queue at a time
+   (biggest first; the security desk answers requests; the replies come last); then every
+   entry is sent along its route, with one raw poison record written half-way (the receiver
+   of that queue moves it to the dead-letter queue and goes on). A queue is drained when every
+   copy planned for it has come, or nothing came for a while: a lost copy must not hang the
+   demo, the verdict reports it.
+4. **expire**: the held queue, which nobody receives from, is expired once its messages' TTBR
+   has passed (``MessageQueue.expire_due``, what the ``kmq qm run`` service does for every
+   queue): into the DLQ as NACK_RECEIVE_TIMEOUT, with NACKs to the admin queue.
+5. **collect**: the dead-letter and admin queues are read with cursors (nothing removed).
+6. **account**: the ledger's verdict (:mod:`facade.demo.ledger`).
+7. **report**: :func:`facade.demo.report.build_report` (Spark hook, or the Python fallback).
+8. **teardown**: delete the run's queues and directory objects (unless ``--keep``); stop a
+   broker the demo started.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from facade.demo.corpus import DEFAULT_CORPUS, ChangelogEntry, CorpusStats, load_corpus
+from facade.demo.ledger import Ledger, Verdict
+from facade.demo.mapping import plan_layout
+from facade.demo.report import Report, ReportSources, build_report, queue_label, write_report
+from facade.demo.stack import DemoEnvironment, demo_environment
+from facade.demo.workload import (
+    HELD_TTBR,
+    ROUTE_HELD,
+    ROUTE_LIST,
+    ROUTE_MULTI,
+    ROUTE_SECURITY,
+    EntrySender,
+    QueueDrain,
+    ReceiverPool,
+    SecurityDesk,
+    Topology,
+    create_topology,
+    delete_directory_objects,
+    delete_topology,
+    plan_route,
+    read_all,
+    write_poison_record,
+)
+from facade.errors import InvalidParameter
+from facade.manager import QueueManager
+
+__all__ = ["DemoOptions", "DemoResult", "run_demo"]
+
+#: Receiver threads by default (each drains one queue at a time; see ReceiverPool).
+DEFAULT_RECEIVERS = 3
+#: Seconds to wait for the receiver threads when stopping: a receive ends within a claim's
+#: timeout (30 s in facade.queueview), and handles must not be closed under a receive.
+RECEIVER_JOIN_TIMEOUT = 35.0
+#: Seconds to wait, after the last held send, for the held queue to be swept empty.
+EXPIRY_GRACE = 60.0
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What ``kmq demo`` was asked to do.
+
+    Attributes:
+        corpus (Path): directory with ``*/changelog.Debian.gz``, or one changelog file.
+        limit (int | None): most entries to send; None for all.
+        report_dir (Path): where the report's files go (created).
+        keep (bool): leave the queues, directory objects and a started broker in place.
+        idle_limit (float): seconds a receiver waits for a missing copy after the senders are
+            done, before the copy is given up as lost.
+        receivers (int): receiver threads; each drains one queue at a time.
+    """
+
+    corpus: Path = DEFAULT_CORPUS
+    limit: int | None = None
+    report_dir: Path = Path("kmq-demo-report")
+    keep: bool = False
+    idle_limit: float = 10.0
+    receivers: int = DEFAULT_RECEIVERS
+
+
+@dataclass
+class DemoResult:
+    """What a run produced.
+
+    Attributes:
+        summary (dict): the JSON summary (``kmq demo --json``).
+        verdict (Verdict): the accounting.
+        report (Report): the report (Spark or fallback).
+        exit_code (int): 0 when everything is accounted for, else 1.
+    """
+
+    summary: dict[str, Any]
+    verdict: Verdict
+    report: Report
+    exit_code: int
+
+
+@dataclass
+class _Timer:
+    """Wall-clock seconds per phase."""
+
+    phases: dict[str, float] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[name] = round(self.phases.get(name, 0.0) + time.monotonic() - began, 3)
+
+    def total(self) -> float:
+        return round(time.monotonic() - self.started, 3)
+
+
+def run_demo(options: DemoOptions, console: Console) -> DemoResult:
+    """Run the demo (see the module doc).
+
+    Args:
+        options (DemoOptions): what to run.
+        console (Console): where progress goes (stderr in the CLI).
+
+    Returns:
+        DemoResult: summary, verdict, report and exit code.
+
+    Raises:
+        InvalidParameter: the corpus has no entries.
+        MessageQueueError: the brokers or directory failed (no broker, refused queue...).
+        KeyboardInterrupt: Ctrl-C; what was started is stopped on the way out.
+    """
+    timer = _Timer()
+    with timer.phase("parse"):
+        entries, stats = _parse(options, console)
+    if not entries:
+        raise InvalidParameter(
+            f"no Debian changelog entries found in {str(options.corpus)!r}",
+            hint="point --corpus at a directory holding */changelog.Debian.gz or at one "
+            "changelog file")
+    with demo_environment(options.keep) as environment:
+        try:
+            result = _run(options, environment, entries, stats, timer, console)
+        except BaseException:
+            environment.failed = True
+            raise
+        environment.failed = result.exit_code != 0
+    result.summary["timings_s"]["total"] = timer.total()
+    return result
+
+
+def _parse(options: DemoOptions, console: Console) -> tuple[list[ChangelogEntry], CorpusStats]:
+    with _progress(console) as progress:
+        task = progress.add_task("parse changelogs", total=None)
+
+        def advance(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        return load_corpus(options.corpus, options.limit, on_file=advance)
+
+
+def _run(options: DemoOptions, environment: DemoEnvironment, entries: list[ChangelogEntry],
+         stats: CorpusStats, timer: _Timer, console: Console) -> DemoResult:
+    """Setup to report on the run's queue manager, then the teardown."""
+    topology: Topology | None = None
+    leftovers: list[str] = []
+    try:
+        with QueueManager.open(environment.config) as qm:
+            with timer.phase("setup"):
+                topology = create_topology(qm, plan_layout(entries), environment.run_id)
+            ledger = Ledger()
+            workload = _Workload(qm, topology, ledger, options, console, timer)
+            receivers = workload.run(entries)
+            with timer.phase("collect"):
+                _collect(qm, topology, ledger)
+            with timer.phase("account"):
+                verdict = ledger.verdict()
+            with timer.phase("report"):
+                report = _report(qm, environment, topology, ledger, options)
+    finally:
+        if topology is not None and not options.keep:
+            with timer.phase("teardown"):
+                leftovers = _teardown(environment, topology)
+    summary = _summary(options, environment, stats, entries, ledger, verdict, report,
+                       receivers, timer)
+    summary["teardown"] = {"kept": options.keep, "left_over": leftovers}
+    if options.keep and environment.started:
+        summary["teardown"]["broker_left_running"] = (
+            f"KMQ_HOME={environment.config.home} kmq dev down  # stops it")
+    return DemoResult(summary, verdict, report, 0 if verdict.ok else 1)
+
+
+def _teardown(environment: DemoEnvironment, topology: Topology) -> list[str]:
+    """Remove what the run created, after its queue manager is closed.
+
+    A broker the demo started goes away with everything on it, and so does an embedded
+    directory in its temporary home: nothing to delete then. Otherwise a fresh queue manager
+    deletes the queues, alias and list: deleting topics while the run's many Kafka clients
+    still hold them in their metadata caches has crashed librdkafka (2.16) on Tansu.
+
+    Returns:
+        list[str]: what could not be deleted, with the reason.
+    """
+    config = environment.config
+    if environment.started and config.directory.is_embedded and \
+            config.embedded_directory_path.is_relative_to(config.home):
+        return []
+    if environment.started:
+        return delete_directory_objects(config, topology)
+    with QueueManager.open(config) as qm:
+        return delete_topology(qm, topology)
+
+
+class _Workload:
+    """Phases 3 and 4: receivers, senders, expiry (see the module doc)."""
+
+    def __init__(self, qm: Any, topology: Topology, ledger: Ledger, options: DemoOptions,
+                 console: Console, timer: _Timer):
+        self.qm = qm
+        self.topology = topology
+        self.ledger = ledger
+        self.options = options
+        self.console = console
+        self.timer = timer
+        self.abort = threading.Event()
+        self.sending_done = threading.Event()
+
+    def run(self, entries: list[ChangelogEntry]) -> dict[str, Any]:
+        """Send every entry while receivers run; then expire the held ones.
+
+        Returns:
+            dict[str, Any]: ``workers`` (receiver threads), ``queues`` (queues drained) and
+            ``retried`` (receives retried after a transient broker error).
+
+        Raises:
+            BaseException: a receiver's failure, or Ctrl-C.
+        """
+        drains = self._drains(self._planned_copies(entries))
+        pool = ReceiverPool(drains, self.options.receivers, self.abort)
+        pool.start()
+        try:
+            with self.timer.phase("send + receive"):
+                last_held = self._send_all(entries)
+                self._wait_receivers(pool)
+        except BaseException:
+            self.abort.set()  # Ctrl-C or a failure: stop the workers after their receive
+            raise
+        finally:
+            pool.join(RECEIVER_JOIN_TIMEOUT)
+        if pool.errors:
+            raise pool.errors[0]
+        with self.timer.phase("expire"):
+            self._expire(last_held)
+        return {"workers": self.options.receivers, "queues": len(drains),
+                "retried": sum(d.transient_errors for d in drains)}
+
+    def _planned_copies(self, entries: list[ChangelogEntry]) -> Counter:
+        """Copies each receiving queue will get, from the routes (orders the drains)."""
+        topology, copies = self.topology, Counter()
+        members = [*topology.distribution_queues, topology.security]
+        for index, entry in enumerate(entries):
+            route = plan_route(index, entry)
+            if route == ROUTE_LIST:
+                copies.update(members)
+            elif route == ROUTE_SECURITY:
+                copies.update([topology.security, topology.replies])
+            elif route == ROUTE_MULTI:
+                copies.update([topology.queue_for(entry), topology.bugs_for(entry)])
+            elif route != ROUTE_HELD:
+                copies[topology.queue_for(entry)] += 1
+        return copies
+
+    def _drains(self, planned: Counter) -> list[QueueDrain]:
+        """One drain per receiving queue, biggest first (they take longest), the security
+        desk among them, and the replies last: their upstream is the security desk."""
+        topology, ledger, idle = self.topology, self.ledger, self.options.idle_limit
+        sending_done = self.sending_done.is_set
+        desk = SecurityDesk(self.qm, topology.security, ledger, sending_done, idle)
+        drains: list[QueueDrain] = [desk] + [
+            QueueDrain(self.qm, queue, ledger, sending_done, idle)
+            for queue in [*topology.distribution_queues, *topology.bugs]]
+        drains.sort(key=lambda d: -planned[d.format_name])
+        replies = QueueDrain(self.qm, topology.replies, ledger,
+                             lambda: sending_done() and desk.done.is_set(), idle)
+        return [*drains, replies]
+
+    def _send_all(self, entries: list[ChangelogEntry]) -> float:
+        """Send every entry (the poison record half-way), then flush the producers.
+
+        Returns:
+            float: monotonic time of the last held send (0 if none).
+        """
+        sender = EntrySender(self.qm, self.topology, self.ledger)
+        poison_at = len(entries) // 2
+        last_held = 0.0
+        try:
+            with _progress(self.console) as progress:
+                task = progress.add_task("send", total=len(entries))
+                for index, entry in enumerate(entries):
+                    if self.abort.is_set():
+                        break
+                    if index == poison_at:
+                        # Into the first queue of the biggest distribution.
+                        write_poison_record(self.qm, self.topology.distribution_queues[0],
+                                            self.ledger)
+                    if sender.send(index, entry).route == ROUTE_HELD:
+                        last_held = time.monotonic()
+                    progress.advance(task)
+            self.qm.sender.flush(30.0)
+        finally:
+            sender.close()
+            self.sending_done.set()
+        return last_held
+
+    def _wait_receivers(self, pool: ReceiverPool) -> None:
+        """Show receive progress until every queue is drained."""
+        with _progress(self.console) as progress:
+            task = progress.add_task("receive", total=self.ledger.expected())
+            while pool.alive() and not self.abort.is_set():
+                progress.update(task, completed=self.ledger.received(),
+                                total=self.ledger.expected())
+                time.sleep(0.2)
+            progress.update(task, completed=self.ledger.received(), total=self.ledger.expected())
+
+    def _expire(self, last_held: float) -> None:
+        """Expire the held queue's messages once their TTBR has passed: nobody receives there,
+        so :meth:`MessageQueue.expire_due` (what the ``kmq qm run`` service calls for every
+        queue) moves them to the dead-letter queue as NACK_RECEIVE_TIMEOUT and posts their
+        NACKs. Gives up EXPIRY_GRACE seconds after the last held TTBR; what is left then shows
+        up as unaccounted in the verdict.
+        """
+        deadline = max(last_held, time.monotonic()) + HELD_TTBR + EXPIRY_GRACE
+        with self.qm.open_queue(self.topology.held) as held:
+            total = left = held.count()
+            with _progress(self.console) as progress:
+                task = progress.add_task("expire (TTBR)", total=total)
+                while left and time.monotonic() < deadline and not self.abort.is_set():
+                    time.sleep(max(0.0, last_held + HELD_TTBR - time.monotonic()))
+                    held.expire_due()
+                    left = held.count()
+                    progress.update(task, completed=total - left)
+                    if left:
+                        time.sleep(0.2)
+
+
+def _collect(qm: Any, topology: Topology, ledger: Ledger) -> None:
+    """Read the dead-letter and admin queues into the ledger (cursors: nothing removed)."""
+    read_all(qm, topology.dead_letter, ledger.observe_dead_letter)
+    read_all(qm, topology.admin, ledger.observe_admin)
+
+
+def _report(qm: Any, environment: DemoEnvironment, topology: Topology, ledger: Ledger,
+            options: DemoOptions) -> Report:
+    """Build and write the report (Spark hook or fallback) while the broker is still up."""
+    options.report_dir.mkdir(parents=True, exist_ok=True)
+    sources = ReportSources(
+        config=environment.config, queue_manager=qm.name,
+        queues={queue_label(fn): fn for fn in topology.journaled},
+        journals={queue_label(fn): f"{fn};JOURNAL" for fn in topology.journaled},
+        dead_letter=topology.dead_letter, admin=topology.admin, held=topology.held,
+        report_dir=options.report_dir.resolve())
+    report = build_report(sources, ledger)
+    write_report(report, options.report_dir)
+    return report
+
+
+def _summary(options: DemoOptions, environment: DemoEnvironment, stats: CorpusStats,
+             entries: list[ChangelogEntry], ledger: Ledger, verdict: Verdict, report: Report,
+             receivers: dict[str, Any], timer: _Timer) -> dict[str, Any]:
+    """The run's JSON summary (also what the table shows)."""
+    kinds = ledger.sends_by("kind")
+    dead = Counter(m.message_class.name for m in ledger.dead_letters)
+    admin = Counter(m.message_class.name for m in ledger.admin_messages)
+    responses = ledger.responses()
+    return {
+        "ok": verdict.ok,
+        "corpus": {"path": str(options.corpus), **stats.to_dict(), "entries_used": len(entries)},
+        "environment": environment.describe(),
+        "sent": {"messages": sum(kinds.values()), "entries": kinds["entry"],
+                 "responses": kinds["response"], "by_route": dict(ledger.sends_by("route"))},
+        "copies": ledger.copies_count(),
+        "copies_by_queue": {queue_label(q): n for q, n in sorted(ledger.copies_by_queue().items())},
+        "received": ledger.received(),
+        "dead_lettered": dict(dead),
+        "nacks": {c: n for c, n in admin.items() if c.startswith("NACK")},
+        "acks": {c: n for c, n in admin.items() if c.startswith("ACK")},
+        "requests": {"sent": ledger.sends_by("route")[ROUTE_SECURITY],
+                     "answered": len(responses)},
+        "poison": {"written": len(ledger.poison_places()),
+                   "dead_lettered": sum(n for o, n in verdict.outcomes.items()
+                                        if o.startswith("poison dead-lettered"))},
+        "receivers": receivers,
+        "accounting": verdict.to_dict(),
+        "report": {"dir": str(options.report_dir.resolve()), "engine": report.engine,
+                   "chart": report.chart, "notes": report.notes},
+        "timings_s": dict(timer.phases),
+    }
+
+
+def _progress(console: Console) -> Progress:
+    """A progress display for one phase (a spinner when the total is not known yet)."""
+    return Progress(TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=False)
