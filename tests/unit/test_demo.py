@@ -260,7 +260,11 @@ def _sources(tmp_path: Path) -> ReportSources:
                          report_dir=tmp_path)
 
 
-def test_report_falls_back_to_python_until_the_spark_hook_is_built(tmp_path: Path) -> None:
+def test_report_falls_back_to_python_when_asked(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # KMQ_DEMO_REPORT=python (or no pyspark) selects the Python report; the Spark job itself
+    # is tested in tests/spark/test_demo_report.py.
+    monkeypatch.setenv("KMQ_DEMO_REPORT", "python")
     ledger = Ledger()
     sent = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     for seq in range(1, 5):
