@@ -108,7 +108,6 @@ class QueueView:
             log.info("offsets %d-%d of %r stay missing; taken as a real gap", expected,
                      found - 1, topic)
             return False
-        import sys; print(f"DEBUGREWIND {topic} expected={expected} found={found} age={now-first:.3f}", file=sys.stderr, flush=True)
         self._reader.seek(topic, expected)
         return True
 

@@ -260,15 +260,29 @@ class Sender:
         """Flush every producer; returns how many records are still undelivered."""
         with self._lock:
             producers = list(self._producers.values()) + self._retired
-        return sum(p.flush(timeout) for p in producers)
+        left = 0
+        for producer in producers:
+            try:
+                left += producer.flush(timeout)
+            except Exception as exc:  # noqa: BLE001 - a fatally failed producer's flush raises
+                # (confluent-kafka even raises SystemError there); its records stay in the
+                # outgoing queue for recovery, so report them as undelivered and go on.
+                log.warning("flushing a failed producer: %s", exc)
+                left += len(producer)
+        return left
 
     def _poll_loop(self) -> None:
         while not self._stop.is_set():
             with self._lock:
                 producers = list(self._producers.values()) + self._retired
             for producer in producers:
-                # Never raises: a fatal producer error must not stop every delivery verdict.
-                error = poll_producer(producer)
+                # A fatal producer error, or a failing delivery callback, must not stop the
+                # poller: every later delivery verdict of the process depends on it.
+                try:
+                    error = poll_producer(producer)
+                except Exception:  # noqa: BLE001 - logged; the next poll goes on
+                    log.exception("a delivery callback failed")
+                    continue
                 if error is not None:
                     log.warning("producer error: %s", error)
                     self._retire(producer)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from facade.cli import alias, demo, dev, directory, dl, dlq, journal, qm, queue
+from facade.cli import alias, bench, demo, dev, directory, dl, dlq, journal, qm, queue
 
 __all__ = ["app", "main"]
 
@@ -29,6 +29,7 @@ app.add_typer(dl.app, name="dl")
 app.command("send")(queue.send)
 app.command("receive")(queue.receive)
 app.command("peek")(queue.peek)
+app.command("bench")(bench.bench)
 app.command("demo")(demo.demo)
 
 

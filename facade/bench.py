@@ -1,0 +1,529 @@
+"""Benchmarks: kmq's facade against the raw confluent-kafka equivalent, on one broker, in one run.
+
+Every scenario times the facade and its raw equivalent on the same broker, with the same payload
+size and message count, in the same round, and reports msg/s for both and the ratio
+(``kmq / raw``). Each figure is the median of several rounds. ``kmq bench`` prints the results as
+a table and as JSON; ``docs/performance.md`` records them and explains where the time goes.
+
+========================== ============================================ ========================
+Scenario                   kmq                                          raw confluent-kafka
+========================== ============================================ ========================
+``express-send``           ``send()`` EXPRESS, ``wait`` on the last     produce, ``acks=1``,
+                                                                        ``linger.ms=5``, flush
+``recoverable-send``       ``send()`` RECOVERABLE (fsync'd outgoing     produce, ``acks=all`` +
+                           queue, then ``acks=all`` + idempotence)      idempotence, flush
+``receive``                ``receive()`` (nontransactional: one         consume + synchronous
+                           receipt per message, ``acks=all``)           offset commit per record
+``peek``                   cursor ``peek_current``/``peek_next`` over   consume, no commit
+                           the queue (nothing removed)
+``dl-fanout``              ``send()`` to a distribution list of 10      produce 10 records per
+                           public queues (one copy each)                message, to 10 topics
+``spark-decode``           ``benchmarks/spark_decode_bench.py``: the    Spark read of the raw
+                           queue read and decoded by Spark (opt-in:     log of the same topic
+                           it starts a JVM; needs pyspark)
+========================== ============================================ ========================
+
+The first message of every timed loop is sent or read untimed on both sides, so producer,
+consumer and view start-up is excluded from the rates.
+
+Every run uses a fresh queue manager under a throwaway directory inside ``KMQ_HOME`` (the
+outgoing queue is fsync'd there, so its disk is the one measured), with an embedded directory of
+its own for the distribution list; queues and raw topics are deleted afterwards. The broker is
+``KMQ_BOOTSTRAP_SERVERS`` (or ``bootstrap_servers`` in ``kmq.toml``), else the dev stack broker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from facade.config import DirectorySettings, KmqConfig
+from facade.errors import ConfigurationError
+from facade.kafka import resolve_bootstrap_servers
+from facade.manager import QueueManager
+from facade.message import Delivery, Message
+
+__all__ = [
+    "SCENARIOS",
+    "BenchReport",
+    "ScenarioResult",
+    "describe_broker",
+    "describe_machine",
+    "run_benchmarks",
+]
+
+#: Targets from the benchmarks issue (ratio kmq / raw); scenarios without one have None.
+TARGETS: dict[str, float] = {"express-send": 0.8, "receive": 0.7}
+#: Fan-out width of the distribution-list scenario.
+FANOUT = 10
+#: Scenarios ``kmq bench`` runs when none is named (``spark-decode`` starts a JVM: opt-in).
+DEFAULT_SCENARIOS = ("express-send", "recoverable-send", "receive", "peek", "dl-fanout")
+_SPARK_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "spark_decode_bench.py"
+_TIMEOUT = 120.0
+
+
+@dataclass
+class ScenarioResult:
+    """One scenario's figures.
+
+    Attributes:
+        name (str): scenario name (``express-send``...).
+        description (str): what is compared with what.
+        kmq (list[float]): msg/s of the facade, one per round.
+        raw (list[float]): msg/s of the raw equivalent, one per round.
+        target (float | None): the ratio the benchmarks issue asks for.
+        skipped (str | None): why the scenario did not run.
+    """
+
+    name: str
+    description: str
+    kmq: list[float] = field(default_factory=list)
+    raw: list[float] = field(default_factory=list)
+    target: float | None = None
+    skipped: str | None = None
+
+    @property
+    def kmq_median(self) -> float | None:
+        return statistics.median(self.kmq) if self.kmq else None
+
+    @property
+    def raw_median(self) -> float | None:
+        return statistics.median(self.raw) if self.raw else None
+
+    @property
+    def ratio(self) -> float | None:
+        """Median kmq msg/s over median raw msg/s."""
+        ours, raw = self.kmq_median, self.raw_median
+        return None if ours is None or not raw else ours / raw
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "description": self.description, "kmq_msg_per_s": self.kmq_median,
+            "raw_msg_per_s": self.raw_median, "ratio": self.ratio, "target": self.target,
+            "meets_target": None if self.target is None or self.ratio is None
+            else self.ratio >= self.target,
+            "rounds": {"kmq": self.kmq, "raw": self.raw}, "skipped": self.skipped,
+        }
+
+
+@dataclass
+class BenchReport:
+    """What one ``kmq bench`` run measured, with the machine and broker it ran on."""
+
+    messages: int
+    rounds: int
+    payload: int
+    machine: dict[str, Any]
+    broker: dict[str, Any]
+    results: list[ScenarioResult]
+    started: str = ""
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "messages": self.messages, "rounds": self.rounds, "payload_bytes": self.payload,
+            "started": self.started, "seconds": round(self.seconds, 1), "machine": self.machine,
+            "broker": self.broker, "scenarios": {r.name: r.as_dict() for r in self.results},
+        }
+
+
+# -- machine and broker --------------------------------------------------------------------------
+
+
+def describe_machine() -> dict[str, Any]:
+    """CPU count and model, memory, OS, Python and client library versions."""
+    import confluent_kafka
+
+    model = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory = f"{int(line.split()[1]) / 1024 / 1024:.0f} GiB"
+    except (OSError, ValueError):
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {
+        "cpus": os.cpu_count(), "cpu_model": model, "memory": memory,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(), "confluent_kafka": confluent_kafka.version(),
+        "librdkafka": confluent_kafka.libversion()[0],
+        "load_average_1m": None if load is None else round(load, 2),
+    }
+
+
+def describe_broker(bootstrap_servers: str) -> dict[str, Any]:
+    """The broker's cluster id and size; the Tansu version when it is the local Tansu."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "allow.auto.create.topics": False})
+    metadata = admin.list_topics(timeout=10)
+    info: dict[str, Any] = {"bootstrap_servers": bootstrap_servers,
+                            "cluster_id": metadata.cluster_id, "brokers": len(metadata.brokers)}
+    if str(metadata.cluster_id).startswith("tansu"):
+        info["kind"] = "tansu (memory storage)"
+        try:
+            from facade.devstack import find_tansu_binary
+
+            out = subprocess.run([str(find_tansu_binary()), "--version"], capture_output=True,
+                                 text=True, timeout=10, check=False)
+            info["version"] = out.stdout.strip() or None
+        except (ConfigurationError, OSError, subprocess.SubprocessError):
+            info["version"] = None
+    return info
+
+
+# -- raw confluent-kafka sides ------------------------------------------------------------------
+
+
+class _Raw:
+    """Raw confluent-kafka clients and throwaway topics on the benchmark broker."""
+
+    def __init__(self, bootstrap: str):
+        self.bootstrap = bootstrap
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "allow.auto.create.topics": False})
+        self.topics: list[str] = []
+
+    def topic(self) -> str:
+        name = f"kmq-bench-raw-{uuid.uuid4().hex[:10]}"
+        self.admin.create_topics([NewTopic(name, 1, 1)])[name].result(_TIMEOUT)
+        self.topics.append(name)
+        return name
+
+    def producer(self, **extra: Any) -> Producer:
+        return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5,
+                         "allow.auto.create.topics": False, **extra})
+
+    def produce(self, producer: Producer, topics: Sequence[str], n: int, payload: bytes) -> float:
+        """msg/s of ``n`` messages, each produced once to every topic, flush included."""
+        for topic in topics:  # untimed warm-up: metadata, connection, producer id
+            producer.produce(topic, payload)
+        producer.flush(_TIMEOUT)
+        start = time.perf_counter()
+        for _ in range(n):
+            for topic in topics:
+                while True:
+                    try:
+                        producer.produce(topic, payload)
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+            producer.poll(0)
+        if producer.flush(_TIMEOUT):
+            raise TimeoutError("raw produce not acknowledged in time")
+        return n / (time.perf_counter() - start)
+
+    def fill(self, topic: str, n: int, payload: bytes) -> None:
+        producer = self.producer(acks=1)
+        for _ in range(n):
+            producer.produce(topic, payload)
+            producer.poll(0)
+        producer.flush(_TIMEOUT)
+
+    def consume(self, topic: str, n: int, commit: bool) -> float:
+        """msg/s reading ``n`` records after an untimed first one; ``commit`` commits each
+        record synchronously (the raw equivalent of a destructive receive)."""
+        consumer = Consumer({"bootstrap.servers": self.bootstrap,
+                             "group.id": f"kmq-bench-{uuid.uuid4().hex}",
+                             "enable.auto.commit": False, "fetch.wait.max.ms": 2,
+                             "session.timeout.ms": 6000})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        try:
+            got = 0
+            start = 0.0
+            deadline = time.monotonic() + _TIMEOUT
+            while got <= n:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"raw consume read {got} of {n + 1} records")
+                record = consumer.poll(1.0)
+                if record is None or record.error():
+                    continue
+                if commit:
+                    consumer.commit(record, asynchronous=False)
+                if got == 0:
+                    start = time.perf_counter()
+                got += 1
+            return n / (time.perf_counter() - start)
+        finally:
+            consumer.close()
+
+    def close(self) -> None:
+        if self.topics:
+            for future in self.admin.delete_topics(self.topics, request_timeout=30).values():
+                try:
+                    future.result(30)
+                except Exception:  # noqa: BLE001 - best-effort cleanup of throwaway topics
+                    pass
+            self.topics.clear()
+
+
+# -- scenarios ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Context:
+    qm: QueueManager
+    raw: _Raw
+    messages: int
+    payload: bytes
+    round_no: int
+
+    def queue_name(self, scenario: str) -> str:
+        return rf".\private$\bench-{scenario}-{self.round_no}"
+
+
+def _send_loop(queue: Any, n: int, payload: bytes, delivery: Delivery) -> float:
+    queue.send(Message(body=payload, delivery=delivery), wait=True)  # untimed warm-up
+    start = time.perf_counter()
+    for i in range(n):
+        queue.send(Message(body=payload, delivery=delivery), wait=i == n - 1, timeout=_TIMEOUT)
+    return n / (time.perf_counter() - start)
+
+
+def _express_send(ctx: _Context) -> tuple[float, float]:
+    raw = ctx.raw.produce(ctx.raw.producer(acks=1), [ctx.raw.topic()], ctx.messages, ctx.payload)
+    queue = ctx.qm.create_queue(ctx.queue_name("express"))
+    try:
+        return _send_loop(queue, ctx.messages, ctx.payload, Delivery.EXPRESS), raw
+    finally:
+        _drop(ctx.qm, queue)
+
+
+def _recoverable_send(ctx: _Context) -> tuple[float, float]:
+    producer = ctx.raw.producer(acks="all", **{"enable.idempotence": True})
+    raw = ctx.raw.produce(producer, [ctx.raw.topic()], ctx.messages, ctx.payload)
+    queue = ctx.qm.create_queue(ctx.queue_name("recoverable"))
+    try:
+        return _send_loop(queue, ctx.messages, ctx.payload, Delivery.RECOVERABLE), raw
+    finally:
+        _drop(ctx.qm, queue)
+
+
+def _filled_queue(ctx: _Context, scenario: str) -> Any:
+    queue = ctx.qm.create_queue(ctx.queue_name(scenario))
+    for i in range(ctx.messages + 1):
+        queue.send(Message(body=ctx.payload), wait=i == ctx.messages)
+    return queue
+
+
+def _receive(ctx: _Context) -> tuple[float, float]:
+    topic = ctx.raw.topic()
+    ctx.raw.fill(topic, ctx.messages + 1, ctx.payload)
+    raw = ctx.raw.consume(topic, ctx.messages, commit=True)
+    queue = _filled_queue(ctx, "receive")
+    try:
+        queue.receive(timeout=_TIMEOUT)  # untimed: view start-up, first fetch
+        start = time.perf_counter()
+        for _ in range(ctx.messages):
+            queue.receive(timeout=_TIMEOUT)
+        return ctx.messages / (time.perf_counter() - start), raw
+    finally:
+        _drop(ctx.qm, queue)
+
+
+def _peek(ctx: _Context) -> tuple[float, float]:
+    topic = ctx.raw.topic()
+    ctx.raw.fill(topic, ctx.messages + 1, ctx.payload)
+    raw = ctx.raw.consume(topic, ctx.messages, commit=False)
+    queue = _filled_queue(ctx, "peek")
+    try:
+        cursor = queue.cursor()
+        cursor.peek_current(timeout=_TIMEOUT)  # untimed: view start-up, first fetch
+        start = time.perf_counter()
+        for _ in range(ctx.messages):
+            cursor.peek_next(timeout=_TIMEOUT)
+        return ctx.messages / (time.perf_counter() - start), raw
+    finally:
+        _drop(ctx.qm, queue)
+
+
+def _dl_fanout(ctx: _Context) -> tuple[float, float]:
+    topics = [ctx.raw.topic() for _ in range(FANOUT)]
+    raw = ctx.raw.produce(ctx.raw.producer(acks=1), topics, ctx.messages, ctx.payload)
+    directory = ctx.qm.directory
+    queues = [ctx.qm.create_queue(rf".\bench-fan-{ctx.round_no}-{i}") for i in range(FANOUT)]
+    name = f"bench-fanout-{ctx.round_no}-{uuid.uuid4().hex[:6]}"
+    dl = directory.create_distribution_list(name)
+    try:
+        for queue in queues:
+            directory.add_member(name, f"PUBLIC={queue.properties.instance}")
+        handle = ctx.qm.open_queue(dl.format_name)
+        return _send_loop(handle, ctx.messages, ctx.payload, Delivery.EXPRESS), raw
+    finally:
+        directory.delete_distribution_list(name)
+        for queue in queues:
+            _drop(ctx.qm, queue)
+
+
+def _drop(qm: QueueManager, queue: Any) -> None:
+    path = queue.format_name
+    queue.close()
+    try:
+        qm.delete_queue(path)
+    except Exception:  # noqa: BLE001 - best-effort cleanup
+        pass
+
+
+_Scenario = Callable[[_Context], tuple[float, float]]
+
+#: name -> (description, function); ``spark-decode`` is run by :func:`_spark_decode`.
+SCENARIOS: dict[str, tuple[str, _Scenario | None]] = {
+    "express-send": ("express send vs raw produce (acks=1)", _express_send),
+    "recoverable-send": ("recoverable send vs raw produce (acks=all, idempotent)",
+                         _recoverable_send),
+    "receive": ("receive vs raw consume + sync commit per record", _receive),
+    "peek": ("cursor peek vs raw consume without commit", _peek),
+    "dl-fanout": (f"send to a DL of {FANOUT} queues vs raw produce x{FANOUT}", _dl_fanout),
+    "spark-decode": ("Spark decode rows/s vs raw Spark read of the topic", None),
+}
+
+
+def _spark_decode(bootstrap: str, messages: int, rounds: int, payload: int) -> ScenarioResult:
+    """Run ``benchmarks/spark_decode_bench.py`` and take its per-round figures: kmq = the
+    queue view read and decoded into messages, raw = the raw log of the same topic."""
+    result = ScenarioResult("spark-decode", SCENARIOS["spark-decode"][0])
+    if not _SPARK_SCRIPT.is_file():
+        result.skipped = f"{_SPARK_SCRIPT.name} is not in this checkout"
+        return result
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        result.skipped = "pyspark is not installed (pip install -e '.[spark]')"
+        return result
+    if payload != 200:
+        result.description += " (its payload is fixed at 200 B)"
+    argv = [sys.executable, str(_SPARK_SCRIPT), "--messages", str(messages),
+            "--rounds", str(rounds)]
+    env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": bootstrap,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(_SPARK_SCRIPT.parents[1]),
+                                                       os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800, check=False)
+    if out.returncode != 0:
+        result.skipped = f"{_SPARK_SCRIPT.name} failed: {out.stderr.strip()[-300:]}"
+        return result
+    try:
+        data = json.loads(out.stdout[out.stdout.index("\n{") + 1:])
+        result.kmq = [float(x) for x in data["all_rounds"]["queue view + decode"]]
+        result.raw = [float(x) for x in data["all_rounds"]["raw log"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        result.skipped = f"{_SPARK_SCRIPT.name} printed no per-round figures: {exc}"
+    return result
+
+
+# -- runner -------------------------------------------------------------------------------------
+
+
+def run_benchmarks(config: KmqConfig | None = None, *, messages: int = 2000, rounds: int = 3,
+                   payload: int = 200, scenarios: Sequence[str] = DEFAULT_SCENARIOS,
+                   progress: Callable[[str], None] | None = None) -> BenchReport:
+    """Run the named scenarios ``rounds`` times and return medians and ratios.
+
+    Args:
+        config (KmqConfig | None): where the broker is (default :meth:`KmqConfig.load`); the
+            queue manager, home and directory of the run are throwaway ones.
+        messages (int): messages per timed loop (>= 1).
+        rounds (int): rounds per scenario (>= 1); the median is reported.
+        payload (int): body size in bytes (>= 0).
+        scenarios (Sequence[str]): names from :data:`SCENARIOS`.
+        progress (Callable[[str], None] | None): called with a line per finished round.
+
+    Raises:
+        ConfigurationError: an unknown scenario name, or a count out of range.
+        BrokerUnavailable: no broker configured or running.
+    """
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        raise ConfigurationError(f"unknown benchmark scenario(s) {', '.join(unknown)}",
+                                 hint=f"choose from {', '.join(SCENARIOS)}")
+    if messages < 1 or rounds < 1 or payload < 0:
+        raise ConfigurationError("--messages and --rounds must be >= 1 and --payload >= 0")
+    config = config or KmqConfig.load()
+    bootstrap = resolve_bootstrap_servers(config)
+    started = time.time()
+    report = BenchReport(messages, rounds, payload, describe_machine(), describe_broker(bootstrap),
+                         [], time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)))
+    config.home.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bench-", dir=config.home))
+    bench_config = dataclasses.replace(
+        config, bootstrap_servers=bootstrap, home=work,
+        queue_manager=f"bench-{uuid.uuid4().hex[:8]}",
+        directory=DirectorySettings(url=f"embedded:{work / 'directory.json'}"))
+    body = b"x" * payload
+    raw = _Raw(bootstrap)
+    try:
+        with QueueManager.open(bench_config) as qm:
+            for name in scenarios:
+                description, function = SCENARIOS[name]
+                if function is None:
+                    report.results.append(_spark_decode(bootstrap, messages, rounds, payload))
+                    continue
+                result = ScenarioResult(name, description, target=TARGETS.get(name))
+                for round_no in range(rounds):
+                    ours, theirs = function(_Context(qm, raw, messages, body, round_no))
+                    result.kmq.append(ours)
+                    result.raw.append(theirs)
+                    raw.close()
+                    if progress:
+                        progress(f"{name} round {round_no + 1}/{rounds}: kmq {ours:,.0f} msg/s, "
+                                 f"raw {theirs:,.0f} msg/s")
+                report.results.append(result)
+    finally:
+        raw.close()
+        shutil.rmtree(work, ignore_errors=True)
+    report.seconds = time.time() - started
+    return report
+
+
+def format_table(report: BenchReport) -> str:
+    """The report as a plain-text table (the CLI renders it with rich)."""
+    lines = [f"{'scenario':58} {'kmq msg/s':>10} {'raw msg/s':>11} {'ratio':>6} {'target':>6}"]
+    for r in report.results:
+        if r.skipped:
+            lines.append(f"{r.description:58} skipped: {r.skipped}")
+            continue
+        target = f"{r.target:.2f}" if r.target is not None else "-"
+        lines.append(f"{r.description:58} {r.kmq_median:10,.0f} {r.raw_median:11,.0f} "
+                     f"{r.ratio:6.3f} {target:>6}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m facade.bench``: the same as ``kmq bench`` without rich."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--payload", type=int, default=200)
+    parser.add_argument("--scenario", action="append", choices=list(SCENARIOS))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    report = run_benchmarks(messages=args.messages, rounds=args.rounds, payload=args.payload,
+                            scenarios=args.scenario or DEFAULT_SCENARIOS,
+                            progress=lambda line: print(line, file=sys.stderr))
+    print(json.dumps(report.as_dict(), indent=2) if args.json else format_table(report))
+
+
+if __name__ == "__main__":
+    main()

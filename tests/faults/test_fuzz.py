@@ -1,0 +1,294 @@
+"""Bad input: hypothesis and random-bytes fuzzing of what kmq parses.
+
+Every parser must answer garbage with its documented error and nothing else: no other
+exception, no crash, no hang (each test has a pytest-timeout).
+
+* format names and path names: ``FormatNameError`` (``QueuePathNameError`` for path names),
+  and a name that parses prints back to text that parses to the same thing;
+* message envelopes, receipts and acknowledgment payloads: ``EnvelopeError``; random bytes,
+  and also valid records with bytes flipped, cut or added behind a valid header, so the Avro
+  decoder itself is reached; record headers never raise (``read_headers``);
+* configuration: ``KmqConfig.load`` on random TOML text, random TOML documents and random
+  ``KMQ_*`` environments gives ``ConfigurationError`` or a configuration;
+* the CLI through typer's ``CliRunner``: random commands, options and values exit 0, 1 or 2
+  with no exception escaping (no broker: broker commands fail fast with exit 1).
+
+Signatures and encrypted bodies are not fuzzed: kmq does not sign or encrypt yet (the
+envelope only carries MSMQ's fields); see "pending" in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from facade.cli import app
+from facade.config import KmqConfig
+from facade.envelope import (
+    decode_acknowledgment,
+    decode_message,
+    encode_acknowledgment,
+    encode_message,
+    read_headers,
+)
+from facade.errors import ConfigurationError, EnvelopeError, FormatNameError, QueuePathNameError
+from facade.formatnames import parse_format_name, parse_path_name, parse_queue_reference
+from facade.message import (
+    AcknowledgedQueue,
+    AcknowledgmentInfo,
+    Message,
+    MessageClass,
+    MessageId,
+)
+from facade.receipts import ReceiptAction, decode_receipt, encode_receipt, new_claim
+
+pytestmark = pytest.mark.timeout(120)
+
+FUZZ = settings(max_examples=200, deadline=None, database=None,
+                suppress_health_check=[HealthCheck.too_slow])
+
+_GUID = str(uuid.UUID(int=0x1234_5678_9ABC_DEF0_1234_5678_9ABC_DEF0))
+_FRAGMENTS = [
+    "DIRECT=", "OS:", "TCP:", "HTTP://", "HTTPS://", "PUBLIC=", "PRIVATE=", "DL=", "MACHINE=",
+    "MULTICAST=", "\\", "/", "private$", "PRIVATE$", "system$", ";JOURNAL", ";DEADLETTER",
+    ";DEADXACT", ";poison", ";", ",", "@", ".", "{", "}", _GUID, _GUID.upper(), "0000000a",
+    "localhost", "127.0.0.1", "host", "q", "orders", ":", "=", " ", "\t", "\x00", "é", "€",
+    "\U0001f600", "$", "..", "msmq/private$/q", "224.0.0.1:1801",
+]
+names = st.one_of(
+    st.text(max_size=60),
+    st.lists(st.one_of(st.sampled_from(_FRAGMENTS), st.text(max_size=4)), max_size=12)
+    .map("".join),
+)
+
+
+# -- format names and path names ---------------------------------------------------------------
+
+
+@FUZZ
+@given(names)
+def test_format_names_raise_only_format_name_errors_and_round_trip(text: str) -> None:
+    try:
+        parsed = parse_format_name(text)
+    except FormatNameError:
+        return
+    assert parse_format_name(str(parsed)) == parsed
+
+
+@FUZZ
+@given(names)
+def test_path_names_raise_only_path_name_errors_and_round_trip(text: str) -> None:
+    try:
+        parsed = parse_path_name(text)
+    except QueuePathNameError:
+        return
+    assert parse_path_name(str(parsed)) == parsed
+
+
+@FUZZ
+@given(names)
+def test_queue_references_raise_only_format_name_errors(text: str) -> None:
+    try:
+        parse_queue_reference(text)
+    except FormatNameError:
+        pass
+
+
+# -- envelopes, receipts, acknowledgments -----------------------------------------------------
+
+
+def _valid_records() -> list[bytes]:
+    guid = uuid.UUID(_GUID)
+    message = Message(id=MessageId(guid, 7), body=b"body", label="label", priority=5,
+                      correlation_id=MessageId(guid, 3), time_to_be_received=60.0,
+                      sent_time=dt.datetime.now(dt.timezone.utc),
+                      destination_queue=r"DIRECT=OS:qm\private$\q", properties={"k": "v"})
+    ack = AcknowledgmentInfo(MessageId(guid, 7), MessageClass.NACK_RECEIVE_TIMEOUT,
+                             (AcknowledgedQueue(r"DIRECT=OS:qm\private$\q", guid),),
+                             reason="why", original_body=b"body")
+    receipt = new_claim(ReceiptAction.RECEIVE, (1, 2, 3), "fuzz")
+    return [encode_message(message).value, encode_acknowledgment(ack), encode_receipt(receipt)]
+
+
+_RECORDS = _valid_records()
+_DECODERS = [
+    (decode_message, EnvelopeError),
+    (decode_acknowledgment, EnvelopeError),
+    (decode_receipt, EnvelopeError),
+]
+
+
+def _mutate(data: bytes, rng: random.Random) -> bytes:
+    buf = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        choice = rng.randrange(4)
+        if choice == 0 and buf:
+            buf[rng.randrange(len(buf))] = rng.randrange(256)
+        elif choice == 1 and len(buf) > 10:
+            del buf[rng.randrange(10, len(buf)):]
+        elif choice == 2:
+            buf[rng.randrange(len(buf) + 1):0] = rng.randbytes(rng.randint(1, 8))
+        else:
+            buf = bytearray(data[:10]) + rng.randbytes(rng.randint(0, 80))  # valid header
+    return bytes(buf)
+
+
+@pytest.mark.parametrize("decode, error", _DECODERS, ids=lambda x: getattr(x, "__name__", ""))
+def test_random_and_mutated_bytes_give_only_envelope_errors(decode, error) -> None:
+    rng = random.Random()
+    seed = rng.randrange(2**32)
+    rng.seed(seed)
+    inputs = [None, b"", b"\xc3\x01", "text", 42] + [rng.randbytes(rng.randint(0, 64))
+                                                     for _ in range(300)]
+    inputs += [_mutate(record, rng) for record in _RECORDS for _ in range(400)]
+    for value in inputs:
+        try:
+            decode(value)
+        except error:
+            pass
+        except Exception as exc:  # noqa: BLE001 - the point of the test
+            pytest.fail(f"{decode.__name__}({value!r}) raised {type(exc).__name__}: {exc} "
+                        f"(seed {seed})")
+
+
+@FUZZ
+@given(st.binary(max_size=200))
+def test_hypothesis_bytes_behind_a_valid_envelope_header(body: bytes) -> None:
+    for record in _RECORDS:
+        for decode, error in _DECODERS:
+            try:
+                decode(record[:10] + body)
+            except error:
+                pass
+
+
+header_values = st.one_of(st.binary(max_size=20), st.none(), st.text(max_size=5), st.integers())
+header_names = st.one_of(st.sampled_from(["kmq.id", "kmq.class", "kmq.priority", "kmq.expires",
+                                          "kmq.not_before", "kmq.correlation_id", "kmq.txn",
+                                          "kmq.version"]), st.text(max_size=10))
+
+
+@FUZZ
+@given(st.one_of(st.none(), st.lists(st.tuples(header_names, header_values), max_size=10)))
+def test_read_headers_never_raises(headers) -> None:
+    read_headers(headers)
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value) if value == value and abs(value) != float("inf") else "nan"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def _toml(doc: dict) -> str:
+    lines, tables = [], []
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            tables.append((key, value))
+        else:
+            lines.append(f"{json.dumps(key)} = {_toml_value(value)}")
+    for name, table in tables:
+        lines.append(f"[{json.dumps(name)}]")
+        lines += [f"{json.dumps(k)} = {_toml_value(v)}" for k, v in table.items()
+                  if not isinstance(v, dict)]
+    return "\n".join(lines) + "\n"
+
+
+scalars = st.one_of(st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=False),
+                    st.text(max_size=20), st.lists(st.integers(0, 9), max_size=3))
+top_keys = st.sampled_from(["bootstrap_servers", "home", "queue_manager", "principal",
+                            "directory", "kafka", "typo"])
+directory_keys = st.sampled_from(["url", "base_dn", "bind_dn", "password", "starttls",
+                                  "ca_file", "cert_file", "key_file", "sasl_mechanism",
+                                  "timeout", "nope"])
+toml_docs = st.dictionaries(
+    top_keys,
+    st.one_of(scalars, st.dictionaries(st.one_of(directory_keys, st.text(max_size=8)), scalars,
+                                       max_size=5)),
+    max_size=6)
+
+
+def _load_config(tmp_path: Path, text: str | bytes, env: dict | None = None) -> None:
+    path = tmp_path / "kmq.toml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"))
+    try:
+        KmqConfig.load({"KMQ_CONFIG": str(path), "KMQ_HOME": str(tmp_path), **(env or {})})
+    except ConfigurationError:
+        pass
+
+
+@FUZZ
+@given(doc=toml_docs)
+def test_config_from_random_toml_documents(tmp_path_factory, doc: dict) -> None:
+    _load_config(tmp_path_factory.mktemp("cfg"), _toml(doc))
+
+
+@FUZZ
+@given(text=st.one_of(st.text(max_size=200), st.binary(max_size=200)))
+def test_config_from_random_toml_text(tmp_path_factory, text) -> None:
+    _load_config(tmp_path_factory.mktemp("cfg"), text)
+
+
+env_names = st.sampled_from(["KMQ_BOOTSTRAP_SERVERS", "KMQ_DIRECTORY_URL",
+                             "KMQ_DIRECTORY_BASE_DN", "KMQ_DIRECTORY_BIND_DN",
+                             "KMQ_DIRECTORY_PASSWORD", "KMQ_DIRECTORY_STARTTLS",
+                             "KMQ_DIRECTORY_CA_FILE", "KMQ_DIRECTORY_SASL_MECHANISM",
+                             "KMQ_DIRECTORY_TIMEOUT", "KMQ_QUEUE_MANAGER", "KMQ_PRINCIPAL"])
+
+
+@FUZZ
+@given(env=st.dictionaries(env_names, st.text(max_size=30).filter(lambda s: "\x00" not in s),
+                           max_size=5))
+def test_config_from_random_environment(tmp_path_factory, env: dict) -> None:
+    _load_config(tmp_path_factory.mktemp("cfg"), "", env)
+
+
+# -- the CLI ------------------------------------------------------------------------------------
+
+_COMMANDS = [
+    ["queue", "create"], ["queue", "locate"], ["queue", "list"], ["queue", "show"],
+    ["queue", "set"], ["queue", "purge"], ["queue", "delete"], ["send"], ["receive"], ["peek"],
+    ["qm", "init"], ["qm", "info"], ["qm", "run"], ["dlq", "list"], ["dlq", "show"],
+    ["dlq", "purge"], ["journal", "list"], ["directory", "status"], ["alias", "list"],
+    ["alias", "show"], ["alias", "create"], ["dl", "list"], ["dl", "show"], ["dl", "create"],
+    ["dl", "add"], ["dl", "members"], ["dl", "expand"], ["bench"], ["nonsense"], [],
+]
+_OPTIONS = ["--json", "--label", "--priority", "--body", "--timeout", "--limit", "--public",
+            "--journal", "--quota-kb", "--messages", "--rounds", "--payload", "--scenario",
+            "--once", "--interval", "-n", "--help", "--", "-x"]
+cli_args = st.tuples(
+    st.sampled_from(_COMMANDS),
+    st.lists(st.one_of(st.sampled_from(_OPTIONS), names, st.integers(-5, 10**10).map(str)),
+             max_size=6),
+).map(lambda t: t[0] + t[1])
+
+
+@settings(max_examples=50, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(args=cli_args)
+def test_cli_exits_0_1_or_2_on_any_arguments(tmp_path: Path, args: list[str]) -> None:
+    env = {"KMQ_HOME": str(tmp_path / "home"), "KMQ_BOOTSTRAP_SERVERS": None,
+           "KMQ_CONFIG": None, "KMQ_QUEUE_MANAGER": "fuzz",
+           "KMQ_DIRECTORY_URL": f"embedded:{tmp_path / 'directory.json'}"}
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code in (0, 1, 2), (args, result.exit_code, result.output)
+    if result.exception is not None:
+        assert isinstance(result.exception, SystemExit), (args, repr(result.exception))
+    assert "Traceback" not in result.output, (args, result.output)
