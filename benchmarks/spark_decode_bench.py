@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
 import uuid
 from typing import Any
@@ -29,7 +27,7 @@ from typing import Any
 from facade import Message
 from facade.config import KmqConfig
 from facade.manager import QueueManager
-from spark_connector import decode_messages, register, resolve
+from spark_connector import decode_messages, local_session, resolve
 
 PAYLOAD = b"x" * 200
 
@@ -45,18 +43,7 @@ def fill_queue(qm: QueueManager, name: str, n: int) -> str:
 
 def spark_session() -> Any:
     """A local Spark session bound to loopback, with ``format("kmq")`` registered."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("kmq-decode-bench")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
+    return local_session("kmq-decode-bench")
 
 
 def timed_count(df: Any) -> tuple[int, float]:

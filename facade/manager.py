@@ -40,9 +40,9 @@ from facade.formatnames import (
 from facade.kafka import KafkaSession, produce_and_wait, resolve_bootstrap_servers
 from facade.message import Delivery, Message, MessageClass
 from facade.outputs import SystemOutputs
+from facade.registry import QueueManagerRecord, QueueProperties, Registry
 from facade.resolution import Resolver
 from facade.sender import Sender
-from facade.registry import QueueManagerRecord, QueueProperties, Registry
 from facade.sequence import MessageIdAllocator
 from facade.topics import QueueTopics, queue_topics, system_topics
 
@@ -93,6 +93,9 @@ class QueueManager:
         self._lock = threading.Lock()
         self._open_queues: weakref.WeakSet = weakref.WeakSet()
         self._directory: Any = None
+        # Its own lock: opening an LDAP directory may take seconds, and must not hold up
+        # producer creation.
+        self._directory_lock = threading.Lock()
         self.resolver = Resolver(self)
         self.outputs = SystemOutputs(self)
         self.sender = Sender(self)
@@ -146,7 +149,7 @@ class QueueManager:
                 cannot be reached; tried again on the next use.
             ConfigurationError: bad directory settings.
         """
-        with self._lock:
+        with self._directory_lock:
             if self._directory is None:
                 from facade.directory import Directory
 
@@ -544,7 +547,7 @@ class QueueManager:
             producer.flush(10.0)
         self._producers.clear()
         self.registry.close()
-        with self._lock:
+        with self._directory_lock:
             directory, self._directory = self._directory, None
         if directory is not None:
             directory.close()

@@ -19,28 +19,13 @@ Writing (``write_messages``, ``write_stream``) lives in :mod:`spark_connector.si
 
 from __future__ import annotations
 
-from typing import Any
-
 from spark_connector.datasource import register
 from spark_connector.decode import DeadLetterTarget, decode_messages
 from spark_connector.read import kafka_source_available, kafka_source_options, read_queue
 from spark_connector.resolve import QueueTarget, Resolution, resolve
 from spark_connector.schema import KAFKA_SOURCE_SCHEMA, MESSAGE_SCHEMA
-
-try:
-    from spark_connector.sink import write_messages, write_stream
-except ImportError as _missing:  # pragma: no cover - only while the writer is absent
-    if _missing.name != "spark_connector.sink":  # a missing dependency of the sink: report it
-        raise
-
-    def write_messages(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-        """Write a DataFrame of messages to a queue (needs :mod:`spark_connector.sink`)."""
-        raise NotImplementedError("spark_connector.sink is not installed")
-
-    def write_stream(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
-        """Write a streaming DataFrame of messages to a queue (needs the sink module)."""
-        raise NotImplementedError("spark_connector.sink is not installed")
-
+from spark_connector.session import local_session
+from spark_connector.sink import write_messages, write_stream
 
 __all__ = [
     "KAFKA_SOURCE_SCHEMA",
@@ -51,6 +36,7 @@ __all__ = [
     "decode_messages",
     "kafka_source_available",
     "kafka_source_options",
+    "local_session",
     "read_queue",
     "register",
     "resolve",

@@ -10,8 +10,6 @@ percentiles (sent time to the journal copy's record time, i.e. to the receive).
 
 from __future__ import annotations
 
-import os
-import sys
 import uuid
 from functools import reduce
 from typing import TYPE_CHECKING, Any
@@ -42,19 +40,10 @@ def run_report_job(sources: ReportSources, *, timeout: float = 600.0) -> Report:
     from pyspark.sql import SparkSession
 
     from facade.demo.report import ENGINE_SPARK, TOP_SENDERS, Report, percentiles
+    from spark_connector import local_session
 
     owned = SparkSession.getActiveSession() is None  # stop only a session this job started
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    spark = (SparkSession.builder.master("local[2]").appName("kmq-demo-report")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("kmq-demo-report")
     try:
         table = _stream_into_memory(spark, sources, timeout)
         rows = spark.table(table)

@@ -1,0 +1,41 @@
+"""A local-mode SparkSession set up the way the connector expects (tests, demo, benchmarks)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from spark_connector.datasource import register
+
+__all__ = ["local_session"]
+
+
+def local_session(app_name: str, *, cores: int = 2, **config: str) -> Any:
+    """``local[cores]`` Spark bound to 127.0.0.1, quiet, UTC, with ``format("kmq")`` registered.
+
+    Workers run this interpreter (``PYSPARK_PYTHON``), so they import the same kmq and pyarrow.
+    Returns the active session if one exists (``getOrCreate``).
+
+    Args:
+        app_name (str): Spark application name.
+        cores (int): local worker threads.
+        **config (str): further Spark settings, e.g. ``spark.sql.shuffle.partitions="4"``.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.master(f"local[{cores}]").appName(app_name)
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.session.timeZone", "UTC"))
+    for key, value in config.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
