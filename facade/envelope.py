@@ -37,6 +37,7 @@ from facade.message import (
     BodyType,
     Message,
     MessageId,
+    guid_text,
 )
 
 __all__ = [
@@ -205,7 +206,8 @@ def _envelope_record(m: Message) -> dict[str, Any]:
         "sent_time": _instant_to_ms(m.sent_time),
         "arrived_time": _instant_to_ms(m.arrived_time),
         "not_before": _instant_to_ms(m.not_before),
-        "source_machine_id": m.source_machine_id,
+        "source_machine_id": (None if m.source_machine_id is None
+                              else guid_text(m.source_machine_id)),
         "sender_id": m.sender_id,
         "sender_id_type": int(m.sender_id_type),
         "transaction_id": m.transaction_id,

@@ -40,11 +40,13 @@ from facade.message import Delivery
 __all__ = [
     "KafkaRecord",
     "KafkaSession",
+    "PendingRecord",
     "TopicReader",
     "is_fatal",
     "map_kafka_errors",
     "poll_producer",
     "produce_and_wait",
+    "produce_async",
     "resolve_bootstrap_servers",
 ]
 
@@ -366,6 +368,24 @@ class TopicReader:
         with map_kafka_errors("seek", topic):
             self._consumer.seek(TopicPartition(topic, 0, offset))
 
+    def pause(self, topic: str) -> None:
+        """Stop fetching ``topic`` (partition 0) until :meth:`resume`; the position is kept.
+
+        Raises:
+            BrokerError: the partition is not assigned to this reader.
+        """
+        with map_kafka_errors("pause", topic):
+            self._consumer.pause([TopicPartition(topic, 0)])
+
+    def resume(self, topic: str) -> None:
+        """Fetch ``topic`` (partition 0) again after :meth:`pause`, from where it stopped.
+
+        Raises:
+            BrokerError: the partition is not assigned to this reader.
+        """
+        with map_kafka_errors("resume", topic):
+            self._consumer.resume([TopicPartition(topic, 0)])
+
     def caught_up(self, topics: Iterable[str]) -> bool:
         """True when every topic has been read up to the high watermark of its latest fetch
         response (a watermark is known only after the first fetch response for the topic).
@@ -477,17 +497,62 @@ def produce_and_wait(producer: Producer, topic: str, value: bytes | None, *, key
         BrokerUnavailable: not acknowledged within ``timeout`` seconds.
         BrokerError (or a more specific MessageQueueError): the broker rejected the record.
     """
-    outcome: list[Any] = []
+    return produce_async(producer, topic, value, key=key, headers=headers,
+                         operation=operation).wait(timeout)
+
+
+class PendingRecord:
+    """A record handed to a producer whose acknowledgment has not been waited for yet
+    (see :func:`produce_async`); the caller may do other work before :meth:`wait`."""
+
+    __slots__ = ("_producer", "_topic", "_operation", "_outcome")
+
+    def __init__(self, producer: Producer, topic: str, operation: str):
+        self._producer = producer
+        self._topic = topic
+        self._operation = operation
+        self._outcome: list[Any] = []
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        self._outcome.append((err, msg))
+
+    def wait(self, timeout: float = 30.0) -> int:
+        """Wait for the broker's verdict on the record.
+
+        Args:
+            timeout (float): seconds.
+
+        Returns:
+            int: the record's offset.
+
+        Raises:
+            BrokerUnavailable: not acknowledged within ``timeout`` seconds.
+            BrokerError (or a more specific MessageQueueError): the broker rejected the record.
+        """
+        if not self._outcome and self._producer.flush(timeout) and not self._outcome:
+            raise BrokerUnavailable(f"{self._operation} to {self._topic!r} not acknowledged "
+                                    f"within {timeout:g} s",
+                                    hint="check that the Kafka broker is running")
+        err, msg = self._outcome[0]
+        if err is not None:
+            raise kafka_error_to_queue_error(err, self._operation, self._topic)
+        return int(msg.offset())
+
+
+def produce_async(producer: Producer, topic: str, value: bytes | None, *, key: bytes | None = None,
+                  headers: Sequence[tuple[str, bytes]] | None = None,
+                  operation: str = "write") -> PendingRecord:
+    """Hand one record to ``producer`` and return at once; :meth:`PendingRecord.wait` gets the
+    broker's acknowledgment. The producer must not be polled by another thread.
+
+    Raises:
+        BrokerError (or a more specific MessageQueueError): the producer refused the record.
+    """
+    pending = PendingRecord(producer, topic, operation)
     with map_kafka_errors(operation, topic):
         producer.produce(topic, value=value, key=key, headers=headers,
-                         on_delivery=lambda err, msg: outcome.append((err, msg)))
-    if producer.flush(timeout) and not outcome:
-        raise BrokerUnavailable(f"{operation} to {topic!r} not acknowledged within {timeout:g} s",
-                                hint="check that the Kafka broker is running")
-    err, msg = outcome[0]
-    if err is not None:
-        raise kafka_error_to_queue_error(err, operation, topic)
-    return int(msg.offset())
+                         on_delivery=pending._delivered)
+    return pending
 
 
 def is_fatal(error: Any) -> bool:

@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import itertools
 import math
 import os
@@ -31,8 +32,8 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import MISSING, dataclass, field, fields
 from enum import IntEnum, IntFlag
 from typing import Any, ClassVar, TypeVar, cast
 
@@ -110,6 +111,13 @@ if hasattr(os, "register_at_fork"):  # pragma: no branch - always true on POSIX
     os.register_at_fork(after_in_child=_SEQUENCE.reseed)
 
 
+# A queue manager stamps its one GUID on every message id: its text and Windows byte order are
+# computed once, not per message (uuid.UUID computes both in Python each time).
+#: ``str(guid)``, memoised (the canonical lowercase 8-4-4-4-12 text).
+guid_text = functools.lru_cache(maxsize=256)(str)
+_guid_bytes_le = functools.lru_cache(maxsize=256)(lambda guid: guid.bytes_le)
+
+
 @dataclass(frozen=True, slots=True)
 class MessageId:
     r"""An MSMQ message id (PROPID_M_MSGID), also used for correlation ids (PROPID_M_CORRELATIONID).
@@ -177,7 +185,7 @@ class MessageId:
 
     def to_bytes(self) -> bytes:
         """Return the 20-byte MSMQ binary form (GUID ``bytes_le`` + sequence little-endian)."""
-        return self.machine_guid.bytes_le + self.sequence.to_bytes(4, "little")
+        return _guid_bytes_le(self.machine_guid) + self.sequence.to_bytes(4, "little")
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> MessageId:
@@ -225,7 +233,7 @@ class MessageId:
         return cls(uuid.UUID(match.group(1)), int(match.group(2)))
 
     def __str__(self) -> str:
-        return f"{self.machine_guid}\\{self.sequence}"
+        return f"{guid_text(self.machine_guid)}\\{self.sequence}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -670,37 +678,17 @@ class Message:
 
     def _normalize(self) -> None:
         """Convert accepted alternative forms (ints for enums, raw ids, bytearray) in place."""
+        values = self.__dict__
         if isinstance(self.body, (bytearray, memoryview)):
             self.body = bytes(self.body)
-        self.correlation_id = _as_message_id(
-            self.correlation_id, "correlation_id", "PROPID_M_CORRELATIONID"
-        )
-        self.delivery = _coerce_enum(Delivery, self.delivery, "delivery", "PROPID_M_DELIVERY")
-        self.acknowledge = _coerce_flags(
-            Acknowledgment, self.acknowledge, "acknowledge", "PROPID_M_ACKNOWLEDGE"
-        )
-        self.journal = _coerce_flags(JournalLevel, self.journal, "journal", "PROPID_M_JOURNAL")
-        self.message_class = _coerce_enum(
-            MessageClass, self.message_class, "message_class", "PROPID_M_CLASS"
-        )
-        self.sender_id_type = _coerce_enum(
-            SenderIdType, self.sender_id_type, "sender_id_type", "PROPID_M_SENDERID_TYPE"
-        )
-        self.auth_level = _coerce_enum(
-            AuthLevel, self.auth_level, "auth_level", "PROPID_M_AUTH_LEVEL"
-        )
-        self.privacy_level = _coerce_enum(
-            PrivacyLevel, self.privacy_level, "privacy_level", "PROPID_M_PRIV_LEVEL"
-        )
-        self.hash_algorithm = _coerce_enum(
-            HashAlgorithm, self.hash_algorithm, "hash_algorithm", "PROPID_M_HASH_ALG"
-        )
-        self.encryption_algorithm = _coerce_enum(
-            EncryptionAlgorithm,
-            self.encryption_algorithm,
-            "encryption_algorithm",
-            "PROPID_M_ENCRYPTION_ALG",
-        )
+        if self.correlation_id is not None:
+            self.correlation_id = _as_message_id(
+                self.correlation_id, "correlation_id", "PROPID_M_CORRELATIONID"
+            )
+        for name, kind, coerce in _NORMALIZED:
+            value = values[name]
+            if type(value) is not kind:  # already the enum member: nothing to convert
+                values[name] = coerce(value)
         # Known body types become BodyType for readable reprs; other VARTYPEs stay plain ints.
         if type(self.body_type) is int:
             self.body_type = cast(
@@ -717,83 +705,18 @@ class Message:
             InvalidParameter: a property is out of range or of the wrong type; the message names
                 the property, its PROPID_M_* and the allowed values.
         """
-        _check_bytes(self.body, "body", "PROPID_M_BODY", optional=False)
-        if not isinstance(self.label, str) or len(self.label) > MAX_LABEL_LENGTH:
-            raise _invalid(
-                "label",
-                "PROPID_M_LABEL",
-                f"a str of at most {MAX_LABEL_LENGTH} characters",
-                self.label if not isinstance(self.label, str) else f"{len(self.label)} characters",
-            )
-        _check_int(self.body_type, 0, _UINT32_MAX, "body_type", "PROPID_M_BODY_TYPE")
-        if self.id is not None and not isinstance(self.id, MessageId):
-            raise _invalid("id", "PROPID_M_MSGID", "None or a MessageId", self.id)
-        if self.correlation_id is not None and not isinstance(self.correlation_id, MessageId):
-            raise _invalid(
-                "correlation_id",
-                "PROPID_M_CORRELATIONID",
-                "None or a MessageId",
-                self.correlation_id,
-            )
-        _check_int(self.priority, MIN_PRIORITY, MAX_PRIORITY, "priority", "PROPID_M_PRIORITY")
-        _coerce_enum(Delivery, self.delivery, "delivery", "PROPID_M_DELIVERY")
-        _coerce_flags(Acknowledgment, self.acknowledge, "acknowledge", "PROPID_M_ACKNOWLEDGE")
-        _check_text(self.admin_queue, "admin_queue", "PROPID_M_ADMIN_QUEUE")
-        _check_text(self.response_queue, "response_queue", "PROPID_M_RESP_FORMAT_NAME")
-        _check_duration(
-            self.time_to_reach_queue, "time_to_reach_queue", "PROPID_M_TIME_TO_REACH_QUEUE"
-        )
-        _check_duration(
-            self.time_to_be_received, "time_to_be_received", "PROPID_M_TIME_TO_BE_RECEIVED"
-        )
-        _check_instant(self.not_before, "not_before", "kmq not-before time")
-        _coerce_flags(JournalLevel, self.journal, "journal", "PROPID_M_JOURNAL")
-        _check_int(self.app_specific, 0, _UINT32_MAX, "app_specific", "PROPID_M_APPSPECIFIC")
-        _check_bytes(self.extension, "extension", "PROPID_M_EXTENSION", optional=False)
-        _coerce_enum(MessageClass, self.message_class, "message_class", "PROPID_M_CLASS")
-        _check_instant(self.sent_time, "sent_time", "PROPID_M_SENTTIME")
-        _check_instant(self.arrived_time, "arrived_time", "PROPID_M_ARRIVEDTIME")
-        if self.source_machine_id is not None and not isinstance(self.source_machine_id, uuid.UUID):
-            raise _invalid(
-                "source_machine_id",
-                "PROPID_M_SRC_MACHINE_ID",
-                "None or a uuid.UUID",
-                self.source_machine_id,
-            )
-        _check_text(self.destination_queue, "destination_queue", "PROPID_M_DEST_QUEUE")
-        _check_text(
-            self.destination_format_name, "destination_format_name", "PROPID_M_DEST_FORMAT_NAME"
-        )
-        if self.lookup_id is not None:
-            _check_int(self.lookup_id, 0, _UINT64_MAX, "lookup_id", "PROPID_M_LOOKUPID")
-        _check_bytes(self.sender_id, "sender_id", "PROPID_M_SENDERID", optional=True)
-        _coerce_enum(SenderIdType, self.sender_id_type, "sender_id_type", "PROPID_M_SENDERID_TYPE")
+        values = self.__dict__
+        # Most properties keep their (valid) default object: only the others are checked, in
+        # field order, which keeps construction and send cheap (docs/performance.md).
+        for name, default, check in _PROPERTY_CHECKS:
+            value = values[name]
+            if value is not default:
+                check(value)
         self._validate_transaction()
-        _coerce_enum(AuthLevel, self.auth_level, "auth_level", "PROPID_M_AUTH_LEVEL")
-        _coerce_enum(PrivacyLevel, self.privacy_level, "privacy_level", "PROPID_M_PRIV_LEVEL")
-        _coerce_enum(HashAlgorithm, self.hash_algorithm, "hash_algorithm", "PROPID_M_HASH_ALG")
-        _coerce_enum(
-            EncryptionAlgorithm,
-            self.encryption_algorithm,
-            "encryption_algorithm",
-            "PROPID_M_ENCRYPTION_ALG",
-        )
-        _check_bytes(
-            self.sender_certificate, "sender_certificate", "PROPID_M_SENDER_CERT", optional=True
-        )
-        _check_bytes(self.signature, "signature", "PROPID_M_SIGNATURE", optional=True)
-        if not isinstance(self.authenticated, bool):
-            raise _invalid("authenticated", "PROPID_M_AUTHENTICATED", "a bool", self.authenticated)
-        _check_bytes(
-            self.destination_symmetric_key,
-            "destination_symmetric_key",
-            "PROPID_M_DEST_SYMM_KEY",
-            optional=True,
-        )
-        _check_text(self.dead_letter_queue, "dead_letter_queue", "PROPID_M_DEADLETTER_QUEUE")
-        _check_int(self.abort_count, 0, _UINT32_MAX, "abort_count", "PROPID_M_ABORT_COUNT")
-        _check_int(self.move_count, 0, _UINT32_MAX, "move_count", "PROPID_M_MOVE_COUNT")
-        self._validate_properties()
+        if self.properties:
+            self._validate_properties()
+        elif not isinstance(self.properties, dict):
+            self._validate_properties()
 
     def _validate_transaction(self) -> None:
         _check_text(self.transaction_id, "transaction_id", "PROPID_M_XACTID")
@@ -893,6 +816,126 @@ class AcknowledgedQueue:
             raise _invalid(
                 "guid", "acknowledged queue GUID (PROPID_Q_INSTANCE)", "a uuid.UUID", self.guid
             )
+
+
+#: Each property's default object (``properties``, built per message, is checked apart).
+_DEFAULTS: dict[str, object] = {f.name: f.default for f in fields(Message)
+                                if f.default is not MISSING}
+
+
+def _check_label(value: object) -> None:
+    if not isinstance(value, str) or len(value) > MAX_LABEL_LENGTH:
+        raise _invalid("label", "PROPID_M_LABEL", f"a str of at most {MAX_LABEL_LENGTH} characters",
+                       value if not isinstance(value, str) else f"{len(value)} characters")
+
+
+def _check_instance(cls: type, name: str, propid: str, expected: str) -> Callable[[object], None]:
+    def check(value: object) -> None:
+        if value is not None and not isinstance(value, cls):
+            raise _invalid(name, propid, expected, value)
+    return check
+
+
+def _check_bool(name: str, propid: str) -> Callable[[object], None]:
+    def check(value: object) -> None:
+        if not isinstance(value, bool):
+            raise _invalid(name, propid, "a bool", value)
+    return check
+
+
+def _check_lookup_id(value: object) -> None:
+    if value is not None:
+        _check_int(value, 0, _UINT64_MAX, "lookup_id", "PROPID_M_LOOKUPID")
+
+
+#: (field, enum type, coercion) for :meth:`Message._normalize`: ints become enum members.
+_NORMALIZED: tuple[tuple[str, type, Callable[[object], object]], ...] = (
+    ("delivery", Delivery, lambda v: _coerce_enum(Delivery, v, "delivery", "PROPID_M_DELIVERY")),
+    ("acknowledge", Acknowledgment, lambda v: _coerce_flags(Acknowledgment, v, "acknowledge",
+                                                            "PROPID_M_ACKNOWLEDGE")),
+    ("journal", JournalLevel, lambda v: _coerce_flags(JournalLevel, v, "journal",
+                                                      "PROPID_M_JOURNAL")),
+    ("message_class", MessageClass, lambda v: _coerce_enum(MessageClass, v, "message_class",
+                                                           "PROPID_M_CLASS")),
+    ("sender_id_type", SenderIdType, lambda v: _coerce_enum(SenderIdType, v, "sender_id_type",
+                                                            "PROPID_M_SENDERID_TYPE")),
+    ("auth_level", AuthLevel, lambda v: _coerce_enum(AuthLevel, v, "auth_level",
+                                                     "PROPID_M_AUTH_LEVEL")),
+    ("privacy_level", PrivacyLevel, lambda v: _coerce_enum(PrivacyLevel, v, "privacy_level",
+                                                           "PROPID_M_PRIV_LEVEL")),
+    ("hash_algorithm", HashAlgorithm, lambda v: _coerce_enum(HashAlgorithm, v, "hash_algorithm",
+                                                             "PROPID_M_HASH_ALG")),
+    ("encryption_algorithm", EncryptionAlgorithm, lambda v: _coerce_enum(
+        EncryptionAlgorithm, v, "encryption_algorithm", "PROPID_M_ENCRYPTION_ALG")),
+)
+
+#: (field, default object, check) in field order: :meth:`Message.validate` checks a property
+#: only when it does not hold its default object (defaults are valid by construction).
+_PROPERTY_CHECKS: tuple[tuple[str, object, Callable[[object], None]], ...] = tuple(
+    (name, _DEFAULTS[name], check) for name, check in (
+        ("body", lambda v: _check_bytes(v, "body", "PROPID_M_BODY", optional=False)),
+        ("label", _check_label),
+        ("body_type", lambda v: _check_int(v, 0, _UINT32_MAX, "body_type", "PROPID_M_BODY_TYPE")),
+        ("id", _check_instance(MessageId, "id", "PROPID_M_MSGID", "None or a MessageId")),
+        ("correlation_id", _check_instance(MessageId, "correlation_id", "PROPID_M_CORRELATIONID",
+                                           "None or a MessageId")),
+        ("priority", lambda v: _check_int(v, MIN_PRIORITY, MAX_PRIORITY, "priority",
+                                          "PROPID_M_PRIORITY")),
+        ("delivery", lambda v: _coerce_enum(Delivery, v, "delivery", "PROPID_M_DELIVERY")),
+        ("acknowledge", lambda v: _coerce_flags(Acknowledgment, v, "acknowledge",
+                                                "PROPID_M_ACKNOWLEDGE")),
+        ("admin_queue", lambda v: _check_text(v, "admin_queue", "PROPID_M_ADMIN_QUEUE")),
+        ("response_queue", lambda v: _check_text(v, "response_queue",
+                                                 "PROPID_M_RESP_FORMAT_NAME")),
+        ("time_to_reach_queue", lambda v: _check_duration(v, "time_to_reach_queue",
+                                                          "PROPID_M_TIME_TO_REACH_QUEUE")),
+        ("time_to_be_received", lambda v: _check_duration(v, "time_to_be_received",
+                                                          "PROPID_M_TIME_TO_BE_RECEIVED")),
+        ("not_before", lambda v: _check_instant(v, "not_before", "kmq not-before time")),
+        ("journal", lambda v: _coerce_flags(JournalLevel, v, "journal", "PROPID_M_JOURNAL")),
+        ("app_specific", lambda v: _check_int(v, 0, _UINT32_MAX, "app_specific",
+                                              "PROPID_M_APPSPECIFIC")),
+        ("extension", lambda v: _check_bytes(v, "extension", "PROPID_M_EXTENSION",
+                                             optional=False)),
+        ("message_class", lambda v: _coerce_enum(MessageClass, v, "message_class",
+                                                 "PROPID_M_CLASS")),
+        ("sent_time", lambda v: _check_instant(v, "sent_time", "PROPID_M_SENTTIME")),
+        ("arrived_time", lambda v: _check_instant(v, "arrived_time", "PROPID_M_ARRIVEDTIME")),
+        ("source_machine_id", _check_instance(uuid.UUID, "source_machine_id",
+                                              "PROPID_M_SRC_MACHINE_ID", "None or a uuid.UUID")),
+        ("destination_queue", lambda v: _check_text(v, "destination_queue",
+                                                    "PROPID_M_DEST_QUEUE")),
+        ("destination_format_name", lambda v: _check_text(v, "destination_format_name",
+                                                          "PROPID_M_DEST_FORMAT_NAME")),
+        ("lookup_id", _check_lookup_id),
+        ("sender_id", lambda v: _check_bytes(v, "sender_id", "PROPID_M_SENDERID", optional=True)),
+        ("sender_id_type", lambda v: _coerce_enum(SenderIdType, v, "sender_id_type",
+                                                  "PROPID_M_SENDERID_TYPE")),
+        ("auth_level", lambda v: _coerce_enum(AuthLevel, v, "auth_level",
+                                              "PROPID_M_AUTH_LEVEL")),
+        ("privacy_level", lambda v: _coerce_enum(PrivacyLevel, v, "privacy_level",
+                                                 "PROPID_M_PRIV_LEVEL")),
+        ("hash_algorithm", lambda v: _coerce_enum(HashAlgorithm, v, "hash_algorithm",
+                                                  "PROPID_M_HASH_ALG")),
+        ("encryption_algorithm", lambda v: _coerce_enum(EncryptionAlgorithm, v,
+                                                        "encryption_algorithm",
+                                                        "PROPID_M_ENCRYPTION_ALG")),
+        ("sender_certificate", lambda v: _check_bytes(v, "sender_certificate",
+                                                      "PROPID_M_SENDER_CERT", optional=True)),
+        ("signature", lambda v: _check_bytes(v, "signature", "PROPID_M_SIGNATURE",
+                                             optional=True)),
+        ("authenticated", _check_bool("authenticated", "PROPID_M_AUTHENTICATED")),
+        ("destination_symmetric_key", lambda v: _check_bytes(v, "destination_symmetric_key",
+                                                             "PROPID_M_DEST_SYMM_KEY",
+                                                             optional=True)),
+        ("dead_letter_queue", lambda v: _check_text(v, "dead_letter_queue",
+                                                    "PROPID_M_DEADLETTER_QUEUE")),
+        ("abort_count", lambda v: _check_int(v, 0, _UINT32_MAX, "abort_count",
+                                             "PROPID_M_ABORT_COUNT")),
+        ("move_count", lambda v: _check_int(v, 0, _UINT32_MAX, "move_count",
+                                            "PROPID_M_MOVE_COUNT")),
+    )
+)
 
 
 @dataclass(frozen=True)

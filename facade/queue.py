@@ -25,7 +25,7 @@ from facade.errors import (
     ReceiveTimeout,
     UnsupportedFormatNameOperation,
 )
-from facade.message import Message, MessageClass, MessageId
+from facade.message import JournalLevel, Message, MessageClass, MessageId
 from facade.queuestate import IndexEntry, OffsetState
 from facade.queueview import QueueView
 from facade.sender import SendTracker
@@ -136,7 +136,8 @@ class MessageQueue:
         tracker = SendTracker(len(accepted)) if wait else None
         for index, (destination, copy, record) in enumerate(accepted):
             # Source journaling keeps one copy per send, once the first copy is delivered.
-            journal = (lambda: outputs.source_journal(sent)) if index == 0 else None
+            journal = ((lambda: outputs.source_journal(sent))
+                       if index == 0 and sent.journal & JournalLevel.JOURNAL else None)
             self.manager.sender.submit(destination, copy, record, tracker, on_delivered=journal)
         if tracker is not None:
             if not tracker.wait(timeout):
@@ -344,7 +345,9 @@ class MessageQueue:
               timeout: float | None) -> Message:
         view = self._open_view()
         deadline = None if timeout is None else time.monotonic() + timeout
-        view.refresh(0)
+        # A peek must reflect other receivers' removals; a receive learns of them from its claim.
+        receipts = not remove
+        view.refresh(0, receipts=receipts)
         while True:
             self._dead_letter_poison(view)
             self._expire(view)
@@ -358,7 +361,8 @@ class MessageQueue:
             if remaining is not None and remaining <= 0:
                 raise ReceiveTimeout(f"no message in {self.format_name!r} within {timeout:g} s",
                                      queue=self.format_name)
-            view.refresh(_WAIT_SLICE if remaining is None else min(_WAIT_SLICE, remaining))
+            view.refresh(_WAIT_SLICE if remaining is None else min(_WAIT_SLICE, remaining),
+                         receipts=receipts)
 
     def _by(self, find: Callable[[Any], IndexEntry | None], remove: bool,
             timeout: float | None, what: str) -> Message:
@@ -401,15 +405,24 @@ class MessageQueue:
 
     def _take(self, view: QueueView, entry: IndexEntry) -> Message | None:
         record = view.record(entry)
-        outcome = view.claim(ReceiptAction.RECEIVE, (entry.offset,))
+        pending = view.start_claim(ReceiptAction.RECEIVE, (entry.offset,))
+        # Decoded while the broker acknowledges the receipt (the verdict is what takes time);
+        # the outcome decides whether the message or the poison path is used.
+        try:
+            message: Message | None = self._message(record, entry.offset)
+            poison = None
+        except EnvelopeError as exc:
+            message, poison = None, exc
+        except BaseException:
+            view.settle(pending)  # never leave the receipt unsettled (the view pauses for it)
+            raise
+        outcome = view.settle(pending)
         if entry.offset not in outcome.won:
             return None
-        try:
-            message = self._message(record, entry.offset)
-        except EnvelopeError as exc:
+        if message is None:
             # Headers looked valid but the value is not an envelope: the receipt already removed
             # it, so dead-letter it now rather than lose it or hand garbage to the application.
-            self._send_poison_to_dead_letter(record, str(exc))
+            self._send_poison_to_dead_letter(record, str(poison))
             return None
         destination = self._single()
         self.manager.outputs.journal_removed(message, destination)

@@ -13,15 +13,16 @@ import logging
 import os
 import time
 import uuid
+from dataclasses import dataclass
 
 from facade.errors import BrokerUnavailable, MessageNotFound
-from facade.kafka import KafkaRecord, KafkaSession, produce_and_wait
+from facade.kafka import KafkaRecord, KafkaSession, PendingRecord, produce_async
 from facade.message import Delivery
 from facade.queuestate import ClaimOutcome, IndexEntry, QueueState
 from facade.receipts import Receipt, ReceiptAction, decode_receipt, encode_receipt, new_claim
 from facade.topics import QueueTopics
 
-__all__ = ["QueueView"]
+__all__ = ["PendingClaim", "QueueView"]
 
 log = logging.getLogger("kmq.queueview")
 
@@ -29,6 +30,21 @@ log = logging.getLogger("kmq.queueview")
 CLAIM_TIMEOUT = 30.0
 #: Seconds a view re-reads a topic from a gap in its offsets before taking the gap as real.
 GAP_PATIENCE = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class PendingClaim:
+    """A receipt appended by :meth:`QueueView.start_claim` whose verdict is not known yet."""
+
+    receipt: Receipt
+    value: bytes
+    record: PendingRecord
+
+
+@dataclass(frozen=True, slots=True)
+class _OwnReceipt:
+    claim_id: str
+    value: bytes
 
 
 class QueueView:
@@ -47,25 +63,50 @@ class QueueView:
         self._values: dict[int, KafkaRecord] = {}
         self._awaiting: set[str] = set()
         #: Own receipts applied at their acknowledged offset before being read back.
-        self._applied_ahead: dict[int, str] = {}
+        self._applied_ahead: dict[int, _OwnReceipt] = {}
         #: (topic, first missing offset) -> when the gap was first seen (see _rewind).
         self._gaps: dict[tuple[str, int], float] = {}
         self._outcomes: dict[str, ClaimOutcome] = {}
         self._session = session
         self._reader = session.reader()
         self._reader.assign({topics.data: 0, topics.receipts: 0})
-        # Receipts are single, latency-critical records: no batching delay.
-        self._producer = session.producer(Delivery.RECOVERABLE, extra={"linger.ms": 0})
+        #: True while the receipts topic is not fetched (see start_claim).
+        self._receipts_paused = False
+        # Receipts are single, latency-critical records: no batching delay. acks=all makes an
+        # acknowledged receipt durable; idempotence is not needed, because a claim waits for its
+        # receipt before the next one (no reordering) and a retried duplicate is a later receipt
+        # naming offsets its first copy already won, so it changes nothing. It costs about 50 us
+        # per receipt (docs/performance.md).
+        self._producer = session.producer(Delivery.RECOVERABLE, extra={
+            "linger.ms": 0, "enable.idempotence": False})
 
     # -- reading -------------------------------------------------------------------------------
 
-    def refresh(self, timeout: float = 0.0) -> int:
+    def refresh(self, timeout: float = 0.0, *, receipts: bool = True) -> int:
         """Read what has arrived on either topic within ``timeout`` seconds.
+
+        Args:
+            timeout (float): seconds to wait for the first record.
+            receipts (bool): fetch the receipts topic again if an uncontended claim paused it
+                (peeks and cursors need other receivers' removals; a receive does not, because
+                a claim that lost to one reads the receipts before it returns).
 
         Returns:
             int: number of records applied.
         """
+        if receipts:
+            self._resume_receipts()
         return self._apply(self._reader.poll(timeout))
+
+    def _pause_receipts(self) -> None:
+        if not self._receipts_paused:
+            self._reader.pause(self.topics.receipts)
+            self._receipts_paused = True
+
+    def _resume_receipts(self) -> None:
+        if self._receipts_paused:
+            self._reader.resume(self.topics.receipts)
+            self._receipts_paused = False
 
     def _apply(self, records: list[KafkaRecord]) -> int:
         rewound: set[str] = set()
@@ -117,6 +158,7 @@ class QueueView:
         Raises:
             BrokerUnavailable: not caught up within ``timeout`` seconds.
         """
+        self._resume_receipts()
         for batch in self._reader.read_to_end((self.topics.data, self.topics.receipts), timeout):
             self._apply(batch)
 
@@ -155,16 +197,17 @@ class QueueView:
             self._values[record.offset] = record
 
     def _add_receipt(self, record: KafkaRecord) -> None:
-        receipt = decode_receipt(record.value or b"", topic=record.topic,
-                                 partition=record.partition, offset=record.offset)
         expected = self._applied_ahead.pop(record.offset, None)
         if expected is not None:
-            # This view's own receipt, applied when it was acknowledged (see claim()).
-            if expected != receipt.claim_id:
-                log.error("receipt at offset %d of %r is %s, but the broker acknowledged %s "
+            # This view's own receipt, applied when it was acknowledged (see settle()); compared
+            # byte for byte rather than decoded again.
+            if record.value != expected.value:
+                log.error("receipt at offset %d of %r is not %s, which the broker acknowledged "
                           "there: the broker reported a wrong offset", record.offset,
-                          record.topic, receipt.claim_id, expected)
+                          record.topic, expected.claim_id)
             return
+        receipt = decode_receipt(record.value or b"", topic=record.topic,
+                                 partition=record.partition, offset=record.offset)
         if self._applied_ahead:  # own receipts the broker never showed this reader: forget
             for stale in [o for o in self._applied_ahead if o < record.offset]:
                 del self._applied_ahead[stale]
@@ -182,7 +225,7 @@ class QueueView:
     # -- claiming ------------------------------------------------------------------------------
 
     def claim(self, action: ReceiptAction, offsets: tuple[int, ...] = (), **fields: object) -> ClaimOutcome:
-        """Append a receipt and wait for its verdict.
+        """Append a receipt and wait for its verdict (:meth:`start_claim` then :meth:`settle`).
 
         Args:
             action (ReceiptAction): RECEIVE, PURGE, EXPIRE, MOVE, REJECT or POISON.
@@ -195,29 +238,63 @@ class QueueView:
         Raises:
             BrokerUnavailable: the receipt was not acknowledged, or not read back, in time.
         """
+        return self.settle(self.start_claim(action, offsets, **fields))
+
+    def start_claim(self, action: ReceiptAction, offsets: tuple[int, ...] = (),
+                    **fields: object) -> PendingClaim:
+        """Append a receipt without waiting: the caller may work (decode the message) while the
+        broker acknowledges it, then must call :meth:`settle` exactly once.
+
+        The receipts topic is not fetched from here on while this view's claims go uncontended
+        (each receipt lands right after the last one the view applied): a receiver alone on
+        its queue then reads no receipts at all. Fetching a partition while appending to it
+        also doubles the append's latency on some brokers (Tansu 0.6, ``docs/performance.md``).
+        A claim that finds other receipts before its own resumes fetching and reads them.
+
+        Raises:
+            BrokerError: the producer refused the receipt (nothing was appended).
+        """
         receipt = new_claim(action, offsets, self.claimant, **fields)
         self._awaiting.add(receipt.claim_id)
+        self._pause_receipts()
+        value = encode_receipt(receipt)
         try:
-            offset = produce_and_wait(self._producer, self.topics.receipts,
-                                      encode_receipt(receipt), timeout=CLAIM_TIMEOUT,
-                                      operation="append receipt")
+            record = produce_async(self._producer, self.topics.receipts, value,
+                                   operation="append receipt")
+        except BaseException:
+            self._awaiting.discard(receipt.claim_id)
+            raise
+        return PendingClaim(receipt, value, record)
+
+    def settle(self, pending: PendingClaim) -> ClaimOutcome:
+        """Wait for the verdict of a claim begun by :meth:`start_claim`.
+
+        The verdict is known once every receipt before the claim's own is applied: the first
+        receipt naming an offset wins, for every reader of the log.
+
+        Raises:
+            BrokerUnavailable: the receipt was not acknowledged, or not read back, in time.
+        """
+        claim_id = pending.receipt.claim_id
+        try:
+            offset = pending.record.wait(CLAIM_TIMEOUT)
             deadline = time.monotonic() + CLAIM_TIMEOUT
-            while receipt.claim_id not in self._outcomes:
+            while claim_id not in self._outcomes:
                 if self.state.receipts_offset == offset:
                     # Every receipt before ours is applied, and ours is at ``offset``: the
                     # verdict is decided now, exactly as every reader of the log will decide it,
                     # without waiting for our own receipt to come back (one round trip less).
-                    self._applied_ahead[offset] = receipt.claim_id
-                    self._apply_receipt(receipt, offset)
+                    self._applied_ahead[offset] = _OwnReceipt(claim_id, pending.value)
+                    self._apply_receipt(pending.receipt, offset)
                     break
                 if time.monotonic() > deadline:
                     raise BrokerUnavailable(
-                        f"receipt {receipt.claim_id} for {self.topics.data!r} was not read back "
+                        f"receipt {claim_id} for {self.topics.data!r} was not read back "
                         f"within {CLAIM_TIMEOUT:g} s")
-                self.refresh(0.05)
-            return self._outcomes.pop(receipt.claim_id)
+                self.refresh(0.05)  # contended: read the receipts before ours
+            return self._outcomes.pop(claim_id)
         finally:
-            self._awaiting.discard(receipt.claim_id)
+            self._awaiting.discard(claim_id)
 
     def close(self) -> None:
         """Close the reader and flush the producer."""

@@ -31,7 +31,7 @@ from facade._process import pid_alive
 from facade.envelope import EncodedRecord, decode_message
 from facade.errors import BrokerError, MessageQueueError, TransientQueueError
 from facade.kafka import is_fatal, map_kafka_errors, poll_producer
-from facade.message import Delivery, Message, MessageClass
+from facade.message import Delivery, JournalLevel, Message, MessageClass
 from facade.outgoing import OutgoingQueue, OutgoingRecord, StoredRecord
 
 if TYPE_CHECKING:
@@ -108,9 +108,10 @@ class Sender:
             MessageQueueError: the outgoing queue cannot be written (names the file).
             BrokerError: the producer refused the record outright (e.g. its queue is full).
         """
-        deadline_ms = _deadline_ms(copy)
         row = None
+        deadline_ms = 0  # only a stored copy is produced again, so only it needs its deadline
         if copy.delivery is Delivery.RECOVERABLE:
+            deadline_ms = _deadline_ms(copy)
             row = self.outgoing.put(OutgoingRecord(
                 topic=destination.topics.data, key=record.key, value=record.value,
                 headers=tuple(record.headers), message_id=str(copy.id), deadline_ms=deadline_ms,
@@ -121,14 +122,20 @@ class Sender:
     def _produce(self, destination: Destination, copy: Message, record: EncodedRecord,
                  deadline_ms: int, row: int | None, tracker: SendTracker | None,
                  on_delivered: Callable[[], None] | None) -> None:
-        producer = self._producer(copy.delivery, _ttrq_ms(copy))
+        ttrq_ms = _ttrq_ms(copy)
+        if row is None and tracker is None and on_delivered is None and not _wants_verdict(copy):
+            # Fire and forget: an EXPRESS copy nobody waits for, that asked for no ACK/NACK and
+            # no dead-lettering, has nothing to settle; a failure loses it, as in MSMQ. Skipping
+            # the delivery report saves a Python callback per message on the poller thread.
+            self._hand_over(copy.delivery, ttrq_ms, destination, record, None, [])
+            return
 
         def on_delivery(err: Any, _msg: Any) -> None:
             error = None if err is None else err.str()
             if err is not None and row is not None and is_fatal(err) and deadline_ms > _now_ms():
                 # The producer failed, not this copy: a stored copy is produced again by a new
                 # producer (queue views drop the duplicate if the first attempt had arrived).
-                self._retire(failed)
+                self._retire(used[-1])
                 try:
                     self._produce(destination, copy, record, deadline_ms, row, tracker,
                                   on_delivered)
@@ -141,7 +148,21 @@ class Sender:
                 if tracker is not None:
                     tracker.finish(destination.format_name, error)
 
-        failed = producer
+        used: list[Any] = []  # the producer, known before its callback can run
+        self._hand_over(copy.delivery, ttrq_ms, destination, record, on_delivery, used)
+
+    def _hand_over(self, delivery: Delivery, ttrq_ms: int, destination: Destination,
+                   record: EncodedRecord, on_delivery: Callable[[Any, Any], None] | None,
+                   used: list[Any]) -> None:
+        """``produce()`` the record on the producer for (delivery, TTRQ), appended to ``used``
+        before the record is handed over.
+
+        Raises:
+            BrokerError: the producer refused the record (a producer that failed fatally is
+                replaced and the record handed to the new one first).
+        """
+        producer = self._producer(delivery, ttrq_ms)
+        used.append(producer)
         try:
             with map_kafka_errors("send to queue", destination.topics.data):
                 producer.produce(destination.topics.data, value=record.value, key=record.key,
@@ -151,7 +172,8 @@ class Sender:
                 raise
             # The producer is unusable (e.g. the broker forgot its producer id): replace it.
             self._retire(producer)
-            failed = producer = self._producer(copy.delivery, _ttrq_ms(copy))
+            producer = self._producer(delivery, ttrq_ms)
+            used.append(producer)
             with map_kafka_errors("send to queue", destination.topics.data):
                 producer.produce(destination.topics.data, value=record.value, key=record.key,
                                  headers=record.headers, on_delivery=on_delivery)
@@ -299,6 +321,13 @@ class Sender:
             self._producers.clear()
             self._retired.clear()
         self.outgoing.close()
+
+
+def _wants_verdict(message: Message) -> bool:
+    """Whether a copy's delivery verdict leads anywhere: an ACK/NACK to its admin queue, or a
+    dead-letter copy (NACK_REACH_QUEUE_TIMEOUT) when its journal level has DEADLETTER."""
+    return bool((message.admin_queue and message.acknowledge)
+                or message.journal & JournalLevel.DEADLETTER)
 
 
 def _deadline_ms(message: Message) -> int:
