@@ -35,6 +35,7 @@ its own for the distribution list; queues and raw topics are deleted afterwards.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import platform
@@ -50,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import fastavro
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -57,7 +59,8 @@ from facade.config import DirectorySettings, KmqConfig
 from facade.errors import ConfigurationError
 from facade.kafka import resolve_bootstrap_servers
 from facade.manager import QueueManager
-from facade.message import Delivery, Message
+from facade.envelope import envelope_record, envelope_writer
+from facade.message import Delivery, Message, MessageId
 
 __all__ = [
     "SCENARIOS",
@@ -73,7 +76,7 @@ TARGETS: dict[str, float] = {"express-send": 0.8, "receive": 0.7}
 #: Fan-out width of the distribution-list scenario.
 FANOUT = 10
 #: Scenarios ``kmq bench`` runs when none is named (``spark-decode`` starts a JVM: opt-in).
-DEFAULT_SCENARIOS = ("express-send", "recoverable-send", "receive", "peek", "dl-fanout")
+DEFAULT_SCENARIOS = ("express-send", "envelope-send", "recoverable-send", "receive", "peek", "dl-fanout")
 _SPARK_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "spark_decode_bench.py"
 _TIMEOUT = 120.0
 
@@ -197,6 +200,23 @@ def describe_broker(bootstrap_servers: str) -> dict[str, Any]:
 # -- raw confluent-kafka sides ------------------------------------------------------------------
 
 
+def _produce(producer: Producer, topic: str, value: bytes,
+             headers: list[tuple[str, bytes]] | None = None) -> None:
+    while True:
+        try:
+            producer.produce(topic, value, headers=headers)
+            return
+        except BufferError:  # librdkafka's queue is full: let it drain
+            producer.poll(0.01)
+
+
+def _flushed_rate(producer: Producer, n: int, start: float) -> float:
+    """msg/s of ``n`` records produced since ``start``, once all are acknowledged."""
+    if producer.flush(_TIMEOUT):
+        raise TimeoutError("raw produce not acknowledged in time")
+    return n / (time.perf_counter() - start)
+
+
 class _Raw:
     """Raw confluent-kafka clients and throwaway topics on the benchmark broker."""
 
@@ -223,16 +243,36 @@ class _Raw:
         start = time.perf_counter()
         for _ in range(n):
             for topic in topics:
-                while True:
-                    try:
-                        producer.produce(topic, payload)
-                        break
-                    except BufferError:
-                        producer.poll(0.01)
+                _produce(producer, topic, payload)
             producer.poll(0)
-        if producer.flush(_TIMEOUT):
-            raise TimeoutError("raw produce not acknowledged in time")
-        return n / (time.perf_counter() - start)
+        return _flushed_rate(producer, n, start)
+
+    def produce_envelopes(self, producer: Producer, topic: str, n: int, payload: bytes) -> float:
+        """msg/s of ``n`` records carrying kmq's wire format, built the way a raw application
+        would: fastavro writes the envelope per message (only id, sent time and body change)
+        and the record gets the same headers as kmq's (id, class, priority)."""
+        template = _envelope_template()
+        schema, prefix = template.pop("_schema"), template.pop("_prefix")
+        guid = uuid.uuid4().bytes
+
+        def record(seq: int) -> tuple[bytes, list[tuple[str, bytes]]]:
+            envelope = dict(template, id=guid + seq.to_bytes(4, "little"),
+                            sent_time=time.time_ns() // 1_000_000, body=payload)
+            out = io.BytesIO()
+            out.write(prefix)
+            fastavro.schemaless_writer(out, schema, envelope)
+            return out.getvalue(), [("kmq.id", b"%s\\%d" % (guid.hex().encode(), seq)),
+                                    ("kmq.class", b"0"), ("kmq.priority", b"3")]
+
+        value, headers = record(0)  # untimed warm-up: metadata, connection
+        producer.produce(topic, value, headers=headers)
+        producer.flush(_TIMEOUT)
+        start = time.perf_counter()
+        for seq in range(1, n + 1):
+            value, headers = record(seq)
+            _produce(producer, topic, value, headers)
+            producer.poll(0)
+        return _flushed_rate(producer, n, start)
 
     def fill(self, topic: str, n: int, payload: bytes) -> None:
         producer = self.producer(acks=1)
@@ -267,6 +307,13 @@ class _Raw:
             return n / (time.perf_counter() - start)
         finally:
             consumer.close()
+
+    def drop_prefixed(self, prefix: str) -> None:
+        """Delete every topic whose name starts with ``prefix`` (the throwaway queue manager's
+        system queues: dead-letter, transactional dead-letter, journal, and their receipts)."""
+        names = [t for t in self.admin.list_topics(timeout=30).topics if t.startswith(prefix)]
+        self.topics.extend(names)
+        self.close()
 
     def close(self) -> None:
         if self.topics:
@@ -308,6 +355,27 @@ def _express_send(ctx: _Context) -> tuple[float, float]:
         return _send_loop(queue, ctx.messages, ctx.payload, Delivery.EXPRESS), raw
     finally:
         _drop(ctx.qm, queue)
+
+
+def _envelope_send(ctx: _Context) -> tuple[float, float]:
+    topic = ctx.raw.topic()
+    raw = ctx.raw.produce_envelopes(ctx.raw.producer(acks=1), topic, ctx.messages, ctx.payload)
+    queue = ctx.qm.create_queue(ctx.queue_name("envelope"))
+    try:
+        return _send_loop(queue, ctx.messages, ctx.payload, Delivery.EXPRESS), raw
+    finally:
+        _drop(ctx.qm, queue)
+
+
+def _envelope_template() -> dict[str, Any]:
+    """The Avro envelope of a default message (the raw side fills in id, time and body), with
+    the parsed schema and single-object prefix under ``_schema`` and ``_prefix``."""
+    sample = Message(body=b"").stamped(id=MessageId(uuid.uuid4(), 0), sent_time=None,
+                                       source_machine_id=uuid.uuid4(),
+                                       destination_queue=r"DIRECT=OS:bench\private$\q",
+                                       destination_format_name=r"DIRECT=OS:bench\private$\q")
+    writer = envelope_writer()
+    return {**envelope_record(sample), "_schema": writer.parsed, "_prefix": writer.prefix}
 
 
 def _recoverable_send(ctx: _Context) -> tuple[float, float]:
@@ -390,6 +458,8 @@ _Scenario = Callable[[_Context], tuple[float, float]]
 #: name -> (description, function); ``spark-decode`` is run by :func:`_spark_decode`.
 SCENARIOS: dict[str, tuple[str, _Scenario | None]] = {
     "express-send": ("express send vs raw produce (acks=1)", _express_send),
+    "envelope-send": ("express send vs raw produce of the same Avro envelope + headers",
+                      _envelope_send),
     "recoverable-send": ("recoverable send vs raw produce (acks=all, idempotent)",
                          _recoverable_send),
     "receive": ("receive vs raw consume + sync commit per record", _receive),
@@ -490,6 +560,7 @@ def run_benchmarks(config: KmqConfig | None = None, *, messages: int = 2000, rou
                 report.results.append(result)
     finally:
         raw.close()
+        raw.drop_prefixed(f"kmq.{bench_config.queue_manager}.")
         shutil.rmtree(work, ignore_errors=True)
     report.seconds = time.time() - started
     return report

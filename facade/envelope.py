@@ -60,6 +60,8 @@ __all__ = [
     "decode_message",
     "encode_acknowledgment",
     "encode_message",
+    "envelope_record",
+    "envelope_writer",
     "read_headers",
     "record_key",
     "register_writer_schema",
@@ -224,6 +226,21 @@ def _envelope_record(m: Message) -> dict[str, Any]:
         "move_count": m.move_count,
         "properties": m.properties,
     }
+
+
+def envelope_record(message: Message) -> dict[str, Any]:
+    """The ``kmq.MessageEnvelope`` record of ``message`` as Python values for an Avro writer
+    (ids as bytes, instants and durations as milliseconds), not validated.
+
+    Raises:
+        InvalidParameter: ``message.id`` is unset.
+    """
+    return _envelope_record(message)
+
+
+def envelope_writer() -> _avro.WriterSchema:
+    """The current envelope schema: fastavro-parsed form, fingerprint, single-object prefix."""
+    return _ENVELOPE.current
 
 
 def _headers(m: Message, record: Mapping[str, Any]) -> list[tuple[str, bytes]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from facade.directory.objects import PublicQueueEntry
 from facade.errors import InvalidParameter
 from facade.formatnames import (
     DistributionListFormatName,
@@ -102,6 +103,9 @@ class Resolver:
         entry = directory.public_queue(fn.queue_id)
         if for_send:
             directory.check_send(entry)
+        return self._at(entry, fn)
+
+    def _at(self, entry: PublicQueueEntry, fn: PublicFormatName) -> Destination:
         path = QueuePath(entry.queue_manager, entry.queue_name, journal=fn.journal,
                          subqueue=fn.subqueue)
         return self.manager.resolve(path)
@@ -117,7 +121,11 @@ class Resolver:
                     f"queue alias {recipient.source.name!r} in {fn} points at {target}, which is "
                     "not a queue", queue=str(fn), hint="point the alias at a queue's format name")
             # Send To is checked on the top-level members only (seed 000), which expand() did.
-            if isinstance(target, PublicFormatName):
+            if isinstance(target, PublicFormatName) and isinstance(recipient.source,
+                                                                   PublicQueueEntry):
+                # expand() has just read the queue's entry: no second lookup.
+                resolved.append(self._at(recipient.source, target))
+            elif isinstance(target, PublicFormatName):
                 resolved.append(self._public(target, for_send=False))
             else:
                 resolved.append(self.manager.resolve(target))
