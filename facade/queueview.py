@@ -72,6 +72,8 @@ class QueueView:
         self._reader.assign({topics.data: 0, topics.receipts: 0})
         #: True while the receipts topic is not fetched (see start_claim).
         self._receipts_paused = False
+        #: Whether this view has only received so far: then uncontended claims pause receipts.
+        self._receive_only = True
         # Receipts are single, latency-critical records: no batching delay. acks=all makes an
         # acknowledged receipt durable; idempotence is not needed, because a claim waits for its
         # receipt before the next one (no reordering) and a retried duplicate is a later receipt
@@ -95,8 +97,17 @@ class QueueView:
             int: number of records applied.
         """
         if receipts:
-            self._resume_receipts()
+            self._want_receipts()
         return self._apply(self._reader.poll(timeout))
+
+    def _want_receipts(self) -> None:
+        """From now on fetch the receipts continuously: the view serves peeks, cursors, lookups,
+        counts or purges, which must show other receivers' removals. A view that had paused them
+        first reads them up to the end, so its first peek is as current as a fresh view's."""
+        self._receive_only = False
+        if self._receipts_paused:
+            self._resume_receipts()
+            self.catch_up()
 
     def _pause_receipts(self) -> None:
         if not self._receipts_paused:
@@ -158,6 +169,7 @@ class QueueView:
         Raises:
             BrokerUnavailable: not caught up within ``timeout`` seconds.
         """
+        self._receive_only = False
         self._resume_receipts()
         for batch in self._reader.read_to_end((self.topics.data, self.topics.receipts), timeout):
             self._apply(batch)
@@ -245,18 +257,21 @@ class QueueView:
         """Append a receipt without waiting: the caller may work (decode the message) while the
         broker acknowledges it, then must call :meth:`settle` exactly once.
 
-        The receipts topic is not fetched from here on while this view's claims go uncontended
-        (each receipt lands right after the last one the view applied): a receiver alone on
-        its queue then reads no receipts at all. Fetching a partition while appending to it
-        also doubles the append's latency on some brokers (Tansu 0.6, ``docs/performance.md``).
-        A claim that finds other receipts before its own resumes fetching and reads them.
+        In a view that has only received so far, the receipts topic is not fetched from here
+        on while its claims go uncontended (each receipt lands right after the last one the
+        view applied): a receiver alone on its queue then reads no receipts at all. Fetching a
+        partition while appending to it also doubles the append's latency on some brokers
+        (Tansu 0.6, ``docs/performance.md``). A claim that finds other receipts before its own
+        fetches and reads them; the first peek, cursor move, lookup, count or purge resumes
+        fetching for good.
 
         Raises:
             BrokerError: the producer refused the receipt (nothing was appended).
         """
         receipt = new_claim(action, offsets, self.claimant, **fields)
         self._awaiting.add(receipt.claim_id)
-        self._pause_receipts()
+        if self._receive_only:
+            self._pause_receipts()
         value = encode_receipt(receipt)
         try:
             record = produce_async(self._producer, self.topics.receipts, value,
@@ -291,7 +306,9 @@ class QueueView:
                     raise BrokerUnavailable(
                         f"receipt {claim_id} for {self.topics.data!r} was not read back "
                         f"within {CLAIM_TIMEOUT:g} s")
-                self.refresh(0.05)  # contended: read the receipts before ours
+                # Contended: read the receipts before ours (fetching them again if paused).
+                self._resume_receipts()
+                self._apply(self._reader.poll(0.05))
             return self._outcomes.pop(claim_id)
         finally:
             self._awaiting.discard(claim_id)

@@ -45,7 +45,8 @@ def _view(reader: _Reader) -> QueueView:
     view.claimant = "test"
     view.state = QueueState()
     view._values, view._awaiting, view._outcomes = {}, set(), {}
-    view._applied_ahead, view._gaps, view._receipts_paused = {}, {}, False
+    view._applied_ahead, view._gaps = {}, {}
+    view._receipts_paused, view._receive_only = False, True
     view._reader = reader
     return view
 

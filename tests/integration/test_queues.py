@@ -254,3 +254,37 @@ def test_a_view_keeps_no_verdicts_of_other_receivers_claims(qm: QueueManager) ->
     assert view.state.pending_count() == 0
     assert view._outcomes == {} and view._awaiting == set()
     assert q._open_view()._outcomes == {}
+
+
+def test_a_receiver_whose_view_is_behind_never_takes_what_another_took(qm: QueueManager) -> None:
+    """A receiver alone on its queue stops reading receipts (docs/design.md); when another
+    receiver then takes messages, its next claims must still lose on them, not take them again."""
+    path = r".\private$\stale-view"
+    first = qm.create_queue(path)
+    second = qm.open_queue(path)
+    for i in range(12):
+        first.send(Message(body=bytes([i])), wait=i == 11)
+    got_first = [first.receive(timeout=10).body for _ in range(2)]
+    assert first._open_view()._receipts_paused  # uncontended: receipts no longer fetched
+    got_second = [second.receive(timeout=10).body for _ in range(5)]
+    got_first += [first.receive(timeout=10).body for _ in range(5)]
+    taken = got_first + got_second
+    assert sorted(taken) == [bytes([i]) for i in range(12)]  # none twice, none lost
+    assert got_first[2:] == sorted(got_first[2:])  # still in order for each receiver
+    with pytest.raises(ReceiveTimeout):
+        first.receive(timeout=0.5)
+
+
+def test_peek_shows_removals_by_another_receiver_after_uncontended_receives(
+        qm: QueueManager) -> None:
+    """Peeks read the receipts a receive-only view stopped fetching, so they never show a
+    message another receiver has already removed."""
+    path = r".\private$\stale-peek"
+    first = qm.create_queue(path)
+    second = qm.open_queue(path)
+    for i in range(4):
+        first.send(Message(body=bytes([i])), wait=i == 3)
+    assert first.receive(timeout=10).body == b"\x00"
+    assert second.receive(timeout=10).body == b"\x01"
+    assert first.peek(timeout=10).body == b"\x02"
+    assert first.count() == 2
