@@ -414,7 +414,7 @@ class MessageQueue:
         except EnvelopeError as exc:
             message, poison = None, exc
         except BaseException:
-            view.settle(pending)  # never leave the receipt unsettled (the view pauses for it)
+            view.settle(pending)  # a started claim is always settled, whatever happens
             raise
         outcome = view.settle(pending)
         if entry.offset not in outcome.won:
