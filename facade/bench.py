@@ -396,31 +396,32 @@ def _filled_queue(ctx: _Context, scenario: str) -> Any:
 
 
 def _receive(ctx: _Context) -> tuple[float, float]:
-    topic = ctx.raw.topic()
-    ctx.raw.fill(topic, ctx.messages + 1, ctx.payload)
-    raw = ctx.raw.consume(topic, ctx.messages, commit=True)
-    queue = _filled_queue(ctx, "receive")
-    try:
-        queue.receive(timeout=_TIMEOUT)  # untimed: view start-up, first fetch
-        start = time.perf_counter()
-        for _ in range(ctx.messages):
-            queue.receive(timeout=_TIMEOUT)
-        return ctx.messages / (time.perf_counter() - start), raw
-    finally:
-        _drop(ctx.qm, queue)
+    return _read_loop(ctx, "receive", commit=True, reads=lambda q: (q.receive, q.receive))
 
 
 def _peek(ctx: _Context) -> tuple[float, float]:
+    def reads(queue: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        cursor = queue.cursor()
+        return cursor.peek_current, cursor.peek_next
+    return _read_loop(ctx, "peek", commit=False, reads=reads)
+
+
+def _read_loop(ctx: _Context, scenario: str, *, commit: bool,
+               reads: Callable[[Any], tuple[Callable[..., Any], Callable[..., Any]]],
+               ) -> tuple[float, float]:
+    """(kmq, raw) msg/s reading a filled queue: ``reads(queue)`` gives the first read (untimed:
+    view start-up, first fetch) and the next one; the raw side consumes the same count,
+    committing each record when ``commit``."""
     topic = ctx.raw.topic()
     ctx.raw.fill(topic, ctx.messages + 1, ctx.payload)
-    raw = ctx.raw.consume(topic, ctx.messages, commit=False)
-    queue = _filled_queue(ctx, "peek")
+    raw = ctx.raw.consume(topic, ctx.messages, commit=commit)
+    queue = _filled_queue(ctx, scenario)
     try:
-        cursor = queue.cursor()
-        cursor.peek_current(timeout=_TIMEOUT)  # untimed: view start-up, first fetch
+        first, following = reads(queue)
+        first(timeout=_TIMEOUT)
         start = time.perf_counter()
         for _ in range(ctx.messages):
-            cursor.peek_next(timeout=_TIMEOUT)
+            following(timeout=_TIMEOUT)
         return ctx.messages / (time.perf_counter() - start), raw
     finally:
         _drop(ctx.qm, queue)

@@ -443,12 +443,7 @@ class TopicReader:
             BrokerUnavailable: no fetch response within ``timeout`` seconds.
         """
         deadline = time.monotonic() + timeout
-        hints = {}
-        with map_kafka_errors("read end offsets"):
-            for topic in topics:
-                _low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, 0), timeout=timeout, cached=False)
-                hints[topic] = max(high, 0)
+        hints = self.end_offsets(topics, timeout)
         # Fetch the last record the query reported: its response carries the true watermarks.
         self.assign({topic: max(high - 1, 0) for topic, high in hints.items()})
         found: dict[str, tuple[int, int]] = {}

@@ -713,9 +713,7 @@ class Message:
             if value is not default:
                 check(value)
         self._validate_transaction()
-        if self.properties:
-            self._validate_properties()
-        elif not isinstance(self.properties, dict):
+        if self.properties or not isinstance(self.properties, dict):
             self._validate_properties()
 
     def _validate_transaction(self) -> None:
@@ -836,11 +834,9 @@ def _check_instance(cls: type, name: str, propid: str, expected: str) -> Callabl
     return check
 
 
-def _check_bool(name: str, propid: str) -> Callable[[object], None]:
-    def check(value: object) -> None:
-        if not isinstance(value, bool):
-            raise _invalid(name, propid, "a bool", value)
-    return check
+def _check_authenticated(value: object) -> None:
+    if not isinstance(value, bool):
+        raise _invalid("authenticated", "PROPID_M_AUTHENTICATED", "a bool", value)
 
 
 def _check_lookup_id(value: object) -> None:
@@ -868,6 +864,8 @@ _NORMALIZED: tuple[tuple[str, type, Callable[[object], object]], ...] = (
     ("encryption_algorithm", EncryptionAlgorithm, lambda v: _coerce_enum(
         EncryptionAlgorithm, v, "encryption_algorithm", "PROPID_M_ENCRYPTION_ALG")),
 )
+#: field -> its coercion, which is also its check (it raises for a value outside the enum).
+_COERCE: dict[str, Callable[[object], object]] = {name: c for name, _kind, c in _NORMALIZED}
 
 #: (field, default object, check) in field order: :meth:`Message.validate` checks a property
 #: only when it does not hold its default object (defaults are valid by construction).
@@ -881,9 +879,8 @@ _PROPERTY_CHECKS: tuple[tuple[str, object, Callable[[object], None]], ...] = tup
                                            "None or a MessageId")),
         ("priority", lambda v: _check_int(v, MIN_PRIORITY, MAX_PRIORITY, "priority",
                                           "PROPID_M_PRIORITY")),
-        ("delivery", lambda v: _coerce_enum(Delivery, v, "delivery", "PROPID_M_DELIVERY")),
-        ("acknowledge", lambda v: _coerce_flags(Acknowledgment, v, "acknowledge",
-                                                "PROPID_M_ACKNOWLEDGE")),
+        ("delivery", _COERCE["delivery"]),
+        ("acknowledge", _COERCE["acknowledge"]),
         ("admin_queue", lambda v: _check_text(v, "admin_queue", "PROPID_M_ADMIN_QUEUE")),
         ("response_queue", lambda v: _check_text(v, "response_queue",
                                                  "PROPID_M_RESP_FORMAT_NAME")),
@@ -892,13 +889,12 @@ _PROPERTY_CHECKS: tuple[tuple[str, object, Callable[[object], None]], ...] = tup
         ("time_to_be_received", lambda v: _check_duration(v, "time_to_be_received",
                                                           "PROPID_M_TIME_TO_BE_RECEIVED")),
         ("not_before", lambda v: _check_instant(v, "not_before", "kmq not-before time")),
-        ("journal", lambda v: _coerce_flags(JournalLevel, v, "journal", "PROPID_M_JOURNAL")),
+        ("journal", _COERCE["journal"]),
         ("app_specific", lambda v: _check_int(v, 0, _UINT32_MAX, "app_specific",
                                               "PROPID_M_APPSPECIFIC")),
         ("extension", lambda v: _check_bytes(v, "extension", "PROPID_M_EXTENSION",
                                              optional=False)),
-        ("message_class", lambda v: _coerce_enum(MessageClass, v, "message_class",
-                                                 "PROPID_M_CLASS")),
+        ("message_class", _COERCE["message_class"]),
         ("sent_time", lambda v: _check_instant(v, "sent_time", "PROPID_M_SENTTIME")),
         ("arrived_time", lambda v: _check_instant(v, "arrived_time", "PROPID_M_ARRIVEDTIME")),
         ("source_machine_id", _check_instance(uuid.UUID, "source_machine_id",
@@ -909,22 +905,16 @@ _PROPERTY_CHECKS: tuple[tuple[str, object, Callable[[object], None]], ...] = tup
                                                           "PROPID_M_DEST_FORMAT_NAME")),
         ("lookup_id", _check_lookup_id),
         ("sender_id", lambda v: _check_bytes(v, "sender_id", "PROPID_M_SENDERID", optional=True)),
-        ("sender_id_type", lambda v: _coerce_enum(SenderIdType, v, "sender_id_type",
-                                                  "PROPID_M_SENDERID_TYPE")),
-        ("auth_level", lambda v: _coerce_enum(AuthLevel, v, "auth_level",
-                                              "PROPID_M_AUTH_LEVEL")),
-        ("privacy_level", lambda v: _coerce_enum(PrivacyLevel, v, "privacy_level",
-                                                 "PROPID_M_PRIV_LEVEL")),
-        ("hash_algorithm", lambda v: _coerce_enum(HashAlgorithm, v, "hash_algorithm",
-                                                  "PROPID_M_HASH_ALG")),
-        ("encryption_algorithm", lambda v: _coerce_enum(EncryptionAlgorithm, v,
-                                                        "encryption_algorithm",
-                                                        "PROPID_M_ENCRYPTION_ALG")),
+        ("sender_id_type", _COERCE["sender_id_type"]),
+        ("auth_level", _COERCE["auth_level"]),
+        ("privacy_level", _COERCE["privacy_level"]),
+        ("hash_algorithm", _COERCE["hash_algorithm"]),
+        ("encryption_algorithm", _COERCE["encryption_algorithm"]),
         ("sender_certificate", lambda v: _check_bytes(v, "sender_certificate",
                                                       "PROPID_M_SENDER_CERT", optional=True)),
         ("signature", lambda v: _check_bytes(v, "signature", "PROPID_M_SIGNATURE",
                                              optional=True)),
-        ("authenticated", _check_bool("authenticated", "PROPID_M_AUTHENTICATED")),
+        ("authenticated", _check_authenticated),
         ("destination_symmetric_key", lambda v: _check_bytes(v, "destination_symmetric_key",
                                                              "PROPID_M_DEST_SYMM_KEY",
                                                              optional=True)),

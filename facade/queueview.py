@@ -106,8 +106,7 @@ class QueueView:
         first reads them up to the end, so its first peek is as current as a fresh view's."""
         self._receive_only = False
         if self._receipts_paused:
-            self._resume_receipts()
-            self.catch_up()
+            self.catch_up()  # resumes fetching them
 
     def _pause_receipts(self) -> None:
         if not self._receipts_paused:

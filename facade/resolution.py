@@ -121,12 +121,11 @@ class Resolver:
                     f"queue alias {recipient.source.name!r} in {fn} points at {target}, which is "
                     "not a queue", queue=str(fn), hint="point the alias at a queue's format name")
             # Send To is checked on the top-level members only (seed 000), which expand() did.
-            if isinstance(target, PublicFormatName) and isinstance(recipient.source,
-                                                                   PublicQueueEntry):
+            if not isinstance(target, PublicFormatName):
+                resolved.append(self.manager.resolve(target))
+            elif isinstance(recipient.source, PublicQueueEntry):
                 # expand() has just read the queue's entry: no second lookup.
                 resolved.append(self._at(recipient.source, target))
-            elif isinstance(target, PublicFormatName):
+            else:  # an alias to a public queue: look the queue up
                 resolved.append(self._public(target, for_send=False))
-            else:
-                resolved.append(self.manager.resolve(target))
         return resolved
