@@ -38,6 +38,12 @@ Environment variable             ``kmq.toml`` key             Meaning
 ``KMQ_PRINCIPAL``                ``principal``                the caller's identity for MSMQ
                                                               access checks; default the login
                                                               name (``getpass.getuser()``)
+``KMQ_REPLICATION_FACTOR``       ``replication_factor``       replication factor of the topics
+                                                              kmq creates (default 3; capped at
+                                                              the cluster's broker count)
+``KMQ_MIN_INSYNC_REPLICAS``      ``min_insync_replicas``      ``min.insync.replicas`` of those
+                                                              topics (default 2, or the
+                                                              replication factor if smaller)
 (n/a)                            ``[kafka]`` table            extra librdkafka properties (TLS,
                                                               SASL)
 ================================ ============================ ==================================
@@ -66,10 +72,13 @@ __all__ = [
     "DEFAULT_BASE_DN",
     "DEFAULT_DIRECTORY_TIMEOUT",
     "DEFAULT_HOME",
+    "DEFAULT_MIN_INSYNC_REPLICAS",
+    "DEFAULT_REPLICATION_FACTOR",
     "SASL_MECHANISMS",
     "WORKGROUP_URL",
     "DirectorySettings",
     "KmqConfig",
+    "replication_settings",
 ]
 
 #: Default state directory when ``KMQ_HOME`` is not set.
@@ -77,7 +86,13 @@ DEFAULT_HOME = Path("~/.kmq")
 #: Default directory suffix (matches ``deploy/ldap/bootstrap.ldif``).
 DEFAULT_BASE_DN = "dc=kmq,dc=local"
 
-_TOP_KEYS = {"bootstrap_servers", "home", "queue_manager", "principal", "directory", "kafka"}
+#: Default replication factor of the topics kmq creates (Kafka's usual production setting).
+DEFAULT_REPLICATION_FACTOR = 3
+#: Default ``min.insync.replicas`` of those topics: an ``acks=all`` write is on two brokers.
+DEFAULT_MIN_INSYNC_REPLICAS = 2
+
+_TOP_KEYS = {"bootstrap_servers", "home", "queue_manager", "principal", "directory", "kafka",
+             "replication_factor", "min_insync_replicas"}
 _DIRECTORY_KEYS = {
     "url",
     "base_dn",
@@ -167,6 +182,18 @@ class KmqConfig:
         directory (DirectorySettings): the directory of public objects.
         kafka_options (Mapping[str, str]): extra librdkafka properties, e.g.
             ``security.protocol``, ``sasl.mechanism``, ``ssl.ca.location``.
+        replication_factor (int): replication factor of the topics kmq creates, >= 1. A cluster
+            with fewer brokers gets topics with one replica per broker (logged at creation;
+            ``kmq doctor`` reports it).
+        min_insync_replicas (int | None): their ``min.insync.replicas``, from 1 to
+            ``replication_factor``: how many replicas must have a record before an ``acks=all``
+            write (a recoverable message, a receipt) is acknowledged. None (not configured):
+            :data:`DEFAULT_MIN_INSYNC_REPLICAS`, or the replication factor if that is smaller;
+            :attr:`effective_min_insync_replicas` gives the number.
+
+    Raises:
+        ConfigurationError: ``replication_factor`` or ``min_insync_replicas`` is not a whole
+            number >= 1, or ``min_insync_replicas`` exceeds ``replication_factor``.
     """
 
     bootstrap_servers: str | None = None
@@ -175,6 +202,19 @@ class KmqConfig:
     principal: str = field(default_factory=lambda: _default_principal())
     directory: DirectorySettings = DirectorySettings()
     kafka_options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    replication_factor: int = DEFAULT_REPLICATION_FACTOR
+    min_insync_replicas: int | None = None
+
+    def __post_init__(self) -> None:
+        # Also catches keyword overrides of load(), which skip the environment and TOML parsing.
+        replication_settings(self.replication_factor, self.min_insync_replicas)
+
+    @property
+    def effective_min_insync_replicas(self) -> int:
+        """``min.insync.replicas`` for new topics: the configured value, else
+        :data:`DEFAULT_MIN_INSYNC_REPLICAS` or the replication factor if that is smaller."""
+        return replication_settings(self.replication_factor, self.min_insync_replicas)[1]
+
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> KmqConfig:
@@ -183,14 +223,16 @@ class KmqConfig:
         Args:
             environ (Mapping[str, str] | None): environment to read; default ``os.environ``.
             **overrides: field values that win over everything else (``bootstrap_servers``,
-                ``home``, ``queue_manager``, ``principal``, ``directory``, ``kafka_options``).
+                ``home``, ``queue_manager``, ``principal``, ``directory``, ``kafka_options``,
+                ``replication_factor``, ``min_insync_replicas``).
 
         Returns:
             KmqConfig: the resolved configuration.
 
         Raises:
             ConfigurationError: the TOML file is unreadable or malformed, or has an unknown key
-                or a value of the wrong type; the message names the file and the key.
+                or a value of the wrong type or range; the message names the file and the key
+                (or the environment variable).
         """
         env = os.environ if environ is None else environ
         toml_path = _find_toml(env)
@@ -211,6 +253,29 @@ class KmqConfig:
     def dev_state_dir(self) -> Path:
         """Where ``kmq dev`` keeps the local broker's pid, port and log."""
         return self.home / "dev"
+
+
+def replication_settings(replication_factor: Any,
+                         min_insync_replicas: Any = None) -> tuple[int, int]:
+    """Check a replication factor and ``min.insync.replicas`` and fill in the default.
+
+    Args:
+        replication_factor (Any): replicas per topic; must be an int >= 1.
+        min_insync_replicas (Any): an int from 1 to ``replication_factor``, or None for
+            :data:`DEFAULT_MIN_INSYNC_REPLICAS` (the replication factor if that is smaller).
+
+    Returns:
+        tuple[int, int]: the replication factor and the effective ``min.insync.replicas``.
+
+    Raises:
+        ConfigurationError: a value is not a whole number >= 1, or ``min_insync_replicas``
+            exceeds ``replication_factor``; names the setting.
+    """
+    _check_replication(replication_factor, min_insync_replicas, _TOML_REPLICATION_NAMES,
+                       "in the configuration")
+    if min_insync_replicas is None:
+        return replication_factor, min(DEFAULT_MIN_INSYNC_REPLICAS, replication_factor)
+    return replication_factor, min_insync_replicas
 
 
 def _default_queue_manager() -> str:
@@ -290,7 +355,8 @@ def _from_toml(doc: Mapping[str, Any], path: Path | None) -> KmqConfig:
         config = replace(config, queue_manager=_queue_manager_name(doc["queue_manager"], where))
     if "principal" in doc:
         config = replace(config, principal=_principal_name(doc["principal"], where))
-    return _validated(config, where)
+    return _with_replication(config, doc.get("replication_factor"),
+                             doc.get("min_insync_replicas"), _TOML_REPLICATION_NAMES, where)
 
 
 def _apply_environment(config: KmqConfig, env: Mapping[str, str]) -> KmqConfig:
@@ -326,7 +392,55 @@ def _apply_environment(config: KmqConfig, env: Mapping[str, str]) -> KmqConfig:
         changes["queue_manager"] = _queue_manager_name(env["KMQ_QUEUE_MANAGER"], where)
     if env.get("KMQ_PRINCIPAL"):
         changes["principal"] = _principal_name(env["KMQ_PRINCIPAL"], where)
+    return _with_replication(replace(config, **changes), env.get("KMQ_REPLICATION_FACTOR"),
+                             env.get("KMQ_MIN_INSYNC_REPLICAS"), _ENV_REPLICATION_NAMES, where)
+
+
+_TOML_REPLICATION_NAMES = ("replication_factor", "min_insync_replicas")
+_ENV_REPLICATION_NAMES = ("KMQ_REPLICATION_FACTOR", "KMQ_MIN_INSYNC_REPLICAS")
+
+
+def _with_replication(config: KmqConfig, factor: Any, min_insync: Any, names: tuple[str, str],
+                      where: str) -> KmqConfig:
+    """``config`` validated, with the replication settings given (None or "": keep them)."""
+    changes: dict[str, Any] = {}
+    for value, name, field_name in zip((factor, min_insync), names, _TOML_REPLICATION_NAMES):
+        if value is not None and value != "":
+            changes[field_name] = _count(value, name, where)
+    _check_replication(changes.get("replication_factor", config.replication_factor),
+                       changes.get("min_insync_replicas", config.min_insync_replicas),
+                       names, where)
     return _validated(replace(config, **changes), where)
+
+
+def _check_replication(factor: Any, min_insync: Any, names: tuple[str, str], where: str) -> None:
+    _count(factor, names[0], where)
+    if min_insync is None:
+        return
+    _count(min_insync, names[1], where)
+    if min_insync > factor:
+        raise ConfigurationError(
+            f"{names[1]} ({min_insync}) {where} is larger than {names[0]} ({factor}): no "
+            "acks=all write could ever be acknowledged",
+            hint=f"set {names[1]} to at most {factor} (2 with a replication factor of 3 is "
+            "usual)",
+        )
+
+
+def _count(value: Any, name: str, where: str) -> int:
+    """A whole number >= 1 from TOML (an int) or the environment (its text)."""
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):  # "= true" is a mistake
+        number = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        number = int(value.strip())
+    if number is None or number < 1:
+        raise ConfigurationError(
+            f"{name} {where} must be a whole number >= 1, not {value!r}",
+            hint="e.g. 3 replicas and min.insync.replicas 2 (the defaults); 1 for a "
+            "single-broker development cluster",
+        )
+    return number
 
 
 def _validated(config: KmqConfig, where: str) -> KmqConfig:

@@ -9,6 +9,8 @@ in receipts topics, not in committed offsets).
 
 from __future__ import annotations
 
+import enum
+import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -24,9 +26,9 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from facade.config import KmqConfig
+from facade.config import DEFAULT_REPLICATION_FACTOR, KmqConfig, replication_settings
 from facade.errors import (
     AccessDenied,
     BrokerError,
@@ -36,19 +38,27 @@ from facade.errors import (
     QueueNotFound,
 )
 from facade.message import Delivery
+from facade.topicsettings import MAX_MESSAGE_BYTES, topic_config
 
 __all__ = [
     "KafkaRecord",
     "KafkaSession",
     "PendingRecord",
+    "Refusal",
+    "TopicDescription",
     "TopicReader",
     "is_fatal",
     "map_kafka_errors",
     "poll_producer",
     "produce_and_wait",
     "produce_async",
+    "refusal",
     "resolve_bootstrap_servers",
 ]
+
+log = logging.getLogger("kmq.kafka")
+#: (bootstrap servers, replicas given, replicas configured) already warned about.
+_WARNED_LESS_DURABLE: set[tuple[str, int, int]] = set()
 
 #: Seconds an administrative request (create, delete, metadata) may take.
 ADMIN_TIMEOUT = 15.0
@@ -73,6 +83,61 @@ _DENIED = {
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     KafkaError.SASL_AUTHENTICATION_FAILED,
 }
+
+
+class Refusal(enum.Enum):
+    """Why the broker (or the producer, before sending) will never accept a record: a retry of
+    the same record to the same topic fails the same way until an administrator changes the
+    topic, its ACLs or the producer's limits.
+
+    Attributes:
+        TOO_LARGE: the record exceeds the producer's ``message.max.bytes`` or the topic's
+            ``max.message.bytes`` (MSG_SIZE_TOO_LARGE, RECORD_LIST_TOO_LARGE).
+        ACCESS_DENIED: the principal may not write the topic (TOPIC_AUTHORIZATION_FAILED).
+        INVALID: the broker refuses the record itself: INVALID_RECORD, an invalid topic
+            (TOPIC_EXCEPTION), a policy violation, a timestamp outside the topic's
+            ``message.timestamp.*`` window, a record format the topic cannot store, or an
+            argument the producer rejects (``_INVALID_ARG``).
+    """
+
+    TOO_LARGE = "too large"
+    ACCESS_DENIED = "access denied"
+    INVALID = "invalid"
+
+
+_REFUSALS = {
+    KafkaError.MSG_SIZE_TOO_LARGE: Refusal.TOO_LARGE,
+    KafkaError.RECORD_LIST_TOO_LARGE: Refusal.TOO_LARGE,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: Refusal.ACCESS_DENIED,
+    KafkaError.INVALID_RECORD: Refusal.INVALID,
+    KafkaError.TOPIC_EXCEPTION: Refusal.INVALID,
+    KafkaError.POLICY_VIOLATION: Refusal.INVALID,
+    KafkaError.INVALID_TIMESTAMP: Refusal.INVALID,
+    KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT: Refusal.INVALID,
+    KafkaError._INVALID_ARG: Refusal.INVALID,
+}
+
+
+def refusal(error: Any) -> Refusal | None:
+    """Whether ``error`` means the record can never be written, and why.
+
+    Everything else (broker unreachable, leader moving, not enough replicas, TTRQ elapsed,
+    a missing topic, a producer that failed fatally) may succeed on a retry or with a new
+    producer, and gives None.
+
+    Args:
+        error (Any): a delivery-report ``KafkaError``, or a :class:`MessageQueueError` raised
+            from :func:`map_kafka_errors` (the ``KafkaException`` it chains is read).
+
+    Returns:
+        Refusal | None: the kind of refusal, or None for a failure a retry may fix.
+    """
+    if isinstance(error, MessageQueueError):
+        cause = error.__cause__
+        error = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
+    if not isinstance(error, KafkaError) or error.fatal():
+        return None
+    return _REFUSALS.get(error.code())
 
 
 def kafka_error_to_queue_error(error: KafkaError, operation: str, topic: str | None = None) -> MessageQueueError:
@@ -152,6 +217,25 @@ class KafkaRecord:
     headers: tuple[tuple[str, bytes], ...]
 
 
+@dataclass(frozen=True)
+class TopicDescription:
+    """A topic as the cluster describes it (metadata and topic configs).
+
+    Attributes:
+        name (str): the topic.
+        partitions (int): its partition count.
+        replication_factor (int): the fewest replicas any of its partitions has.
+        configs (Mapping[str, str]): topic configs as the broker reports them, by Kafka name
+            (``retention.ms``...). Kafka reports every config with its effective value; a
+            broker that reports only the configs set on the topic leaves the others out.
+    """
+
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: Mapping[str, str]
+
+
 class KafkaSession:
     """Kafka clients for one queue manager, all built from the same configuration.
 
@@ -159,13 +243,41 @@ class KafkaSession:
         bootstrap_servers (str): Kafka ``bootstrap.servers``.
         options (Mapping[str, str]): extra librdkafka properties (TLS, SASL) for every client.
         client_id (str): ``client.id`` prefix, shown in broker logs.
+        replication_factor (int): replication factor of the topics :meth:`create_topics`
+            makes (>= 1), capped at the cluster's broker count.
+        min_insync_replicas (int | None): their ``min.insync.replicas``; None: 2, or the
+            replication factor if smaller. Capped at the replication factor they get.
+
+    Raises:
+        ConfigurationError: a replication setting is not a whole number >= 1, or
+            ``min_insync_replicas`` exceeds ``replication_factor``.
     """
 
     def __init__(self, bootstrap_servers: str, options: Mapping[str, str] | None = None,
-                 client_id: str = "kmq"):
+                 client_id: str = "kmq", *, replication_factor: int = DEFAULT_REPLICATION_FACTOR,
+                 min_insync_replicas: int | None = None):
         self.bootstrap_servers = bootstrap_servers
         self._base = {"bootstrap.servers": bootstrap_servers, "client.id": client_id, **(options or {})}
         self._admin: AdminClient | None = None
+        self.replication_factor, self.min_insync_replicas = replication_settings(
+            replication_factor, min_insync_replicas)
+
+    @classmethod
+    def from_config(cls, config: KmqConfig, client_id: str | None = None) -> KafkaSession:
+        """A session for ``config``: its brokers (or the running dev stack broker), librdkafka
+        options and topic replication settings.
+
+        Args:
+            config (KmqConfig): the resolved configuration.
+            client_id (str | None): ``client.id``; default ``kmq-<queue manager>``.
+
+        Raises:
+            BrokerUnavailable: no broker configured and no dev stack broker running.
+        """
+        return cls(resolve_bootstrap_servers(config), config.kafka_options,
+                   client_id=client_id or f"kmq-{config.queue_manager}",
+                   replication_factor=config.replication_factor,
+                   min_insync_replicas=config.min_insync_replicas)
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -177,7 +289,10 @@ class KafkaSession:
         ``acks=all`` and idempotence (no loss once acknowledged, no duplicates from retries).
         ``transactional_id`` adds Kafka transactions (implies RECOVERABLE settings).
         """
-        config = {**self._base, "allow.auto.create.topics": False, "linger.ms": 5}
+        # message.max.bytes: room for MSMQ's 4 MB bodies (facade.topicsettings); a [kafka]
+        # option may lower it, and sends then check against the lower value.
+        config = {"message.max.bytes": MAX_MESSAGE_BYTES, **self._base,
+                  "allow.auto.create.topics": False, "linger.ms": 5}
         if delivery is Delivery.RECOVERABLE or transactional_id:
             config.update({"acks": "all", "enable.idempotence": True})
         else:
@@ -191,6 +306,12 @@ class KafkaSession:
             # librdkafka rejects a request timeout longer than the message timeout.
             config["request.timeout.ms"] = min(30000, int(timeout))
         return config
+
+    @property
+    def message_max_bytes(self) -> int:
+        """The producers' ``message.max.bytes`` (bytes): :data:`MAX_MESSAGE_BYTES` unless the
+        ``[kafka]`` options set another value."""
+        return int(self._base.get("message.max.bytes", MAX_MESSAGE_BYTES))
 
     def producer(self, delivery: Delivery, transactional_id: str | None = None,
                  extra: Mapping[str, Any] | None = None) -> Producer:
@@ -241,11 +362,17 @@ class KafkaSession:
 
     def create_topics(self, names: Sequence[str], config: Mapping[str, str] | None = None,
                       exist_ok: bool = False) -> list[str]:
-        """Create single-partition topics.
+        """Create single-partition topics with kmq's settings (``facade.topicsettings``).
+
+        Each topic gets the retention, cleanup and size configs of its role (queue data,
+        receipts, registry), :attr:`replication_factor` replicas and ``min.insync.replicas``
+        :attr:`min_insync_replicas`, both capped at the cluster's broker count; a topic created
+        with fewer than configured is logged at WARNING. Existing topics are left as they are
+        (``kmq doctor`` checks them).
 
         Args:
             names (Sequence[str]): topic names.
-            config (Mapping[str, str] | None): topic configuration (e.g. ``cleanup.policy``).
+            config (Mapping[str, str] | None): topic configs that override kmq's.
             exist_ok (bool): an existing topic is not an error.
 
         Returns:
@@ -257,7 +384,9 @@ class KafkaSession:
         """
         if not names:
             return []
-        new = [NewTopic(name, num_partitions=1, replication_factor=-1, config=dict(config or {}))
+        replicas, min_insync = self.topic_durability()
+        new = [NewTopic(name, num_partitions=1, replication_factor=replicas,
+                        config={**topic_config(name, min_insync), **(config or {})})
                for name in names]
         created = []
         for name, future in self.admin.create_topics(new, request_timeout=ADMIN_TIMEOUT).items():
@@ -268,7 +397,130 @@ class KafkaSession:
             except QueueExists:
                 if not exist_ok:
                     raise
+        if created and replicas < self.replication_factor:
+            self._warn_less_durable(created[0], replicas, min_insync)
         return created
+
+    def _warn_less_durable(self, topic: str, replicas: int, min_insync: int) -> None:
+        """Log once per process and cluster that topics get fewer replicas than configured."""
+        key = (self.bootstrap_servers, replicas, self.replication_factor)
+        if key in _WARNED_LESS_DURABLE:
+            return
+        _WARNED_LESS_DURABLE.add(key)
+        log.warning(
+            "the Kafka cluster at %s has %d broker(s): topics such as %s are created with "
+            "replication factor %d and min.insync.replicas %d instead of the configured %d and "
+            "%d, so they are less durable than configured (losing a broker can lose "
+            "acknowledged messages); add brokers, or set KMQ_REPLICATION_FACTOR and "
+            "KMQ_MIN_INSYNC_REPLICAS to what the cluster can give",
+            self.bootstrap_servers, replicas, topic, replicas, min_insync,
+            self.replication_factor, self.min_insync_replicas)
+
+    def topic_durability(self) -> tuple[int, int]:
+        """The replication factor and ``min.insync.replicas`` new topics get: the configured
+        ones, capped at the cluster's broker count (read from metadata).
+
+        Returns:
+            tuple[int, int]: (replication factor, min.insync.replicas), both >= 1.
+
+        Raises:
+            BrokerUnavailable: no metadata within the admin timeout.
+        """
+        replicas = max(1, min(self.replication_factor, self.broker_count()))
+        return replicas, min(self.min_insync_replicas, replicas)
+
+    def broker_count(self) -> int:
+        """How many brokers the cluster's metadata lists.
+
+        Raises:
+            BrokerUnavailable: no metadata within the admin timeout.
+        """
+        with map_kafka_errors("read cluster metadata"):
+            return len(self.admin.list_topics(timeout=ADMIN_TIMEOUT).brokers)
+
+    def describe_topics(self, names: Iterable[str] | None = None) -> dict[str, TopicDescription]:
+        """Partitions, replication and configs of existing topics.
+
+        Args:
+            names (Iterable[str] | None): the topics; None for every topic of the cluster.
+                Names that do not exist are left out of the result.
+
+        Returns:
+            dict[str, TopicDescription]: by topic name.
+
+        Raises:
+            BrokerUnavailable, AccessDenied, BrokerError: as mapped from Kafka (e.g. no
+                DescribeConfigs right on a topic).
+        """
+        with map_kafka_errors("describe topics"):
+            topics = self.admin.list_topics(timeout=ADMIN_TIMEOUT).topics
+        wanted = sorted(topics if names is None else set(names) & set(topics))
+        configs = self.topic_configs(wanted)
+        described = {}
+        for name in wanted:
+            partitions = topics[name].partitions
+            replicas = min((len(p.replicas) for p in partitions.values()), default=0)
+            described[name] = TopicDescription(name, len(partitions), replicas, configs[name])
+        return described
+
+    def topic_configs(self, names: Sequence[str]) -> dict[str, dict[str, str]]:
+        """The topic configs the broker reports for each topic (DescribeConfigs).
+
+        Args:
+            names (Sequence[str]): existing topics.
+
+        Returns:
+            dict[str, dict[str, str]]: config name -> value per topic; configs whose value the
+            broker withholds (sensitive ones) are left out.
+
+        Raises:
+            QueueNotFound: a topic does not exist.
+            BrokerUnavailable, AccessDenied, BrokerError: as mapped from Kafka.
+        """
+        if not names:
+            return {}
+        resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
+        result = {}
+        futures = self.admin.describe_configs(resources, request_timeout=ADMIN_TIMEOUT)
+        for resource, future in futures.items():
+            with map_kafka_errors("describe topic configs", resource.name):
+                entries = future.result(ADMIN_TIMEOUT)
+            result[resource.name] = {key: entry.value for key, entry in entries.items()
+                                     if entry.value is not None}
+        return result
+
+    def validates_topic_configs(self) -> bool:
+        """Whether the broker checks topic configs: a validate-only CreateTopics with an
+        invalid ``retention.ms`` must be refused, as Kafka refuses it (INVALID_CONFIG). A
+        broker that accepts it neither checks nor, in all likelihood, applies topic configs.
+
+        Nothing is created on a broker that honours validate-only; a probe topic a broker
+        created anyway is deleted again.
+
+        Returns:
+            bool: True when the invalid config was refused.
+
+        Raises:
+            BrokerUnavailable, AccessDenied: as mapped from Kafka (CreateTopics needs the
+                CREATE right on the cluster or the probe's name).
+        """
+        probe = f"__kmq.probe-{uuid.uuid4().hex[:12]}"
+        new = NewTopic(probe, num_partitions=1, replication_factor=-1,
+                       config={"retention.ms": "not-a-number"})
+        future = self.admin.create_topics([new], validate_only=True,
+                                          request_timeout=ADMIN_TIMEOUT)[probe]
+        try:
+            with map_kafka_errors("validate a topic config", probe):
+                future.result(ADMIN_TIMEOUT)
+        except (BrokerUnavailable, AccessDenied):
+            raise
+        except BrokerError as exc:
+            if exc.kafka_code in ("INVALID_CONFIG", "POLICY_VIOLATION"):
+                return True
+            raise
+        if self.topic_exists(probe):
+            self.delete_topics([probe])
+        return False
 
     def delete_topics(self, names: Iterable[str]) -> None:
         """Delete topics; topics that do not exist are ignored."""

@@ -37,7 +37,7 @@ from facade.formatnames import (
     parse_path_name,
     parse_queue_reference,
 )
-from facade.kafka import KafkaSession, produce_and_wait, resolve_bootstrap_servers
+from facade.kafka import KafkaSession, produce_and_wait
 from facade.message import Delivery, Message, MessageClass
 from facade.outputs import SystemOutputs
 from facade.registry import QueueManagerRecord, QueueProperties, Registry
@@ -116,8 +116,7 @@ class QueueManager:
             ConfigurationError: invalid configuration.
         """
         config = config or KmqConfig.load(**overrides)
-        session = KafkaSession(resolve_bootstrap_servers(config), config.kafka_options,
-                               client_id=f"kmq-{config.queue_manager}")
+        session = KafkaSession.from_config(config)
         session.ping()
         registry = Registry(session)
         try:

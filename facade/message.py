@@ -545,8 +545,9 @@ class Message:
     ignored or overwritten at send.
 
     Attributes:
-        body (bytes): PROPID_M_BODY, the payload (MSMQ allows about 4 MB; the Kafka topic's
-            ``max.message.bytes`` is the real limit). Default ``b""``.
+        body (bytes): PROPID_M_BODY, the payload: at most 4 MiB, MSMQ's limit (a send refuses
+            a larger record with InvalidParameter; see ``facade.topicsettings``). Default
+            ``b""``.
         label (str): PROPID_M_LABEL, up to 250 characters. Default ``""``.
         body_type (int): PROPID_M_BODY_TYPE, a VARTYPE tag (:class:`BodyType` or any 32-bit
             value). Default ``BodyType.EMPTY`` (0, MSMQ's default).

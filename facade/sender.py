@@ -14,6 +14,15 @@ record stays in the outgoing queue and :meth:`Sender.recover` (run when a queue 
 by ``kmq qm run``) finishes the job: resend what is still within TTRQ, fail what is past it.
 Kafka reports a timed-out copy as "possibly persisted": a copy that was in flight when TTRQ
 elapsed may have arrived as well as been NACKed.
+
+A copy the broker can never accept must not wait in the outgoing queue, or every recovery would
+replay it. So a copy larger than the limits (``facade.topicsettings``) is refused before it is
+stored (``InvalidParameter``), and a copy the producer or broker refuses for good anyway
+(:class:`~facade.kafka.Refusal`: too large for a topic whose limit was lowered, access denied,
+invalid) is failed at once, not retried: the sender gets the error when the refusal comes
+while it sends, and otherwise the copy is dead-lettered and NACKed with the class of the
+refusal (see :data:`_REFUSAL_CLASSES`), as a TTRQ failure is. Either way it leaves the
+outgoing queue.
 """
 
 from __future__ import annotations
@@ -29,10 +38,25 @@ from typing import TYPE_CHECKING, Any
 
 from facade._process import pid_alive
 from facade.envelope import EncodedRecord, decode_message
-from facade.errors import BrokerError, MessageQueueError, TransientQueueError
-from facade.kafka import is_fatal, map_kafka_errors, poll_producer
+from facade.errors import (
+    AccessDenied,
+    BrokerError,
+    InvalidParameter,
+    MessageQueueError,
+    QueueNotFound,
+    TransientQueueError,
+)
+from facade.kafka import Refusal, is_fatal, map_kafka_errors, poll_producer, refusal
 from facade.message import Delivery, JournalLevel, Message, MessageClass
 from facade.outgoing import OutgoingQueue, OutgoingRecord, StoredRecord
+from facade.topics import QueueTopics
+from facade.topicsettings import (
+    KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
+    MAX_BODY_BYTES,
+    MAX_MESSAGE_BYTES,
+    MAX_RECORD_BYTES,
+    record_size,
+)
 
 if TYPE_CHECKING:
     from facade.manager import Destination, QueueManager
@@ -50,6 +74,22 @@ _POLL_INTERVAL = 0.05
 _MAX_TIMEOUT_MS = 2**31 - 1
 #: Seconds the failure path waits for the DLQ copy and the NACK to be acknowledged.
 _SETTLE_TIMEOUT = 5.0
+#: The NACK class of a copy refused for good. Each is an arrival-phase class MSMQ posts when a
+#: message cannot enter its queue for a reason no retry fixes: NACK_MESSAGE_TOO_LARGE (0x800D,
+#: the message is too large for the destination queue) for Kafka's size limits,
+#: NACK_ACCESS_DENIED (0x8004) when the principal may not write the topic, and NACK_BAD_DST_Q
+#: (0x8000, the destination queue is not available to the sending application) when the topic
+#: refuses the record for another reason (invalid record or topic, policy, timestamp). Not
+#: NACK_REACH_QUEUE_TIMEOUT: no time ran out, and that class tells the sender that the
+#: message might still arrive if it waited longer.
+_REFUSAL_CLASSES = {
+    Refusal.TOO_LARGE: MessageClass.NACK_MESSAGE_TOO_LARGE,
+    Refusal.ACCESS_DENIED: MessageClass.NACK_ACCESS_DENIED,
+    Refusal.INVALID: MessageClass.NACK_BAD_DST_Q,
+}
+#: Longest ``kmq.reason`` property kept on a dead-letter copy, in characters.
+_MAX_REASON = 1000
+_UNKNOWN = object()
 
 
 @dataclass
@@ -94,6 +134,9 @@ class Sender:
         #: Producers replaced after a fatal error, still polled until their callbacks are served.
         self._retired: list[Any] = []
         self._stop = threading.Event()
+        #: ``max.message.bytes`` per topic, as last described (None: not reported); only read
+        #: for records that may exceed Kafka's default limit.
+        self._topic_limits: dict[str, int | None] = {}
         self._poller = threading.Thread(target=self._poll_loop, name="kmq-sender", daemon=True)
         self._poller.start()
 
@@ -105,9 +148,16 @@ class Sender:
         """Produce one copy. RECOVERABLE copies are stored in the outgoing queue first.
 
         Raises:
+            InvalidParameter: the record is larger than kmq's limit (a body of at most
+                :data:`~facade.topicsettings.MAX_BODY_BYTES` plus its envelope), the producers'
+                ``message.max.bytes`` or the destination topic's ``max.message.bytes``; the
+                message names the size and the limit. Nothing was stored or produced.
             MessageQueueError: the outgoing queue cannot be written (names the file).
-            BrokerError: the producer refused the record outright (e.g. its queue is full).
+            BrokerError: the producer refused the record outright (e.g. its queue is full). A
+                refusal no retry can fix (:func:`~facade.kafka.refusal`) also removes the
+                stored copy: the caller has the error, and nothing is resent.
         """
+        self.check_size(destination, copy, record)
         row = None
         deadline_ms = 0  # only a stored copy is produced again, so only it needs its deadline
         if copy.delivery is Delivery.RECOVERABLE:
@@ -117,7 +167,72 @@ class Sender:
                 headers=tuple(record.headers), message_id=str(copy.id), deadline_ms=deadline_ms,
                 purpose=_owner_tag(), created_ms=_now_ms(),
             ))
-        self._produce(destination, copy, record, deadline_ms, row, tracker, on_delivered)
+        try:
+            self._produce(destination, copy, record, deadline_ms, row, tracker, on_delivered)
+        except MessageQueueError as exc:
+            if row is not None and refusal(exc) is not None:
+                self.outgoing.remove(row)
+            raise
+
+    def check_size(self, destination: Destination, copy: Message, record: EncodedRecord) -> None:
+        """Refuse a record no broker set up for kmq would accept, before it is stored.
+
+        Checked against :data:`~facade.topicsettings.MAX_RECORD_BYTES` (at most the producers'
+        ``message.max.bytes``), and, for a record larger than Kafka's default limit, against
+        the destination topic's ``max.message.bytes`` as the broker describes it (read once per
+        topic, and again before a refusal).
+
+        Args:
+            destination (Destination): where the copy goes.
+            copy (Message): the copy, for the error message.
+            record (EncodedRecord): its Kafka record.
+
+        Raises:
+            InvalidParameter: the record is too large; names its size, the limit and the fix.
+        """
+        size = record_size(record.key, record.value, record.headers)
+        session = self.manager.session
+        limit = min(MAX_RECORD_BYTES, session.message_max_bytes)
+        what = (f"message to {destination.format_name!r} is {size:,} bytes as a Kafka record "
+                f"(body {len(copy.body):,} bytes)")
+        if size > limit:
+            hint = (f"send a body of at most {MAX_BODY_BYTES:,} bytes (4 MiB, MSMQ's limit) with "
+                    "a small envelope, or keep large payloads elsewhere and send a reference")
+            if limit < MAX_RECORD_BYTES:
+                hint += ("; or remove the lower message.max.bytes from kmq.toml's [kafka] table "
+                         f"(kmq uses {MAX_MESSAGE_BYTES:,})")
+            raise InvalidParameter(f"{what}; kmq sends records of at most {limit:,} bytes",
+                                   queue=destination.format_name, hint=hint)
+        if size <= KAFKA_DEFAULT_MAX_MESSAGE_BYTES:
+            return
+        topic = destination.topics.data
+        topic_limit = self._topic_limit(topic, size)
+        if topic_limit is not None and size > topic_limit:
+            raise InvalidParameter(
+                f"{what}, but its topic {topic!r} accepts at most {topic_limit:,} bytes "
+                "(max.message.bytes)", queue=destination.format_name,
+                hint=f"raise the topic's limit: kafka-configs --bootstrap-server "
+                f"{session.bootstrap_servers} --alter --entity-type topics --entity-name {topic} "
+                f"--add-config max.message.bytes={MAX_MESSAGE_BYTES} (`kmq doctor` lists every "
+                "kmq topic that needs it)")
+
+    def _topic_limit(self, topic: str, size: int) -> int | None:
+        """The topic's ``max.message.bytes``, described again when the cached value would
+        refuse ``size``; None when the broker does not report it or the topic is missing."""
+        cached = self._topic_limits.get(topic, _UNKNOWN)
+        if cached is None or (isinstance(cached, int) and size <= cached):
+            return cached
+        try:
+            value = self.manager.session.topic_configs([topic])[topic].get("max.message.bytes")
+        except (QueueNotFound, AccessDenied) as exc:
+            # A missing topic fails the send later like any missing topic (TTRQ); without the
+            # DescribeConfigs right the broker's verdict is the check.
+            log.warning("cannot read max.message.bytes of %s (%s): the broker's verdict decides",
+                        topic, exc)
+            value = None
+        limit = int(value) if value is not None and value.lstrip("-").isdigit() else None
+        self._topic_limits[topic] = limit
+        return limit
 
     def _produce(self, destination: Destination, copy: Message, record: EncodedRecord,
                  deadline_ms: int, row: int | None, tracker: SendTracker | None,
@@ -132,6 +247,7 @@ class Sender:
 
         def on_delivery(err: Any, _msg: Any) -> None:
             error = None if err is None else err.str()
+            refused = None if err is None else refusal(err)
             if err is not None and row is not None and is_fatal(err) and deadline_ms > _now_ms():
                 # The producer failed, not this copy: a stored copy is produced again by a new
                 # producer (queue views drop the duplicate if the first attempt had arrived).
@@ -142,8 +258,9 @@ class Sender:
                     return
                 except MessageQueueError as exc:
                     error = f"{error}; resending failed: {exc}"
+                    refused = refusal(exc)
             try:
-                self._settle(destination, copy, row, error, on_delivered)
+                self._settle(destination, copy, row, error, on_delivered, refused)
             finally:
                 if tracker is not None:
                     tracker.finish(destination.format_name, error)
@@ -179,20 +296,26 @@ class Sender:
                                  headers=record.headers, on_delivery=on_delivery)
 
     def _settle(self, destination: Destination, copy: Message, row: int | None,
-                error: str | None, on_delivered: Callable[[], None] | None) -> None:
+                error: str | None, on_delivered: Callable[[], None] | None,
+                refused: Refusal | None = None) -> None:
         outputs = self.manager.outputs
         try:
             if error is None:
                 outputs.acknowledge(copy, MessageClass.ACK_REACH_QUEUE, destination)
                 if on_delivered is not None:
                     on_delivered()
+            elif refused is not None:
+                self._refuse(copy, destination, refused, error)
             else:
                 self._fail(copy, destination, error)
-        except TransientQueueError as exc:
-            # The broker is unreachable for the DLQ copy too: keep the record so recover()
-            # finishes the job later. Express copies have no record and are lost, as in MSMQ.
-            log.warning("could not settle message %s for %s: %s", copy.id,
-                        destination.format_name, exc)
+        except MessageQueueError as exc:
+            # The DLQ copy could not be written: the broker is unreachable (a transient error),
+            # or the dead-letter queue refuses it too. Keep the record so recover() finishes
+            # the job later. Express copies have no record and are lost, as in MSMQ.
+            transient = isinstance(exc, TransientQueueError)
+            log.log(logging.WARNING if transient else logging.ERROR,
+                    "could not settle message %s for %s: %s", copy.id, destination.format_name,
+                    exc)
             if row is not None:
                 self._parked.add(row)
             return
@@ -200,13 +323,41 @@ class Sender:
             self.outgoing.remove(row)
 
     def _fail(self, copy: Message, destination: Destination, reason: str) -> None:
+        """Dead-letter and NACK a copy that did not arrive within TTRQ."""
+        self._dead_letter(copy, destination, MessageClass.NACK_REACH_QUEUE_TIMEOUT,
+                          f"not delivered to {destination.format_name} within "
+                          f"time-to-reach-queue: {reason}")
+
+    def _refuse(self, copy: Message, destination: Destination, refused: Refusal,
+                error: str) -> None:
+        """Dead-letter and NACK a copy its destination refuses for good."""
+        self._dead_letter(copy, destination, _REFUSAL_CLASSES[refused],
+                          f"{destination.format_name} refuses it ({refused.value}): {error}")
+
+    def _dead_letter(self, copy: Message, destination: Destination, message_class: MessageClass,
+                     reason: str) -> None:
+        """Write the DLQ copy (when the journal level asks for it) and post the NACK (when
+        asked for).
+
+        A copy whose body is the reason it failed (NACK_MESSAGE_TOO_LARGE, or a body past
+        :data:`MAX_BODY_BYTES` left by another kmq) cannot be written anywhere whole: both go
+        without the body, and ``kmq.reason`` on the DLQ copy names its size. A refusal also
+        puts its reason in ``kmq.reason``.
+
+        Raises:
+            BrokerUnavailable, BrokerError: the DLQ copy was not acknowledged.
+        """
         outputs = self.manager.outputs
+        if message_class is MessageClass.NACK_MESSAGE_TOO_LARGE or len(copy.body) > MAX_BODY_BYTES:
+            reason = f"{reason}; the body of {len(copy.body):,} bytes was dropped"
+            copy = copy.stamped(body=b"", properties=_with_reason(copy, reason))
+        elif message_class is not MessageClass.NACK_REACH_QUEUE_TIMEOUT:
+            copy = copy.stamped(properties=_with_reason(copy, reason))
         # Short timeouts: this runs on the poller thread, and a broker that is down must not
         # stall every other delivery verdict; recover() retries parked records.
-        outputs.dead_letter(copy, MessageClass.NACK_REACH_QUEUE_TIMEOUT, timeout=_SETTLE_TIMEOUT)
-        outputs.acknowledge(copy, MessageClass.NACK_REACH_QUEUE_TIMEOUT, destination,
-                            reason=f"not delivered to {destination.format_name} within "
-                            f"time-to-reach-queue: {reason}", timeout=_SETTLE_TIMEOUT)
+        outputs.dead_letter(copy, message_class, timeout=_SETTLE_TIMEOUT)
+        outputs.acknowledge(copy, message_class, destination, reason=reason,
+                            timeout=_SETTLE_TIMEOUT)
 
     # -- recovery ------------------------------------------------------------------------------
 
@@ -231,24 +382,57 @@ class Sender:
         return handled
 
     def _recover_one(self, stored: StoredRecord) -> int:
+        """Resend, fail or keep one record; never raises for the record's own sake, so a record
+        nothing can deliver cannot stop a queue manager from opening."""
         record = stored.record
+        expired = record.deadline_ms is not None and record.deadline_ms <= _now_ms()
         try:
             copy = decode_message(record.value, record.headers, topic=record.topic)
-            destination = self.manager.resolve_topic(record.topic, copy)
         except MessageQueueError as exc:
-            log.warning("outgoing record %d for %s cannot be recovered: %s", stored.row_id,
+            log.error("outgoing record %d for %s cannot be decoded and stays in %s: %s",
+                      stored.row_id, record.topic, self.outgoing.path, exc)
+            return 0
+        try:
+            destination = self.manager.resolve_topic(record.topic, copy)
+        except QueueNotFound as exc:
+            if not expired:
+                log.warning("outgoing record %d for %s waits for its queue until its "
+                            "time-to-reach-queue: %s", stored.row_id, record.topic, exc)
+                return 0
+            # The queue is gone for good: fail the copy for where it was sent.
+            destination = _vanished(record.topic, copy)
+        except MessageQueueError as exc:
+            log.warning("outgoing record %d for %s cannot be recovered now: %s", stored.row_id,
                         record.topic, exc)
             return 0
-        if record.deadline_ms is not None and record.deadline_ms <= _now_ms():
-            try:
-                self._fail(copy, destination, "time-to-reach-queue elapsed before delivery")
-            except TransientQueueError:
-                return 0
-            self.outgoing.remove(stored.row_id)
-            return 1
+        if expired:
+            return self._finish(stored, lambda: self._fail(
+                copy, destination, "time-to-reach-queue elapsed before delivery"))
         encoded = EncodedRecord(record.key, record.value, list(record.headers))
-        self._produce(destination, copy, encoded, record.deadline_ms or _deadline_ms(copy),
-                      stored.row_id, None, None)
+        try:
+            self._produce(destination, copy, encoded, record.deadline_ms or _deadline_ms(copy),
+                          stored.row_id, None, None)
+        except MessageQueueError as exc:
+            refused = refusal(exc)
+            if refused is None:
+                log.warning("outgoing record %d for %s stays for a later recovery: %s",
+                            stored.row_id, destination.format_name, exc)
+                return 0
+            return self._finish(stored, lambda: self._refuse(copy, destination, refused,
+                                                             str(exc)))
+        return 1
+
+    def _finish(self, stored: StoredRecord, fail: Callable[[], None]) -> int:
+        """Run ``fail`` (dead-letter and NACK) and remove the record; keep it when that fails."""
+        try:
+            fail()
+        except MessageQueueError as exc:
+            transient = isinstance(exc, TransientQueueError)
+            log.log(logging.WARNING if transient else logging.ERROR,
+                    "outgoing record %d for %s could not be dead-lettered and stays: %s",
+                    stored.row_id, stored.record.topic, exc)
+            return 0
+        self.outgoing.remove(stored.row_id)
         return 1
 
     # -- producers -----------------------------------------------------------------------------
@@ -321,6 +505,18 @@ class Sender:
             self._producers.clear()
             self._retired.clear()
         self.outgoing.close()
+
+
+def _with_reason(copy: Message, reason: str) -> dict[str, str]:
+    """``copy``'s properties plus ``kmq.reason`` (as poison records carry it)."""
+    return {**copy.properties, "kmq.reason": reason[:_MAX_REASON]}
+
+
+def _vanished(topic: str, copy: Message) -> Destination:
+    """The destination of a copy whose queue no longer exists, for its DLQ copy and NACK."""
+    from facade.manager import Destination
+
+    return Destination(copy.destination_queue or topic, QueueTopics(topic), None, read_only=False)
 
 
 def _wants_verdict(message: Message) -> bool:

@@ -22,6 +22,7 @@ warns about topics that collide that way).
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import re
 from dataclasses import dataclass
@@ -36,9 +37,11 @@ __all__ = [
     "QUEUE_REGISTRY_TOPIC",
     "TOPIC_PREFIX",
     "QueueTopics",
+    "TopicRole",
     "escape_name",
     "queue_topics",
     "system_topics",
+    "topic_role",
     "topics_for_path",
 ]
 
@@ -257,3 +260,51 @@ def topics_for_path(path: QueuePath, local_queue_manager: str) -> QueueTopics:
     if path.journal:
         return topics.journal()
     return topics if path.subqueue is None else topics.subqueue(path.subqueue)
+
+
+class TopicRole(enum.Enum):
+    """What a kmq topic holds, which decides its Kafka settings (see ``facade.topicsettings``).
+
+    Attributes:
+        MESSAGES: messages: a queue's data topic, its journal and subqueues, a system queue
+            (dead-letter, transactional dead-letter, machine journal).
+        RECEIPTS: the removal receipts of one of those.
+        REGISTRY: a compacted registry (``__kmq.queues``, ``__kmq.queue_managers``).
+    """
+
+    MESSAGES = "messages"
+    RECEIPTS = "receipts"
+    REGISTRY = "registry"
+
+
+def topic_role(topic: str) -> TopicRole | None:
+    """The role of a topic named by kmq's rules, or None for a topic that is not kmq's.
+
+    The name is parsed by its ``.``-separated parts, not by its suffix: escaped names hold no
+    ``.``, so ``kmq.<qm>.private.receipts`` is the data topic of a queue named "receipts",
+    while its receipts topic is ``kmq.<qm>.private.receipts.receipts``.
+
+    Args:
+        topic (str): a Kafka topic name.
+
+    Returns:
+        TopicRole | None: the role; None when ``topic`` does not follow kmq's naming (another
+        application's topic, or a malformed name under ``kmq.``).
+    """
+    if topic in (QUEUE_REGISTRY_TOPIC, QUEUE_MANAGER_REGISTRY_TOPIC):
+        return TopicRole.REGISTRY
+    parts = topic.split(".")
+    if len(parts) < 4 or parts[0] != TOPIC_PREFIX[:-1] or not all(parts):
+        return None
+    kind, suffix = parts[2], parts[4:]
+    if suffix[-1:] == ["receipts"]:
+        suffix = suffix[:-1]
+        role = TopicRole.RECEIPTS
+    else:
+        role = TopicRole.MESSAGES
+    if kind == "system":
+        known = parts[3] in {queue.value.lower() for queue in SystemQueue} and not suffix
+    else:
+        known = kind in _QUEUE_KINDS and (
+            not suffix or suffix == ["journal"] or (len(suffix) == 2 and suffix[0] == "sub"))
+    return role if known else None

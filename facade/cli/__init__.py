@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from facade.cli import alias, bench, demo, dev, directory, dl, dlq, journal, qm, queue
+from facade.cli import alias, bench, demo, dev, directory, dl, dlq, doctor, journal, qm, queue
 
 __all__ = ["app", "main"]
 
@@ -31,6 +31,7 @@ app.command("receive")(queue.receive)
 app.command("peek")(queue.peek)
 app.command("bench")(bench.bench)
 app.command("demo")(demo.demo)
+app.command("doctor")(doctor.doctor)
 
 
 def main() -> None:

@@ -11,6 +11,8 @@ import pytest
 from facade.config import (
     DEFAULT_BASE_DN,
     DEFAULT_DIRECTORY_TIMEOUT,
+    DEFAULT_MIN_INSYNC_REPLICAS,
+    DEFAULT_REPLICATION_FACTOR,
     WORKGROUP_URL,
     DirectorySettings,
     KmqConfig,
@@ -232,3 +234,90 @@ def test_principal_without_a_login_name(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(getpass, "getuser", no_user)
     assert KmqConfig().principal == f"uid-{os.getuid()}"
+
+
+# --- topic replication settings ------------------------------------------------------------------
+
+
+def test_replication_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = KmqConfig.load({})
+    assert config.replication_factor == DEFAULT_REPLICATION_FACTOR == 3
+    assert config.min_insync_replicas is None
+    assert config.effective_min_insync_replicas == DEFAULT_MIN_INSYNC_REPLICAS == 2
+
+
+def test_replication_from_toml_environment_and_overrides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kmq.toml").write_text("replication_factor = 5\nmin_insync_replicas = 3\n")
+    config = KmqConfig.load({})
+    assert (config.replication_factor, config.effective_min_insync_replicas) == (5, 3)
+    config = KmqConfig.load({"KMQ_REPLICATION_FACTOR": "4", "KMQ_MIN_INSYNC_REPLICAS": " 2 "})
+    assert (config.replication_factor, config.effective_min_insync_replicas) == (4, 2)
+    assert KmqConfig.load({}, replication_factor=6).replication_factor == 6
+
+
+def test_min_insync_replicas_follows_a_smaller_replication_factor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = KmqConfig.load({"KMQ_REPLICATION_FACTOR": "1"})
+    assert (config.replication_factor, config.effective_min_insync_replicas) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"KMQ_REPLICATION_FACTOR": "0"}, "KMQ_REPLICATION_FACTOR in the environment must be a "
+                                          "whole number >= 1, not '0'"),
+        ({"KMQ_REPLICATION_FACTOR": "three"}, "KMQ_REPLICATION_FACTOR in the environment"),
+        ({"KMQ_REPLICATION_FACTOR": "2.5"}, "KMQ_REPLICATION_FACTOR in the environment"),
+        ({"KMQ_MIN_INSYNC_REPLICAS": "-1"}, "KMQ_MIN_INSYNC_REPLICAS in the environment must be"),
+        ({"KMQ_REPLICATION_FACTOR": "2", "KMQ_MIN_INSYNC_REPLICAS": "3"},
+         "KMQ_MIN_INSYNC_REPLICAS (3) in the environment is larger than "
+         "KMQ_REPLICATION_FACTOR (2)"),
+    ],
+)
+def test_bad_replication_settings_in_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, environ: dict, expected: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError) as info:
+        KmqConfig.load(environ)
+    assert expected in str(info.value)
+    assert info.value.hint
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ("replication_factor = true\n", "replication_factor in "),
+        ('replication_factor = "3"\n', None),
+        ("replication_factor = 0\n", "must be a whole number >= 1, not 0"),
+        ("min_insync_replicas = 1.5\n", "min_insync_replicas in "),
+        ("replication_factor = 2\nmin_insync_replicas = 3\n",
+         "min_insync_replicas (3) in "),
+    ],
+)
+def test_bad_replication_settings_in_toml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, toml: str, expected: str | None
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kmq.toml").write_text(toml)
+    if expected is None:  # a quoted number is read like the environment's text
+        assert KmqConfig.load({}).replication_factor == 3
+        return
+    with pytest.raises(ConfigurationError) as info:
+        KmqConfig.load({})
+    assert expected in str(info.value) and "kmq.toml" in str(info.value)
+
+
+def test_bad_replication_override_is_refused(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError, match="replication_factor"):
+        KmqConfig.load({}, replication_factor=0)
+    with pytest.raises(ConfigurationError, match="min_insync_replicas"):
+        KmqConfig(replication_factor=1, min_insync_replicas=2)

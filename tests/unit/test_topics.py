@@ -16,9 +16,11 @@ from facade.topics import (
     QUEUE_REGISTRY_TOPIC,
     TOPIC_PREFIX,
     QueueTopics,
+    TopicRole,
     escape_name,
     queue_topics,
     system_topics,
+    topic_role,
     topics_for_path,
 )
 
@@ -330,3 +332,46 @@ def test_topics_for_path(path: str, topic: str) -> None:
     topics = topics_for_path(parse_path_name(path), "LOCAL")
     assert topics.data == topic
     assert topics.receipts == topic + ".receipts"
+
+
+# --- topic_role ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("topic", "role"),
+    [
+        ("kmq.qm.private.orders", TopicRole.MESSAGES),
+        ("kmq.qm.public.orders.receipts", TopicRole.RECEIPTS),
+        # a queue named "receipts" is a data topic; its receipts topic ends twice in receipts
+        ("kmq.qm.private.receipts", TopicRole.MESSAGES),
+        ("kmq.qm.private.receipts.receipts", TopicRole.RECEIPTS),
+        ("kmq.qm.private.orders.journal", TopicRole.MESSAGES),
+        ("kmq.qm.private.orders.journal.receipts", TopicRole.RECEIPTS),
+        ("kmq.qm.private.orders.sub.poison", TopicRole.MESSAGES),
+        ("kmq.qm.private.orders.sub.poison.receipts", TopicRole.RECEIPTS),
+        ("kmq.qm.system.deadletter", TopicRole.MESSAGES),
+        ("kmq.qm.system.deadxact.receipts", TopicRole.RECEIPTS),
+        ("__kmq.queues", TopicRole.REGISTRY),
+        ("__kmq.queue_managers", TopicRole.REGISTRY),
+        ("orders", None),
+        ("__consumer_offsets", None),
+        ("kmq.qm.private", None),
+        ("kmq.qm.system.other", None),
+        ("kmq.qm.system.deadletter.journal", None),
+        ("kmq.qm.private.orders.journal.sub", None),
+        ("kmq.qm.private.orders.sub", None),
+        ("kmq.qm.other.orders", None),
+        ("kmq..private.orders", None),
+    ],
+)
+def test_topic_role(topic: str, role: TopicRole | None) -> None:
+    assert topic_role(topic) is role
+
+
+@given(queue_manager_names, mixed_names, st.booleans(), mixed_names)
+def test_every_topic_kmq_names_has_its_role(qm: str, name: str, private: bool, sub: str) -> None:
+    topics = queue_topics(qm, name, private=private)
+    system = system_topics(qm, SystemQueue.JOURNAL)
+    for each in (topics, topics.journal(), topics.subqueue(sub), system):
+        assert topic_role(each.data) is TopicRole.MESSAGES
+        assert topic_role(each.receipts) is TopicRole.RECEIPTS

@@ -1,0 +1,236 @@
+"""Message size limits and records the broker refuses for good (issue 18), on a real broker.
+
+A record the broker can never accept must not lock out the queue manager: it is refused before
+it is stored, and one that reaches the outgoing queue anyway (left by a kmq with other limits,
+or refused by the broker's verdict) is dead-lettered with a NACK and removed, never replayed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+
+from facade import (
+    Acknowledgment,
+    BrokerError,
+    Delivery,
+    InvalidParameter,
+    JournalLevel,
+    Message,
+    MessageClass,
+    ReceiveTimeout,
+)
+from facade.envelope import decode_acknowledgment, encode_message
+from facade.manager import QueueManager
+from facade.outgoing import OutgoingQueue, OutgoingRecord
+from facade.topicsettings import MAX_BODY_BYTES, MAX_MESSAGE_BYTES, MAX_RECORD_BYTES
+from tests.support.kafka import BrokerEndpoint
+
+pytestmark = pytest.mark.integration
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def _outgoing(qm: QueueManager) -> OutgoingQueue:
+    return OutgoingQueue(qm.config.home / "outgoing" / f"{qm.name}.sqlite")
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_too_large_recoverable_send_is_refused_before_it_is_stored(
+    broker: BrokerEndpoint, qm: QueueManager
+) -> None:
+    """The reproduction of issue 18: another process sends a body over the limit, then exits."""
+    qm.create_queue(r".\private$\big")
+    script = (
+        "import json, sys\n"
+        "from facade import Delivery, Message, MessageQueueError\n"
+        "from facade.config import KmqConfig\n"
+        "from facade.manager import QueueManager\n"
+        "with QueueManager.open(KmqConfig.load(bootstrap_servers=sys.argv[1],"
+        " queue_manager=sys.argv[2])) as qm:\n"
+        "    try:\n"
+        "        qm.open_queue(r'.\\private$\\big').send(Message(body=b'x' * 5 * 1024 * 1024,"
+        " delivery=Delivery.RECOVERABLE))\n"
+        "    except MessageQueueError as exc:\n"
+        "        print(json.dumps([type(exc).__name__, str(exc)]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, broker.bootstrap_servers, qm.name],
+                            capture_output=True, text=True, timeout=120, check=False, cwd=_REPO,
+                            env={**os.environ, "KMQ_HOME": str(qm.config.home)})
+    assert result.returncode == 0, result.stderr
+    kind, text = json.loads(result.stdout)
+    assert kind == "InvalidParameter", text
+    # The error names the record's size and the limit.
+    assert f"{MAX_RECORD_BYTES:,} bytes" in text and "5,24" in text, text
+    with _outgoing(qm) as store:
+        assert store.count() == 0
+    # The queue manager is not locked out: open, send and receive work.
+    with QueueManager.open(qm.config) as reopened:
+        queue = reopened.open_queue(r".\private$\big")
+        sent = queue.send(Message(body=b"small", delivery=Delivery.RECOVERABLE), wait=True)
+        got = queue.receive(timeout=10)
+        assert got.id == sent.id and got.body == b"small"
+        assert reopened.list_queues()[0].queue_name == "big"
+
+
+@pytest.mark.parametrize("size", [3_500_000, MAX_BODY_BYTES], ids=["3.5MB", "4MiB"])
+def test_bodies_up_to_msmq_limit_are_delivered_intact(qm: QueueManager, size: int) -> None:
+    q = qm.create_queue(r".\private$\large")
+    body = os.urandom(size)
+    sent = q.send(Message(body=body, label="L" * 250, delivery=Delivery.RECOVERABLE,
+                          properties={"k": "v" * 1000}), wait=True)
+    got = q.receive(timeout=30)
+    assert got.id == sent.id and got.body == body and got.label == "L" * 250
+    assert qm.sender.outgoing.count() == 0
+
+
+def test_record_refused_by_the_producer_is_dead_lettered_on_open(qm: QueueManager) -> None:
+    """A record bigger than the producer's limit, as a kmq with other limits would have left."""
+    q = qm.create_queue(r".\private$\leftover")
+    admin = qm.create_queue(r".\private$\leftoveradmin")
+    destination = q.destinations[0]
+    body = b"y" * (MAX_MESSAGE_BYTES + 1024)
+    message = Message(id=qm.ids.new(), body=body, label="old", delivery=Delivery.RECOVERABLE,
+                      sent_time=dt.datetime.now(dt.timezone.utc),
+                      destination_queue=destination.format_name,
+                      journal=JournalLevel.DEADLETTER, acknowledge=Acknowledgment.NACK_REACH_QUEUE,
+                      admin_queue=rf"DIRECT=OS:{qm.name}\private$\leftoveradmin")
+    record = encode_message(message)
+    with _outgoing(qm) as store:
+        store.put(OutgoingRecord(topic=destination.topics.data, key=record.key, value=record.value,
+                                 headers=tuple(record.headers), message_id=str(message.id),
+                                 deadline_ms=None, purpose=f"message:{_dead_pid()}", created_ms=0))
+    with QueueManager.open(qm.config) as reopened:   # recovery must not fail the open
+        assert reopened.sender.outgoing.count() == 0
+    dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
+    assert dead.id == message.id and dead.message_class is MessageClass.NACK_MESSAGE_TOO_LARGE
+    # The body cannot be kept (it is what the broker refused): the reason says so.
+    assert dead.body == b"" and f"{len(body):,}" in dead.properties["kmq.reason"]
+    nack = admin.receive(timeout=10)
+    assert nack.message_class is MessageClass.NACK_MESSAGE_TOO_LARGE
+    assert nack.correlation_id == message.id
+    with pytest.raises(ReceiveTimeout):
+        q.receive(timeout=0.5)
+
+
+class _RefusingProducer:
+    """Stands in for a producer whose broker refuses every record with ``error`` in its
+    delivery report, as Kafka does for a record over the topic's ``max.message.bytes`` or a
+    topic the principal may not write (Tansu applies neither, so the verdict is simulated)."""
+
+    def __init__(self, error: KafkaError):
+        self.error = error
+        self.callbacks: list = []
+
+    def produce(self, topic, value=None, key=None, headers=None, on_delivery=None) -> None:
+        self.callbacks.append(on_delivery)
+
+    def poll(self, timeout: float = 0) -> int:
+        callbacks, self.callbacks = self.callbacks, []
+        for callback in callbacks:
+            callback(self.error, None)
+        return len(callbacks)
+
+    def flush(self, timeout: float | None = None) -> int:
+        self.poll()
+        return 0
+
+    def __len__(self) -> int:
+        return len(self.callbacks)
+
+
+@pytest.mark.parametrize("code, message_class, body_kept", [
+    (KafkaError.MSG_SIZE_TOO_LARGE, MessageClass.NACK_MESSAGE_TOO_LARGE, False),
+    (KafkaError.TOPIC_AUTHORIZATION_FAILED, MessageClass.NACK_ACCESS_DENIED, True),
+    (KafkaError.INVALID_RECORD, MessageClass.NACK_BAD_DST_Q, True),
+], ids=["too-large", "denied", "invalid"])
+def test_broker_refusal_is_dead_lettered_and_removed(
+    qm: QueueManager, monkeypatch: pytest.MonkeyPatch, code: int, message_class: MessageClass,
+    body_kept: bool,
+) -> None:
+    q = qm.create_queue(r".\private$\refused")
+    admin = qm.create_queue(r".\private$\refusedadmin")
+    refusing = _RefusingProducer(KafkaError(code))
+    sender = qm.sender
+
+    def refusing_producer(delivery: Delivery, ttrq_ms: int) -> _RefusingProducer:
+        with sender._lock:  # where the sender's poller serves delivery reports
+            sender._producers[(delivery, -1)] = refusing
+        return refusing
+
+    monkeypatch.setattr(sender, "_producer", refusing_producer)
+    with pytest.raises(BrokerError):
+        q.send(Message(body=b"refused body", delivery=Delivery.RECOVERABLE,
+                       journal=JournalLevel.DEADLETTER, acknowledge=Acknowledgment.NACK_REACH_QUEUE,
+                       admin_queue=rf"DIRECT=OS:{qm.name}\private$\refusedadmin"),
+               wait=True, timeout=30)
+    assert sender.outgoing.count() == 0
+    monkeypatch.undo()
+    with sender._lock:
+        del sender._producers[(Delivery.RECOVERABLE, -1)]
+    dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
+    assert dead.message_class is message_class
+    assert dead.body == (b"refused body" if body_kept else b"")
+    assert KafkaError(code).str() in dead.properties["kmq.reason"]
+    nack = admin.receive(timeout=10)
+    assert nack.message_class is message_class and nack.correlation_id == dead.id
+    assert decode_acknowledgment(nack.body).reason
+
+
+def test_a_topic_with_a_lower_max_message_bytes_refuses_at_send(broker: BrokerEndpoint,
+                                                                qm: QueueManager) -> None:
+    """A topic made or changed by hand with a lower limit: the send names the topic, its limit
+    and the kafka-configs command, and nothing is stored."""
+    q = qm.create_queue(r".\private$\narrow")
+    topic = q.destinations[0].topics.data
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    change = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("max.message.bytes", "1500000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([change])[change].result(30)
+    with pytest.raises(InvalidParameter) as info:
+        q.send(Message(body=b"z" * 2_000_000, delivery=Delivery.RECOVERABLE))
+    text = str(info.value)
+    assert topic in text and "1,500,000 bytes (max.message.bytes)" in text
+    assert f"--entity-name {topic} --add-config max.message.bytes={MAX_MESSAGE_BYTES}" in text
+    assert qm.sender.outgoing.count() == 0
+    # Records within the topic's limit still go.
+    sent = q.send(Message(body=b"z" * 1_400_000, delivery=Delivery.RECOVERABLE), wait=True)
+    assert q.receive(timeout=30).id == sent.id
+
+
+def test_record_for_a_deleted_queue_past_ttrq_is_dead_lettered_on_open(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\gone")
+    destination = q.destinations[0]
+    message = Message(id=qm.ids.new(), body=b"nowhere", delivery=Delivery.RECOVERABLE,
+                      sent_time=dt.datetime.now(dt.timezone.utc),
+                      destination_queue=destination.format_name, journal=JournalLevel.DEADLETTER)
+    record = encode_message(message)
+    qm.delete_queue(r".\private$\gone")
+    with _outgoing(qm) as store:
+        store.put(OutgoingRecord(topic=destination.topics.data, key=record.key, value=record.value,
+                                 headers=tuple(record.headers), message_id=str(message.id),
+                                 deadline_ms=1, purpose=f"message:{_dead_pid()}", created_ms=0))
+    with QueueManager.open(qm.config) as reopened:
+        assert reopened.sender.outgoing.count() == 0
+    dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
+    assert dead.id == message.id and dead.message_class is MessageClass.NACK_REACH_QUEUE_TIMEOUT
+    assert dead.destination_queue == destination.format_name
