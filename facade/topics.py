@@ -46,7 +46,7 @@ __all__ = [
 TOPIC_PREFIX = "kmq."
 #: Compacted topic of queue definitions (latest record per queue wins).
 QUEUE_REGISTRY_TOPIC = "__kmq.queues"
-#: Compacted topic of queue managers (name -> GUID; latest record per name wins).
+#: Compacted topic of queue managers (name -> GUID; the first valid record per name wins).
 QUEUE_MANAGER_REGISTRY_TOPIC = "__kmq.queue_managers"
 #: Longest topic name Kafka accepts (characters).
 MAX_TOPIC_LENGTH = 249
