@@ -88,7 +88,7 @@ class QueueManager:
         self.name = record.name
         self.guid = uuid.UUID(record.guid)
         self.registry = registry or Registry(session)
-        self.ids = MessageIdAllocator(config.home / f"{self.name}.sequence", self.guid)
+        self.ids = MessageIdAllocator.on_kafka(session, self.name, self.guid)
         self._producers: dict[Delivery, Any] = {}
         self._lock = threading.Lock()
         self._open_queues: weakref.WeakSet = weakref.WeakSet()
@@ -130,6 +130,7 @@ class QueueManager:
             raise
         try:
             manager._ensure_system_queues()
+            manager.ids.prepare()  # the first message-id block, leased while the broker answers
             manager.sender.recover()
         except BaseException:
             manager.close()
@@ -545,6 +546,7 @@ class QueueManager:
         for producer in self._producers.values():
             producer.flush(10.0)
         self._producers.clear()
+        self.ids.close()
         self.registry.close()
         with self._directory_lock:
             directory, self._directory = self._directory, None

@@ -2,27 +2,59 @@
 
 Two compacted single-partition topics hold them: ``__kmq.queues`` (key: the queue's canonical
 path name; value: its properties as JSON; a tombstone deletes it) and ``__kmq.queue_managers``
-(key: queue-manager name; value: its GUID). The registries are small control-plane logs, so each
-read scans them from the start; the latest record per key wins on the queue registry (a property
-change is a new record), while on the queue-manager registry the first record wins (two processes
-initialising the same name at once agree on one GUID).
+(key: queue-manager name; value: its GUID as JSON). The registries are small control-plane logs,
+so each read scans them from the start; the latest record per key wins on the queue registry (a
+property change is a new record), while on the queue-manager registry the first record wins (two
+processes initialising the same name at once agree on one GUID).
+
+**Malformed records.** Anyone with write access can append anything to these topics. A record
+that :func:`decode_queue_record` or :func:`decode_queue_manager_record` refuses (not UTF-8 JSON,
+a missing field, a wrong type, a key that is not UTF-8 or does not match the record...) is
+skipped by every process alike: the key keeps the value it had, it is logged once per process
+with its topic, partition, offset and the reason, and counted in :attr:`Registry.malformed`
+(``kmq qm info`` shows the count). A later valid record or a tombstone for the key repairs it.
+
+Compaction keeps only the latest record per key, so on Kafka a malformed record that follows a
+valid one will eventually be all that is left of its key, and processes that start after that
+no longer see the key. So repair a poisoned key rather than leave it: a queue by writing its
+properties again (``kmq queue set``, :meth:`QueueManager.set_properties`); a queue manager is
+repaired automatically, because the next :meth:`Registry.ensure_queue_manager` of that name
+writes the winning record again whenever a later record (malformed, a tombstone, or the losing
+GUID of a race) could outlive it in compaction.
+
+Records are JSON objects with a ``version`` (absent means 1). Decoding is forward-compatible:
+fields this version does not know are ignored, and a record with a higher version is read as
+long as the fields version 1 defines are present and valid.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from facade.errors import BrokerUnavailable, InvalidParameter
-from facade.kafka import KafkaSession, produce_and_wait
+from facade.errors import BrokerUnavailable, EnvelopeError, InvalidParameter, MessageQueueError
+from facade.formatnames import parse_path_name
+from facade.kafka import KafkaRecord, KafkaSession, produce_and_wait
 from facade.message import Delivery
-from facade.topics import QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_REGISTRY_TOPIC
+from facade.topics import QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_REGISTRY_TOPIC, QueueTopics
 
-__all__ = ["QueueManagerRecord", "QueueProperties", "Registry"]
+__all__ = [
+    "REGISTRY_RECORD_VERSION",
+    "QueueManagerRecord",
+    "QueueProperties",
+    "Registry",
+    "decode_queue_manager_record",
+    "decode_queue_record",
+    "decode_registry_key",
+]
+
+log = logging.getLogger("kmq.registry")
 
 #: Registry topics are compacted: only the latest record per key matters.
 _REGISTRY_TOPIC_CONFIG = {"cleanup.policy": "compact"}
@@ -31,6 +63,14 @@ _SCAN_TIMEOUT = 15.0
 REFRESH_INTERVAL = 1.0
 #: PROPID_Q_LABEL limit in characters.
 MAX_QUEUE_LABEL_LENGTH = 124
+#: The ``version`` this module writes into registry records; it reads any version >= 1.
+REGISTRY_RECORD_VERSION = 1
+
+
+def _to_json(record: Any) -> bytes:
+    """A registry record value: the dataclass's fields and ``version``, as UTF-8 JSON."""
+    return json.dumps({"version": REGISTRY_RECORD_VERSION, **asdict(record)},
+                      sort_keys=True).encode()
 
 
 @dataclass(frozen=True)
@@ -108,14 +148,18 @@ class QueueProperties:
         return replace(self, **changes, modify_time=time.time()).validate()
 
     def to_json(self) -> bytes:
-        return json.dumps({"version": 1, **asdict(self)}, sort_keys=True).encode()
+        """The registry record value: UTF-8 JSON with ``version`` and every property."""
+        return _to_json(self)
 
     @classmethod
     def from_json(cls, data: bytes) -> QueueProperties:
-        doc = json.loads(data)
-        doc.pop("version", None)
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in doc.items() if k in known})
+        """Decode a registry record value (see :func:`decode_queue_record`, which also checks
+        the key).
+
+        Raises:
+            EnvelopeError: ``data`` is not a valid queue record.
+        """
+        return _decoded("queue", _decode_queue, None, data, QUEUE_REGISTRY_TOPIC, None, None)
 
 
 @dataclass(frozen=True)
@@ -132,6 +176,228 @@ class QueueManagerRecord:
     guid: str
     create_time: float
 
+    def to_json(self) -> bytes:
+        """The registry record value: UTF-8 JSON with ``version``, ``name``, ``guid`` and
+        ``create_time``."""
+        return _to_json(self)
+
+
+# -- decoding ---------------------------------------------------------------------------------
+#
+# Pure functions: the same bytes give the same verdict in every process, which is what lets
+# every process skip the same malformed records and keep the same view.
+
+_REPAIR_HINTS = {
+    "queue": "kmq skips this record; a later valid record or a tombstone for the key repairs it "
+             "(`kmq queue set` writes a queue's properties again)",
+    "queue-manager": "kmq skips this record; a later valid record for the key repairs it (the "
+                     "next open of a known queue manager writes its record again)",
+}
+
+
+class _Malformed(Exception):
+    """Internal: why a record is refused; turned into an EnvelopeError with its location."""
+
+
+def _check_type(doc: dict[str, Any], name: str, kinds: tuple[type, ...], *,
+                optional: bool = False) -> Any:
+    if name not in doc:
+        raise _Malformed(f"field {name!r} is missing")
+    value = doc[name]
+    if value is None and optional:
+        return None
+    # bool is an int in Python, JSON keeps them apart: true is not 1.
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        expected = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+        if optional:
+            expected += " or null"
+        raise _Malformed(f"field {name!r} must be {expected}, not {value!r:.60}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _Malformed(f"field {name!r} must be a finite number, not {value!r}")
+    return value
+
+
+def _seconds(doc: dict[str, Any], name: str) -> float:
+    value = _check_type(doc, name, (int, float))
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond a float's range
+        raise _Malformed(f"field {name!r} is out of range") from None
+
+
+def _guid(doc: dict[str, Any], name: str) -> str:
+    text = _check_type(doc, name, (str,))
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        raise _Malformed(f"field {name!r} must be a GUID, not {text!r:.60}") from None
+
+
+def _document(value: object) -> dict[str, Any]:
+    """The JSON object of a record value, version checked (absent means 1)."""
+    if value is None:
+        raise _Malformed("the value is empty (a tombstone is not a record)")
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise _Malformed(f"the value must be bytes, not {type(value).__name__}")
+    try:
+        doc = json.loads(bytes(value).decode("utf-8"), parse_constant=_refuse_constant)
+    except UnicodeDecodeError as exc:
+        raise _Malformed(f"the value is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        raise _Malformed(f"the value is not JSON ({type(exc).__name__}: {str(exc):.100})") from None
+    if not isinstance(doc, dict):
+        raise _Malformed(f"the value must be a JSON object, not {type(doc).__name__}")
+    version = doc.get("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise _Malformed(f"'version' must be an integer >= 1, not {version!r:.60}")
+    return doc
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number in JSON")
+
+
+def _decode_queue(doc: dict[str, Any], key: str | None) -> QueueProperties:
+    text = {name: _check_type(doc, name, (str,))
+            for name in ("path_name", "queue_manager", "queue_name", "data_topic",
+                         "receipts_topic", "label")}
+    flags = {name: _check_type(doc, name, (bool,))
+             for name in ("private", "transactional", "journal", "authenticate")}
+    numbers = {name: _check_type(doc, name, (int,)) for name in ("base_priority", "privacy_level")}
+    quotas = {name: _check_type(doc, name, (int,), optional=True)
+              for name in ("quota_kb", "journal_quota_kb")}
+    times = {name: _seconds(doc, name) for name in ("create_time", "modify_time")}
+    type_id = _check_type(doc, "type_id", (str,), optional=True)
+    path_name = text["path_name"]
+    if key is not None and key != path_name:
+        raise _Malformed(f"key {key!r} is not the record's path_name {path_name!r}")
+    try:
+        path = parse_path_name(path_name)
+        QueueTopics(text["data_topic"], text["receipts_topic"])
+        properties = QueueProperties(**text, **flags, **numbers, **quotas, type_id=type_id,
+                                     instance=_guid(doc, "instance"),
+                                     **times)
+        properties.validate()
+    except MessageQueueError as exc:  # FormatNameError, InvalidParameter
+        raise _Malformed(str(exc)) from None
+    if (path.is_local or path.journal or path.subqueue or path.system_queue is not None
+            or str(path) != path_name):
+        raise _Malformed(f"path_name {path_name!r} is not the canonical path name of a queue")
+    if (path.machine, path.queue_name, path.private) != (
+            properties.queue_manager, properties.queue_name, properties.private):
+        raise _Malformed("queue_manager, queue_name and private do not match path_name "
+                         f"{path_name!r}")
+    return properties
+
+
+def _decode_manager(doc: dict[str, Any], key: str | None) -> QueueManagerRecord:
+    name = _check_type(doc, "name", (str,))
+    if not name:
+        raise _Malformed("field 'name' is empty")
+    if key is not None and key != name:
+        raise _Malformed(f"key {key!r} is not the record's name {name!r}")
+    return QueueManagerRecord(name, _guid(doc, "guid"), _seconds(doc, "create_time"))
+
+
+def _decoded(kind: str, build: Any, key: str | None, value: object, topic: str,
+             partition: int | None, offset: int | None) -> Any:
+    """``build(document, key)``, with a refusal turned into an EnvelopeError saying where."""
+    try:
+        return build(_document(value), key)
+    except _Malformed as exc:
+        raise _refused(kind, str(exc), key=key, topic=topic, partition=partition,
+                       offset=offset, raw=value) from None
+
+
+def _refused(kind: str, why: str, *, key: object, topic: str, partition: int | None,
+             offset: int | None, raw: object) -> EnvelopeError:
+    data = bytes(raw) if isinstance(raw, (bytes, bytearray, memoryview)) else None
+    return EnvelopeError(f"malformed {kind} record for key {key!r:.100}: {why}", topic=topic,
+                         partition=partition, offset=offset, raw=data, hint=_REPAIR_HINTS[kind])
+
+
+def decode_registry_key(key: object, *, topic: str = QUEUE_REGISTRY_TOPIC,
+                        partition: int | None = None, offset: int | None = None) -> str:
+    """The key of a registry record as text.
+
+    Args:
+        key (bytes | None): the record key as read.
+        topic (str), partition (int | None), offset (int | None): where the record is; copied
+            into the error.
+
+    Returns:
+        str: the key (a queue's canonical path name, or a queue-manager name).
+
+    Raises:
+        EnvelopeError: no key, an empty key, or one that is not UTF-8.
+    """
+    kind = "queue" if topic == QUEUE_REGISTRY_TOPIC else "queue-manager"
+    where = dict(key=key, topic=topic, partition=partition, offset=offset, raw=key)
+    if not isinstance(key, (bytes, bytearray, memoryview)) or not key:
+        raise _refused(kind, "the key is missing or empty", **where)
+    try:
+        return bytes(key).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _refused(kind, f"the key is not UTF-8 ({exc.reason} at byte {exc.start})",
+                       **where) from None
+
+
+def decode_queue_record(key: object, value: object, *, topic: str = QUEUE_REGISTRY_TOPIC,
+                        partition: int | None = None, offset: int | None = None) -> QueueProperties:
+    """Decode one record of the queue registry (``__kmq.queues``) that is not a tombstone.
+
+    Pure: the same key and value give the same result in every process.
+
+    Args:
+        key (bytes): the record key, the queue's canonical path name in UTF-8.
+        value (bytes): the record value, UTF-8 JSON written by :meth:`QueueProperties.to_json`.
+        topic (str), partition (int | None), offset (int | None): where the record is; copied
+            into the error.
+
+    Returns:
+        QueueProperties: the queue's properties.
+
+    Raises:
+        EnvelopeError: for any bad input, and nothing else: a bad key (see
+            :func:`decode_registry_key`), a value that is not a UTF-8 JSON object, a version
+            that is not an integer >= 1, a field of version 1 missing or of the wrong type
+            (``"private": "yes"``, ``"quota_kb": "x"``), a property outside its MSMQ range,
+            a path name that is not canonical or disagrees with the key or with
+            ``queue_manager`` / ``queue_name`` / ``private``, an illegal topic name, or an
+            ``instance`` that is not a GUID. Unknown fields are ignored.
+    """
+    text = decode_registry_key(key, topic=topic, partition=partition, offset=offset)
+    return _decoded("queue", _decode_queue, text, value, topic, partition, offset)
+
+
+def decode_queue_manager_record(key: object, value: object, *,
+                                topic: str = QUEUE_MANAGER_REGISTRY_TOPIC,
+                                partition: int | None = None,
+                                offset: int | None = None) -> QueueManagerRecord:
+    """Decode one record of the queue-manager registry (``__kmq.queue_managers``) that is not
+    a tombstone.
+
+    Pure: the same key and value give the same result in every process.
+
+    Args:
+        key (bytes): the record key, the queue manager's name in UTF-8.
+        value (bytes): the record value, UTF-8 JSON written by :meth:`QueueManagerRecord.to_json`
+            (records written before ``version`` existed have none: that is version 1).
+        topic (str), partition (int | None), offset (int | None): where the record is; copied
+            into the error.
+
+    Returns:
+        QueueManagerRecord: the queue manager's name, GUID (canonical text) and creation time.
+
+    Raises:
+        EnvelopeError: for any bad input, and nothing else: a bad key, a value that is not a
+            UTF-8 JSON object, a version that is not an integer >= 1, ``name`` missing, empty or
+            not the key, ``guid`` not a GUID, ``create_time`` not a finite number. Unknown
+            fields are ignored.
+    """
+    text = decode_registry_key(key, topic=topic, partition=partition, offset=offset)
+    return _decoded("queue-manager", _decode_manager, text, value, topic, partition, offset)
+
 
 class Registry:
     """Reads and writes the registry topics, keeping a cached view of them.
@@ -140,6 +406,7 @@ class Registry:
     every :data:`REFRESH_INTERVAL` seconds for lookups that hit, and always before a lookup
     misses or before :meth:`queues` lists everything, so a queue created anywhere is found at
     once and a property change is seen within that interval. Own writes are applied at once.
+    Malformed records are skipped, logged and counted (see the module docstring).
 
     Args:
         session (KafkaSession): the Kafka clients to use.
@@ -153,7 +420,20 @@ class Registry:
         self._refreshed = float("-inf")
         self._queues: dict[str, QueueProperties] = {}
         self._managers: dict[str, QueueManagerRecord] = {}
+        # Queue managers whose winning record a later record could outlive in compaction.
+        self._reaffirm: set[str] = set()
+        self._malformed = 0
         self._next: dict[str, int] = {}  # per registry topic: the next offset to apply
+
+    @property
+    def malformed(self) -> int:
+        """How many malformed records this view has read and skipped, in both registries (int).
+
+        The view reads each registry from its first record, so every process that is up to
+        date counts the same records (those still in the log, repaired keys included).
+        """
+        with self._lock:
+            return self._malformed
 
     def ensure_topics(self) -> None:
         """Create the registry topics if they do not exist yet."""
@@ -199,20 +479,38 @@ class Registry:
     # -- queue managers ------------------------------------------------------------------------
 
     def queue_managers(self) -> dict[str, QueueManagerRecord]:
-        """Every queue manager, by name; the first record per name is authoritative."""
+        """Every queue manager, by name; the first valid record per name is authoritative."""
         self._refresh(force=True)
         with self._lock:
             return dict(self._managers)
 
     def ensure_queue_manager(self, name: str) -> QueueManagerRecord:
-        """Return the queue manager ``name``, registering it with a new GUID if unknown."""
+        """Return the queue manager ``name``, registering it with a new GUID if unknown.
+
+        If a later record for ``name`` (a malformed one, a tombstone, or the other GUID of two
+        processes registering the name at once) follows the winning record, the winning record
+        is written again, so that it is still the one left when the topic is compacted.
+        Writing it again changes no process's view: the first valid record still wins.
+
+        Raises:
+            BrokerUnavailable, BrokerError: the registry could not be read or written.
+        """
         existing = self.queue_managers().get(name)
-        if existing is not None:
-            return existing
-        record = QueueManagerRecord(name, str(uuid.uuid4()), time.time())
-        self._write(QUEUE_MANAGER_REGISTRY_TOPIC, name, json.dumps(asdict(record)).encode())
-        # Read back: if another process registered the name first, its GUID wins.
-        return self.queue_managers()[name]
+        if existing is None:
+            record = QueueManagerRecord(name, str(uuid.uuid4()), time.time())
+            self._write(QUEUE_MANAGER_REGISTRY_TOPIC, name, record.to_json())
+            # Read back: if another process registered the name first, its GUID wins.
+            existing = self.queue_managers()[name]
+        with self._lock:
+            reaffirm = name in self._reaffirm
+        if reaffirm:
+            log.info("writing queue manager %r (GUID %s) to %s again: a later record for it "
+                     "could outlive it in compaction", name, existing.guid,
+                     QUEUE_MANAGER_REGISTRY_TOPIC)
+            self._write(QUEUE_MANAGER_REGISTRY_TOPIC, name, existing.to_json())
+            with self._lock:
+                self._reaffirm.discard(name)
+        return existing
 
     def close(self) -> None:
         """Release the reader and the producer."""
@@ -251,15 +549,44 @@ class Registry:
                         f"could not read the queue registry up to its end within {_SCAN_TIMEOUT:g} s",
                         hint="check that the Kafka broker is running")
                 for record in self._reader.poll(0.05):
-                    self._apply(record.topic, (record.key or b"").decode(), record.value)
+                    self._apply(record)
                     self._next[record.topic] = record.offset + 1
             self._refreshed = time.monotonic()
 
-    def _apply(self, topic: str, key: str, value: bytes | None) -> None:
-        if topic == QUEUE_REGISTRY_TOPIC:
-            if value is None:
-                self._queues.pop(key, None)
+    def _apply(self, record: KafkaRecord) -> None:
+        """Apply one registry record to the view; a malformed one is skipped, logged, counted."""
+        where = dict(topic=record.topic, partition=record.partition, offset=record.offset)
+        try:
+            key = decode_registry_key(record.key, **where)
+            if record.topic == QUEUE_REGISTRY_TOPIC:
+                if record.value is None:
+                    self._queues.pop(key, None)
+                else:
+                    self._queues[key] = decode_queue_record(record.key, record.value, **where)
+                return
+            winner = self._managers.get(key)
+            found = (None if record.value is None
+                     else decode_queue_manager_record(record.key, record.value, **where))
+        except EnvelopeError as exc:
+            self._malformed += 1
+            log.warning("skipped a malformed registry record (%d so far in this view): %s",
+                        self._malformed, exc)
+            if record.topic == QUEUE_MANAGER_REGISTRY_TOPIC:
+                self._note_later_manager_record(record.key)
+            return
+        if winner is None and found is not None:
+            self._managers[key] = found
+        elif winner is not None:
+            # Anything but the winner written again could be what compaction keeps.
+            if found == winner:
+                self._reaffirm.discard(key)
             else:
-                self._queues[key] = QueueProperties.from_json(value)
-        elif value is not None and key not in self._managers:
-            self._managers[key] = QueueManagerRecord(**json.loads(value))
+                self._reaffirm.add(key)
+
+    def _note_later_manager_record(self, raw_key: bytes | None) -> None:
+        try:
+            key = bytes(raw_key or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            return  # a key no queue manager has: compaction cannot remove a valid record for it
+        if key in self._managers:
+            self._reaffirm.add(key)

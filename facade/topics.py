@@ -9,6 +9,7 @@ Each MSMQ queue is a set of Kafka topics under the prefix ``kmq.<queue manager>.
     <data>.sub.<subqueue>                a subqueue (;poison)
     kmq.<qm>.system.deadletter|deadxact|journal
                                          the queue manager's system queues
+    kmq.<qm>.system.idblocks             message-id block leases (not a queue)
     __kmq.queues, __kmq.queue_managers   the registries
 
 Names are escaped with :func:`escape_name`, whose output never contains ``.``, so the ``.``
@@ -39,6 +40,7 @@ __all__ = [
     "QueueTopics",
     "TopicRole",
     "escape_name",
+    "id_block_topic",
     "queue_topics",
     "system_topics",
     "topic_role",
@@ -49,7 +51,7 @@ __all__ = [
 TOPIC_PREFIX = "kmq."
 #: Compacted topic of queue definitions (latest record per queue wins).
 QUEUE_REGISTRY_TOPIC = "__kmq.queues"
-#: Compacted topic of queue managers (name -> GUID; latest record per name wins).
+#: Compacted topic of queue managers (name -> GUID; the first valid record per name wins).
 QUEUE_MANAGER_REGISTRY_TOPIC = "__kmq.queue_managers"
 #: Longest topic name Kafka accepts (characters).
 MAX_TOPIC_LENGTH = 249
@@ -234,6 +236,29 @@ def system_topics(queue_manager: str, queue: SystemQueue) -> QueueTopics:
             249 characters.
     """
     return QueueTopics(f"{TOPIC_PREFIX}{escape_name(queue_manager)}.system.{queue.value.lower()}")
+
+
+def id_block_topic(queue_manager: str) -> str:
+    """The topic where a queue manager's processes lease blocks of message-id sequence numbers:
+    ``kmq.<qm>.system.idblocks`` (see :mod:`facade.sequence`).
+
+    It is no queue: it has no receipts topic and no path or format name reaches it. ``idblocks``
+    is not the name of a system queue (``journal``, ``deadletter``, ``deadxact``), so it never
+    equals a system queue's topic.
+
+    Args:
+        queue_manager (str): the name of the queue manager (MSMQ computer).
+
+    Returns:
+        str: the topic name.
+
+    Raises:
+        InvalidParameter: ``queue_manager`` is empty or so long that the topic name would exceed
+            249 characters.
+    """
+    topic = f"{TOPIC_PREFIX}{escape_name(queue_manager)}.system.idblocks"
+    _check_topic(topic)
+    return topic
 
 
 def topics_for_path(path: QueuePath, local_queue_manager: str) -> QueueTopics:

@@ -19,6 +19,8 @@ def _info(qm: QueueManager) -> dict:
     return {
         "name": qm.name, "guid": str(qm.guid), "bootstrap_servers": qm.session.bootstrap_servers,
         "queues": len(qm.list_queues()),
+        # Read after list_queues(), which brought the registry view up to date.
+        "malformed_registry_records": qm.registry.malformed,
         **{f"{q.name.lower()}_queue": f"MACHINE={qm.guid};{q.name}" for q in SystemQueue},
     }
 
@@ -33,7 +35,9 @@ def init(as_json: bool = JsonOption) -> None:
 
 @app.command()
 def info(as_json: bool = JsonOption) -> None:
-    """Show the queue manager's name, GUID, broker and system queues."""
+    """Show the queue manager's name, GUID, broker and system queues, and how many malformed
+    records the registries hold (skipped by every process; see `kmq queue set` to repair a
+    queue's)."""
     init(as_json)
 
 

@@ -7,7 +7,12 @@ exception, no crash, no hang (each test has a pytest-timeout).
   and a name that parses prints back to text that parses to the same thing;
 * message envelopes, receipts and acknowledgment payloads: ``EnvelopeError``; random bytes,
   and also valid records with bytes flipped, cut or added behind a valid header, so the Avro
-  decoder itself is reached; record headers never raise (``read_headers``);
+  decoder itself is reached; acknowledgments that are valid Avro with wrong values (bad ids,
+  classes, GUID texts, times); record headers never raise (``read_headers``);
+* registry records (``__kmq.queues``, ``__kmq.queue_managers``): ``EnvelopeError`` for random
+  keys and values, mutated valid records (with the envelopes above), random JSON, and valid
+  records with fields dropped, retyped or added and random versions; whatever is accepted
+  round-trips;
 * configuration: ``KmqConfig.load`` on random TOML text, random TOML documents and random
   ``KMQ_*`` environments gives ``ConfigurationError`` or a configuration;
 * the CLI through typer's ``CliRunner``: random commands, options and values exit 0, 1 or 2
@@ -32,6 +37,7 @@ from typer.testing import CliRunner
 
 from facade.cli import app
 from facade.config import KmqConfig
+from facade import avro
 from facade.envelope import (
     decode_acknowledgment,
     decode_message,
@@ -49,6 +55,12 @@ from facade.message import (
     MessageId,
 )
 from facade.receipts import ReceiptAction, decode_receipt, encode_receipt, new_claim
+from facade.registry import (
+    QueueManagerRecord,
+    QueueProperties,
+    decode_queue_manager_record,
+    decode_queue_record,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -105,6 +117,23 @@ def test_queue_references_raise_only_format_name_errors(text: str) -> None:
 # -- envelopes, receipts, acknowledgments -----------------------------------------------------
 
 
+_QUEUE = QueueProperties(path_name="qm1\\private$\\orders", queue_manager="qm1",
+                         queue_name="orders", private=True, data_topic="kmq.qm1.private.orders",
+                         receipts_topic="kmq.qm1.private.orders.receipts", label="fuzz",
+                         quota_kb=5, type_id=_GUID)
+_MANAGER = QueueManagerRecord("qm1", _GUID, 1.0)
+
+
+def decode_queue_value(value: object) -> QueueProperties:
+    """A registry record of ``_QUEUE``'s key with this value."""
+    return decode_queue_record(_QUEUE.path_name.encode(), value)
+
+
+def decode_queue_manager_value(value: object) -> QueueManagerRecord:
+    """A registry record of ``_MANAGER``'s key with this value."""
+    return decode_queue_manager_record(_MANAGER.name.encode(), value)
+
+
 def _valid_records() -> list[bytes]:
     guid = uuid.UUID(_GUID)
     message = Message(id=MessageId(guid, 7), body=b"body", label="label", priority=5,
@@ -115,7 +144,8 @@ def _valid_records() -> list[bytes]:
                              (AcknowledgedQueue(r"DIRECT=OS:qm\private$\q", guid),),
                              reason="why", original_body=b"body")
     receipt = new_claim(ReceiptAction.RECEIVE, (1, 2, 3), "fuzz")
-    return [encode_message(message).value, encode_acknowledgment(ack), encode_receipt(receipt)]
+    return [encode_message(message).value, encode_acknowledgment(ack), encode_receipt(receipt),
+            _QUEUE.to_json(), _MANAGER.to_json()]
 
 
 _RECORDS = _valid_records()
@@ -123,6 +153,8 @@ _DECODERS = [
     (decode_message, EnvelopeError),
     (decode_acknowledgment, EnvelopeError),
     (decode_receipt, EnvelopeError),
+    (decode_queue_value, EnvelopeError),
+    (decode_queue_manager_value, EnvelopeError),
 ]
 
 
@@ -170,6 +202,35 @@ def test_hypothesis_bytes_behind_a_valid_envelope_header(body: bytes) -> None:
                 pass
 
 
+_texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
+_ACKNOWLEDGMENT = avro.family("acknowledgment.avsc")
+acknowledgment_records = st.fixed_dictionaries({
+    "original_id": st.binary(min_size=20, max_size=20),
+    "message_class": st.one_of(st.sampled_from([int(c) for c in MessageClass]),
+                               st.integers(-2**31, 2**31 - 1)),
+    "queues": st.lists(st.fixed_dictionaries({
+        "format_name": st.one_of(st.none(), _texts, st.just(r"DIRECT=OS:qm\private$\q")),
+        "guid": st.one_of(st.none(), _texts, st.uuids().map(str)),
+    }), max_size=3),
+    "time": st.one_of(st.integers(-2**63, 2**63 - 1), st.integers(0, 2**42)),
+    "reason": st.one_of(st.none(), _texts),
+    "original_body": st.one_of(st.none(), st.binary(max_size=20)),
+})
+
+
+@FUZZ
+@given(acknowledgment_records)
+def test_acknowledgments_with_wrong_values_raise_only_envelope_errors(record: dict) -> None:
+    # Valid Avro, so the checks after the Avro decoder are reached: ids, classes (NORMAL is no
+    # acknowledgment), GUID texts, empty queue lists, times beyond datetime's range.
+    body = _ACKNOWLEDGMENT.encode(record)
+    try:
+        info = decode_acknowledgment(body)
+    except EnvelopeError:
+        return
+    assert decode_acknowledgment(encode_acknowledgment(info)) == info
+
+
 header_values = st.one_of(st.binary(max_size=20), st.none(), st.text(max_size=5), st.integers())
 header_names = st.one_of(st.sampled_from(["kmq.id", "kmq.class", "kmq.priority", "kmq.expires",
                                           "kmq.not_before", "kmq.correlation_id", "kmq.txn",
@@ -180,6 +241,66 @@ header_names = st.one_of(st.sampled_from(["kmq.id", "kmq.class", "kmq.priority",
 @given(st.one_of(st.none(), st.lists(st.tuples(header_names, header_values), max_size=10)))
 def test_read_headers_never_raises(headers) -> None:
     read_headers(headers)
+
+
+# -- registry records ---------------------------------------------------------------------------
+
+#: (decoder, key, valid value) of each registry.
+_REGISTRIES = [
+    (decode_queue_record, _QUEUE.path_name.encode(), _QUEUE.to_json()),
+    (decode_queue_manager_record, _MANAGER.name.encode(), _MANAGER.to_json()),
+]
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), _texts),
+    lambda children: st.one_of(st.lists(children, max_size=4),
+                               st.dictionaries(_texts, children, max_size=4)),
+    max_leaves=10)
+
+
+def _decodes_or_refuses(decode, key: object, value: object) -> None:
+    """``decode`` gives a record that round-trips, or EnvelopeError; nothing else."""
+    try:
+        record = decode(key, value)
+    except EnvelopeError:
+        return
+    assert decode(key, record.to_json()) == record
+
+
+@FUZZ
+@given(key=st.one_of(st.none(), st.binary(max_size=40),
+                    st.sampled_from([k for _, k, _ in _REGISTRIES])),
+       value=st.one_of(st.none(), st.binary(max_size=300)))
+def test_registry_records_of_random_bytes_raise_only_envelope_errors(key, value) -> None:
+    for decode, _key, _value in _REGISTRIES:
+        _decodes_or_refuses(decode, key, value)
+
+
+@FUZZ
+@given(doc=json_values)
+def test_registry_records_of_random_json_raise_only_envelope_errors(doc) -> None:
+    value = json.dumps(doc).encode()
+    for decode, key, _value in _REGISTRIES:
+        _decodes_or_refuses(decode, key, value)
+
+
+@FUZZ
+@given(data=st.data())
+def test_registry_records_with_wrong_fields_raise_only_envelope_errors(data) -> None:
+    for decode, key, value in _REGISTRIES:
+        doc = json.loads(value)
+        for _ in range(data.draw(st.integers(1, 4), label="changes")):
+            action = data.draw(st.sampled_from(["drop", "retype", "add", "version"]))
+            field = data.draw(st.sampled_from(sorted(doc) or ["version"]))
+            if action == "drop":
+                doc.pop(field, None)
+            elif action == "retype":
+                doc[field] = data.draw(json_values)
+            elif action == "add":
+                doc[data.draw(_texts)] = data.draw(json_values)
+            else:
+                doc["version"] = data.draw(st.one_of(st.integers(), json_values))
+        # json.dumps writes NaN and Infinity, which are no JSON: decoders must refuse them too.
+        _decodes_or_refuses(decode, key, json.dumps(doc).encode())
 
 
 # -- configuration ------------------------------------------------------------------------------

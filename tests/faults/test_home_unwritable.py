@@ -1,20 +1,19 @@
 """An unwritable ``KMQ_HOME`` and a full disk: one clear error naming the path and the fix.
 
-kmq keeps two things under ``KMQ_HOME``: the durable outgoing queue (SQLite, written at every
-RECOVERABLE send) and the message-id counter (reserved in blocks). Neither may fail as a
-traceback, and a recoverable send that could not be stored must not be sent at all (MSMQ's
-rule: the sender learns it was not accepted).
+kmq keeps the durable outgoing queue under ``KMQ_HOME`` (SQLite, written at every RECOVERABLE
+send; message ids are leased through Kafka, see ``tests/integration/test_message_ids.py``). It
+may not fail as a traceback, and a recoverable send that could not be stored must not be sent
+at all (MSMQ's rule: the sender learns it was not accepted).
 
 How the faults are made: an unwritable home is a path under a regular file (this works even
 as root, where permission bits do not stop writes; the permission-bit variant runs only as
 non-root). A full disk is simulated by patching the store's SQLite connection to fail the
-INSERT with SQLITE_FULL, and the counter's ``os.write`` with ENOSPC, as a real full disk would:
-no tmpfs of a fixed size can be mounted here without root.
+INSERT with SQLITE_FULL, as a real full disk would: no tmpfs of a fixed size can be mounted
+here without root.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import sqlite3
 import uuid
@@ -117,26 +116,3 @@ def test_recoverable_send_on_a_full_disk_fails_clearly_and_sends_nothing(
         # Space freed: the next send works without reopening anything.
         queue.send(Message(body=b"after", delivery=Delivery.RECOVERABLE), wait=True)
         assert queue.receive(timeout=10).body == b"after"
-
-
-def test_message_id_counter_on_a_full_disk(broker: BrokerEndpoint, kmq_home: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    import facade.sequence
-
-    with QueueManager.open(_config(broker, kmq_home)) as qm:
-        queue = qm.create_queue(r".\private$\counter")
-        qm.ids._next = qm.ids._end  # the next send reserves a new block of ids
-
-        def no_space(fd: int, data: bytes) -> int:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-        monkeypatch.setattr(facade.sequence.os, "write", no_space)
-        with pytest.raises(MessageQueueError) as caught:
-            queue.send(Message(body=b"no id"))
-        monkeypatch.undo()
-        assert "message-id counter" in str(caught.value)
-        assert str(qm.ids.path) in str(caught.value) and "disk space" in (caught.value.hint or "")
-        with pytest.raises(ReceiveTimeout):
-            queue.receive(timeout=0.3)
-        queue.send(Message(body=b"ids again"), wait=True)
-        assert queue.receive(timeout=10).body == b"ids again"

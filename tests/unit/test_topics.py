@@ -18,6 +18,7 @@ from facade.topics import (
     QueueTopics,
     TopicRole,
     escape_name,
+    id_block_topic,
     queue_topics,
     system_topics,
     topic_role,
@@ -306,8 +307,18 @@ def test_distinct_queues_never_share_a_topic_even_with_dot_and_underscore_merged
         assert len(same) == (6 if a[3].lower() == b[3].lower() else 4)
         return
     assert not merged_topics(*a) & merged_topics(*b)
-    registries = {t.replace(".", "_") for t in (QUEUE_REGISTRY_TOPIC, QUEUE_MANAGER_REGISTRY_TOPIC)}
+    registries = {t.replace(".", "_") for t in (QUEUE_REGISTRY_TOPIC, QUEUE_MANAGER_REGISTRY_TOPIC,
+                                                id_block_topic(a[0]), id_block_topic(b[0]))}
     assert not merged_topics(*a) & registries
+
+
+def test_id_block_topic_is_no_queue_s_topic() -> None:
+    assert id_block_topic("QM1") == "kmq.qm1.system.idblocks"
+    system = {t for q in SystemQueue for t in (system_topics("qm1", q).data,
+                                                system_topics("qm1", q).receipts)}
+    assert id_block_topic("qm1") not in system
+    with pytest.raises(InvalidParameter):
+        id_block_topic("")
 
 
 # --- topics_for_path -----------------------------------------------------------------------------
