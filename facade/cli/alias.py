@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
+from facade.cli._options import text_argument, text_option
 from facade.cli._output import JsonOption, emit, key_value_table
 from facade.cli.directory import acl_text, open_directory, security_dict
 
@@ -22,8 +23,8 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Create, show, list, repoint and delete queue aliases.",
                   no_args_is_help=True)
 
-NameArg = typer.Argument(..., help="Alias name (1-64 characters); 'alias:' prefix optional.")
-FormatNameArg = typer.Argument(
+NameArg = text_argument(..., help="Alias name (1-64 characters); 'alias:' prefix optional.")
+FormatNameArg = text_argument(
     ..., help=r"The queue it stands for: PUBLIC=<guid>, PRIVATE=<guid>\<n> or DIRECT=... .")
 
 
@@ -40,7 +41,7 @@ def _table(title: str, data: dict[str, Any]) -> Table:
 
 @app.command()
 def create(name: str = NameArg, format_name: str = FormatNameArg,
-           description: str = typer.Option("", help="Free text."),
+           description: str = text_option("", help="Free text."),
            as_json: bool = JsonOption) -> None:
     r"""Create a queue alias for a queue's format name; you become its owner.
 

@@ -9,7 +9,11 @@ from rich.console import Console
 from rich.table import Table
 
 from facade.bench import DEFAULT_SCENARIOS, SCENARIOS, BenchReport, run_benchmarks
+from facade.cli._options import text_option
 from facade.cli._output import EXIT_USAGE, JsonOption, console, fail_on_errors
+
+#: Largest --payload: MSMQ's message size limit, 4 MB.
+MAX_PAYLOAD = 4 * 1024 * 1024
 
 
 def _table(report: BenchReport) -> Table:
@@ -41,8 +45,10 @@ def _table(report: BenchReport) -> Table:
 def bench(
     messages: int = typer.Option(2000, "--messages", "-n", min=1, help="Messages per timed loop."),
     rounds: int = typer.Option(3, "--rounds", "-r", min=1, help="Rounds; medians are reported."),
-    payload: int = typer.Option(200, "--payload", min=0, help="Body size in bytes."),
-    scenario: list[str] = typer.Option(
+    # Bounded: the bench allocates the body up front (--payload 1e15 was a MemoryError).
+    payload: int = typer.Option(200, "--payload", min=0, max=MAX_PAYLOAD,
+                                help=f"Body size in bytes (0 to {MAX_PAYLOAD})."),
+    scenario: list[str] = text_option(
         None, "--scenario", "-s",
         help=f"Scenario to run (repeatable): {', '.join(SCENARIOS)}. Default: "
              f"{', '.join(DEFAULT_SCENARIOS)} (spark-decode starts a JVM: name it to run it)."),

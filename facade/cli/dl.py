@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
+from facade.cli._options import text_argument, text_option
 from facade.cli._output import JsonOption, emit, key_value_table
 from facade.cli.directory import acl_text, open_directory, security_dict
 
@@ -23,9 +24,9 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Create distribution lists, change their members and expand them.",
                   no_args_is_help=True)
 
-ListArg = typer.Argument(..., metavar="LIST",
-                         help="The list: NAME, dl:NAME, DL=<guid> or DL=<guid>@domain.")
-MembersArg = typer.Argument(
+ListArg = text_argument(..., metavar="LIST",
+                        help="The list: NAME, dl:NAME, DL=<guid> or DL=<guid>@domain.")
+MembersArg = text_argument(
     ..., metavar="MEMBER",
     help=r"Members: PUBLIC=<guid>, a public queue path (qm\orders, .\orders), alias:NAME, "
          "dl:NAME or DL=<guid>.")
@@ -80,8 +81,8 @@ def _rows_table(title: str, columns: tuple[str, ...], rows: list[dict[str, Any]]
 
 
 @app.command()
-def create(name: str = typer.Argument(..., help="List name (1-64 characters)."),
-           description: str = typer.Option("", help="Free text."),
+def create(name: str = text_argument(..., help="List name (1-64 characters)."),
+           description: str = text_option("", help="Free text."),
            scope: Scope = ScopeOption,
            as_json: bool = JsonOption) -> None:
     """Create an empty distribution list owned by you and print its DL= format name.

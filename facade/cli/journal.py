@@ -10,6 +10,7 @@ from __future__ import annotations
 import typer
 
 from facade.cli._messages import emit_listing
+from facade.cli._options import text_argument
 from facade.cli._output import JsonOption, fail_on_errors
 from facade.errors import UnsupportedFormatNameOperation
 from facade.formatnames import QueuePath, SystemQueue, parse_queue_reference, path_to_format_name
@@ -40,9 +41,9 @@ def journal_format_name(manager: QueueManager, queue: str) -> str:
 
 @app.command("list")
 def list_messages(
-        queue: str = typer.Argument(None, show_default=False,
-                                    help=r"Queue whose journal to list: path name "
-                                         r"(.\private$\orders) or format name."),
+        queue: str = text_argument(None, show_default=False,
+                                   help=r"Queue whose journal to list: path name "
+                                        r"(.\private$\orders) or format name."),
         machine: bool = typer.Option(False, "--machine",
                                      help="List the machine journal (MACHINE=<guid>;JOURNAL)."),
         limit: int = typer.Option(100, "--limit", min=1, help="List at most this many messages."),

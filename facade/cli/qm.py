@@ -7,6 +7,7 @@ import dataclasses
 import typer
 from rich.console import Console
 
+from facade.cli._options import seconds_option
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
 from facade.formatnames import SystemQueue
 from facade.manager import QueueManager
@@ -42,7 +43,8 @@ def info(as_json: bool = JsonOption) -> None:
 
 
 @app.command()
-def run(interval: float = typer.Option(1.0, help="Seconds between sweeps."),
+def run(interval: float = seconds_option(1.0, "--interval", positive=True,
+                                         help="Seconds between sweeps"),
         once: bool = typer.Option(False, "--once", help="Sweep once and exit."),
         as_json: bool = JsonOption) -> None:
     """Run the queue-manager service: expire messages past their time-to-be-received into the

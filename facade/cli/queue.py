@@ -9,13 +9,14 @@ from contextlib import contextmanager
 import typer
 from rich.table import Table
 
+from facade.cli._options import bytes_option, seconds_option, text_argument, text_option
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
 from facade.manager import QueueManager
 from facade.message import Message
 
 app = typer.Typer(help="Create, list, show, purge and delete queues.", no_args_is_help=True)
 
-QueueArg = typer.Argument(..., help=r"Path name (.\private$\orders) or format name.")
+QueueArg = text_argument(..., help=r"Path name (.\private$\orders) or format name.")
 
 
 @contextmanager
@@ -35,13 +36,13 @@ def _create_path(path: str, public: bool) -> str:
 
 
 @app.command()
-def create(path: str = typer.Argument(
+def create(path: str = text_argument(
                ..., help=r"Path name (.\private$\orders, .\orders) or a bare NAME "
                          r"(.\private$\NAME, or .\NAME with --public)."),
            public: bool = typer.Option(
                False, "--public",
                help="A bare NAME becomes a public queue (.\\NAME), published in the directory."),
-           label: str = typer.Option("", help="Queue label (<= 124 characters)."),
+           label: str = text_option("", help="Queue label (<= 124 characters)."),
            transactional: bool = typer.Option(False, help="Transactional queue."),
            journal: bool = typer.Option(False, help="Keep removed messages in the queue journal."),
            quota_kb: int = typer.Option(None, help="Queue quota in KB (default unlimited)."),
@@ -62,17 +63,21 @@ def create(path: str = typer.Argument(
 
 
 @app.command()
-def locate(label: str = typer.Option(None, help="Label to match; * matches any characters "
-                                     "(an empty label matches unlabelled queues)."),
-           type_id: str = typer.Option(None, help="Type GUID (PROPID_Q_TYPE) to match."),
-           queue_manager: str = typer.Option(None, help="Only this queue manager's queues."),
+def locate(label: str = text_option(
+               None, help=r"Label pattern: * matches any characters, \* a literal star, \\ a "
+                          "backslash; case-insensitive (an empty label matches unlabelled "
+                          "queues)."),
+           type_id: str = text_option(None, help="Type GUID (PROPID_Q_TYPE) to match."),
+           queue_manager: str = text_option(None, help="Only this queue manager's queues."),
            transactional: bool = typer.Option(None, "--transactional/--no-transactional",
                                               help="Only transactional (or non-transactional) "
                                               "queues."),
            as_json: bool = JsonOption) -> None:
-    """Find public queues in the directory; every restriction given must hold (no broker needed).
+    r"""Find public queues in the directory; every restriction given must hold (no broker needed).
 
-    Example: kmq queue locate --label 'Order*' --transactional
+    Prints the matching queues, or "no public queue matches" (--json: a list, maybe empty).
+
+    Example: kmq queue locate --label 'Order*' --transactional   (a literal star: 'Sale 50\*')
     """
     from facade.cli.directory import open_directory
 
@@ -84,7 +89,9 @@ def locate(label: str = typer.Option(None, help="Label to match; * matches any c
              "queue_manager": q.queue_manager, "transactional": q.transactional,
              "type_id": str(q.type_id) if q.type_id else None} for q in found]
 
-    def render(data: list[dict]) -> Table:
+    def render(data: list[dict]) -> Table | str:
+        if not data:
+            return "no public queue matches"
         table = Table(title="public queues")
         for column in ("path_name", "format_name", "label"):
             table.add_column(column)
@@ -123,7 +130,7 @@ def show(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
 @app.command("set")
 def set_properties(
         queue: str = QueueArg,
-        label: str = typer.Option(None, help="New queue label (<= 124 characters)."),
+        label: str = text_option(None, help="New queue label (<= 124 characters)."),
         journal: bool = typer.Option(None, "--journal/--no-journal",
                                      help="Keep (or stop keeping) removed messages in the journal."),
         quota_kb: int = typer.Option(None, min=0, help="Queue quota in KB; 0 removes the quota."),
@@ -169,13 +176,19 @@ def delete(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
 
 
 def send(queue: str = QueueArg,
-         body: str = typer.Option(..., "--body", "-b", help="Message body (UTF-8 text)."),
-         label: str = typer.Option("", help="Message label."),
+         body: str = bytes_option(..., "--body", "-b",
+                                  help="Message body: the argument's bytes as given (UTF-8 text "
+                                       "from a UTF-8 shell, or any bytes)."),
+         label: str = text_option("", help="Message label."),
          priority: int = typer.Option(3, min=0, max=7, help="Priority 0-7."),
          as_json: bool = JsonOption) -> None:
     r"""Send one message. Example: kmq send '.\private$\orders' --body 'hello' --priority 5"""
     with _manager() as qm:
-        sent = qm.open_queue(queue).send(Message(body=body.encode(), label=label,
+        # A body is bytes in MSMQ: bytes_option hands over the command line's own bytes, so
+        # `--body $'\xff\xfe'` sends those two bytes (UTF-8 text stays UTF-8); body.encode()
+        # was a UnicodeEncodeError traceback there. The label is text: text_option refuses
+        # undecodable bytes in it. Reasons in facade.cli._options.
+        sent = qm.open_queue(queue).send(Message(body=body, label=label,
                                                  priority=priority), wait=True)
     emit({"id": str(sent.id), "queue": queue}, as_json, lambda d: f"sent {d['id']}")
 
@@ -188,7 +201,7 @@ def _message_dict(m: Message) -> dict:
             "body": m.body.decode("utf-8", "replace")}
 
 
-TimeoutOption = typer.Option(5.0, help="Seconds to wait for a message.")
+TimeoutOption = seconds_option(5.0, "--timeout", help="Seconds to wait for a message")
 
 
 def _first_message(queue: str, timeout: float, as_json: bool, remove: bool) -> None:

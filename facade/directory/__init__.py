@@ -21,6 +21,7 @@ from facade.directory.objects import (
     QueueAliasEntry,
     QueueManagerEntry,
 )
+from facade.directory.patterns import LabelPattern
 from facade.directory.layout import (
     ALIASES_OU,
     COMPUTERS_OU,
@@ -62,6 +63,7 @@ __all__ = [
     "DirectoryStore",
     "DistributionListEntry",
     "GroupScope",
+    "LabelPattern",
     "LdapDirectoryStore",
     "PublicQueueEntry",
     "QueueAliasEntry",

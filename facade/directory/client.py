@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import ldap3
-from ldap3.utils.conv import escape_filter_chars
 
 from facade.acl import AccessRight, ObjectKind, SecurityDescriptor, require_membership_change
 from facade.config import KmqConfig
@@ -43,6 +42,7 @@ from facade.directory.layout import (
     rdn_value,
 )
 from facade.directory.operations import LdapOperations
+from facade.directory.patterns import LabelPattern
 from facade.directory.objects import (
     DirectoryObject,
     DistributionListEntry,
@@ -83,6 +83,9 @@ class DirectoryStore(Protocol):
     """What :class:`Directory` needs from a backend (embedded file or LDAP server)."""
 
     base_dn: str
+    #: False when the server mis-evaluates escaped substring filters (ldap3's mock server):
+    #: :meth:`Directory.locate` then leaves the label out of the filter and matches it in Python.
+    evaluates_substring_filters: bool
 
     @property
     def description(self) -> str: ...
@@ -357,7 +360,11 @@ class Directory:
         Every restriction given must hold (AND). Matching is case-insensitive.
 
         Args:
-            label (str | None): PROPID_Q_LABEL; ``*`` matches any characters (``"Order*"``).
+            label (str | None): PROPID_Q_LABEL pattern: ``*`` matches any characters
+                (``"Order*"``), ``\\*`` is a literal star and ``\\\\`` a literal backslash;
+                every other character matches itself, ignoring case, and the whole label must
+                match. ``""`` matches the queues without a label, ``"*"`` every queue (see
+                :mod:`facade.directory.patterns`). The same on every store.
             type_id (uuid.UUID | str | None): PROPID_Q_TYPE.
             queue_manager (str | None): only that queue manager's queues.
             **properties: equality on other properties: transactional, journal, authenticate
@@ -367,14 +374,16 @@ class Directory:
             list[PublicQueueEntry]: matches, sorted by path name.
 
         Raises:
-            InvalidParameter: an unknown restriction.
+            InvalidParameter: an unknown restriction, or a label pattern ending in a lone
+                backslash.
         """
         terms = [f"(objectClass={ObjectClass.QUEUE})"]
-        if label is not None:
-            pieces = [escape_filter_chars(piece) for piece in label.split("*")]
-            # MSMQ: an empty label restriction matches the queues without a label
-            terms.append(f"({Attr.LABEL}={'*'.join(pieces)})" if label
-                         else f"(!({Attr.LABEL}=*))")
+        pattern = None if label is None else LabelPattern.parse(label)
+        # The pattern is matched in Python below on every store (one answer everywhere); a
+        # server that evaluates escaped filters also narrows the search with it.
+        label_term = pattern.ldap_filter(Attr.LABEL) if pattern is not None else None
+        if label_term is not None and self.store.evaluates_substring_filters:
+            terms.append(label_term)
         if type_id is not None:
             terms.append(f"({Attr.QUEUE_TYPE}={_as_uuid(type_id)})")
         allowed = set(PublicQueueEntry.PROPERTY_ATTRIBUTES) - {"label", "type_id", "description"}
@@ -393,7 +402,8 @@ class Directory:
                                  missing_ok=queue_manager is not None)
         queues = [PublicQueueEntry.from_entry(dn, attrs, _queue_manager_of(dn))
                   for dn, attrs in found]
-        return sorted(queues, key=lambda q: q.path_name)
+        return sorted((q for q in queues if pattern is None or pattern.matches(q.label)),
+                      key=lambda q: q.path_name)
 
     # -- queue aliases -------------------------------------------------------------------------
 

@@ -187,6 +187,12 @@ class EmbeddedDirectoryStore:
         ConfigurationError: ``base_dn`` is not a DN.
     """
 
+    #: ldap3's mock turns a substring filter back into text without escaping its values and
+    #: parses it again (``(`` in a value is an LDAPInvalidFilterError, ``*)(objectClass=*``
+    #: matches everything): label patterns are matched in Python instead
+    #: (:mod:`facade.directory.patterns`).
+    evaluates_substring_filters = False
+
     def __init__(self, path: str | os.PathLike[str], *, base_dn: str = DEFAULT_BASE_DN):
         self.path = Path(path).expanduser().absolute()
         self.lock_path = self.path.with_name(self.path.name + ".lock")

@@ -155,6 +155,9 @@ class LdapDirectoryStore:
             password is missing for a simple bind, or a TLS file does not exist.
     """
 
+    #: A real server takes escaped substring filters (label patterns of Directory.locate).
+    evaluates_substring_filters = True
+
     def __init__(self, settings: DirectorySettings):
         url = settings.url or ""
         if not url.lower().startswith(("ldap://", "ldaps://", "ldapi://")):

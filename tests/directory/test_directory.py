@@ -168,6 +168,87 @@ def test_public_queue_lookup_update_and_locate(directory: Directory) -> None:
         directory.public_queue(uuid.uuid4())
 
 
+#: Labels with every character an LDAP filter treats specially, and text beyond ASCII.
+_SPECIAL_LABELS = {
+    "paren": "Orders (EU)",
+    "star": "Sale 50*",
+    "backslash": r"C:\queues\in",
+    "bang": "Hot! now",
+    "amp": "R&D",
+    "pipe": "this|that",
+    "equals": "k=v",
+    "nul-like": r"a\00b",
+    "unicode": "Zürich Ärger 東京",
+}
+
+
+def _literal(label: str) -> str:
+    """The locate pattern matching exactly ``label``: backslash and star quoted."""
+    return label.replace("\\", "\\\\").replace("*", "\\*")
+
+
+def _located(directory: Directory, pattern: str) -> list[str]:
+    return [q.queue_name for q in directory.locate(label=pattern)]
+
+
+def test_locate_labels_with_filter_characters_match_literally(directory: Directory) -> None:
+    # Issue 18 item 9: the embedded store raised LDAPInvalidFilterError on "(" in a pattern.
+    for name, label in _SPECIAL_LABELS.items():
+        _queue(directory, name, label=label)
+    _queue(directory, "plain", label="plain")
+    assert _located(directory, "Orders (EU*") == ["paren"]
+    assert _located(directory, "*(eu)") == ["paren"]
+    assert _located(directory, "*)") == ["paren"]
+    for name, label in _SPECIAL_LABELS.items():
+        assert _located(directory, _literal(label)) == [name], label
+        assert _located(directory, _literal(label).upper()) == [name], label
+    assert _located(directory, "Sale*") == ["star"]
+    assert _located(directory, "Sale 50\\*") == ["star"]
+    assert _located(directory, "*\\**") == ["star"]  # contains a literal star
+    assert _located(directory, "Sale 5\\*") == []
+    assert _located(directory, "C:\\\\*") == ["backslash"]
+    assert _located(directory, "*\\\\in") == ["backslash"]
+    assert _located(directory, "a\\\\00b") == ["nul-like"]
+    assert _located(directory, "ZÜRICH*") == ["unicode"]
+    assert _located(directory, "*東京") == ["unicode"]
+    assert _located(directory, "*!*") == ["bang"]
+    assert _located(directory, "*&*") == ["amp"]
+    assert _located(directory, "*|*") == ["pipe"]
+    assert _located(directory, "*=*") == ["equals"]
+    # The whole label must match: a prefix or suffix alone is not enough.
+    assert _located(directory, "Orders") == []
+    assert _located(directory, "*EU") == []
+    assert _located(directory, "plai") == []
+
+
+def test_locate_label_injection_matches_only_literal_labels(directory: Directory) -> None:
+    for name, label in _SPECIAL_LABELS.items():
+        _queue(directory, name, label=label)
+    _queue(directory, "unlabelled")
+    assert _located(directory, "*)(objectClass=*") == []
+    assert _located(directory, "Secret*)(!(cn=x") == []
+    assert _located(directory, "*)(|(mSMQLabelEx=*") == []
+    assert _located(directory, "\\*)(objectClass=\\*") == []
+    _queue(directory, "tricky", label="x)(objectClass=y")
+    assert _located(directory, "*)(objectClass=*") == ["tricky"]
+    _queue(directory, "literal", label="*)(objectClass=*")
+    assert _located(directory, "\\*)(objectClass=\\*") == ["literal"]
+    assert _located(directory, "*)(objectClass=*") == ["literal", "tricky"]
+
+
+def test_locate_wildcards_empty_label_and_bad_patterns(directory: Directory) -> None:
+    _queue(directory, "ab", label="a-b")
+    _queue(directory, "unlabelled")
+    assert _located(directory, "*") == ["ab", "unlabelled"]  # every queue, labelled or not
+    assert _located(directory, "**") == ["ab", "unlabelled"]
+    assert _located(directory, "") == ["unlabelled"]
+    assert _located(directory, "a**b") == ["ab"]
+    assert _located(directory, "a*-*b") == ["ab"]
+    assert _located(directory, "\\a-b") == ["ab"]  # a backslash quotes any character
+    with pytest.raises(InvalidParameter, match="backslash"):
+        directory.locate(label="a-b\\")
+
+
 def test_status_counts_objects(directory: Directory) -> None:
     _queue(directory, "s1")
     directory.create_alias("s-alias", r"DIRECT=OS:qm1\private$\s")

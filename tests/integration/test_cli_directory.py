@@ -152,6 +152,22 @@ def test_seed_000_cycle_expands_to_each_queue_once(cli_env: str) -> None:
     assert _run("queue", "locate", "--transactional") == []
 
 
+def test_locate_with_filter_characters_prints_queues_or_none_found(cli_env: str) -> None:
+    # Issue 18 item 9: these labels gave an LDAPInvalidFilterError traceback on the embedded
+    # store, and "*)(objectClass=*" listed every public queue.
+    eu = _run("queue", "create", "orders-eu", "--public", "--label", "Orders (EU)")
+    _run("queue", "create", "secret", "--public", "--label", "Secret")
+    located = _run("queue", "locate", "--label", "Orders (EU*")
+    assert [q["format_name"] for q in located] == [eu["format_name"]]
+    for pattern in ("Secret*)(!(cn=x", "*)(objectClass=*", "Orders (EU"):
+        assert _run("queue", "locate", "--label", pattern) == [], pattern
+    table = CliRunner().invoke(app, ["queue", "locate", "--label", "Orders (EU*"])
+    assert table.exit_code == 0 and "Orders (EU)" in table.stdout, table.output
+    none = CliRunner().invoke(app, ["queue", "locate", "--label", "*)(objectClass=*"])
+    assert none.exit_code == 0 and none.stdout.strip() == "no public queue matches", none.output
+    assert "backslash" in _fails("queue", "locate", "--label", "Orders\\")
+
+
 def test_cli_in_a_subprocess(kmq_home: Path) -> None:
     def kmq(*args: str, **env: str) -> subprocess.CompletedProcess:
         environ = {**os.environ, "KMQ_HOME": str(kmq_home), **env}
