@@ -51,12 +51,13 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from facade.errors import IllegalCursorAction, MessageAlreadyReceived, ReceiveTimeout
+from facade.queue import _seconds
 from facade.queuestate import IndexEntry, OffsetState
 
 if TYPE_CHECKING:
     from facade.message import Message
     from facade.queue import MessageQueue
-    from facade.queueview import QueueView
+from facade.queueview import QueueView
 
 __all__ = ["Cursor"]
 
@@ -148,6 +149,7 @@ class Cursor:
             BrokerUnavailable: the view could not read the queue up to its end in time; check
                 that the Kafka broker is running, then retry.
         """
+        timeout = _seconds(timeout)
         self._check_open("peek_current")
         view = self._queue._open_view()
         if self._where is not _Where.ON:
@@ -182,6 +184,7 @@ class Cursor:
             BrokerUnavailable: the broker did not answer while reading the queue; check that it
                 is running, then retry.
         """
+        timeout = _seconds(timeout)
         self._check_open("peek_next")
         if self._where is _Where.BEFORE_FIRST:
             raise IllegalCursorAction(
@@ -223,6 +226,7 @@ class Cursor:
             BrokerUnavailable: the receipt was not acknowledged or read back in time; whether
                 the message was removed is unknown until the broker answers again.
         """
+        timeout = _seconds(timeout)
         self._check_open("receive_current")
         if self._where is _Where.BEFORE_FIRST:
             raise IllegalCursorAction(

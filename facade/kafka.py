@@ -62,6 +62,13 @@ _WARNED_LESS_DURABLE: set[tuple[str, int, int]] = set()
 
 #: Seconds an administrative request (create, delete, metadata) may take.
 ADMIN_TIMEOUT = 15.0
+#: librdkafka ``fetch.wait.max.ms`` a reader starts with: the longest a broker may hold a fetch
+#: that finds nothing new (Apache Kafka answers at once when a record arrives).
+TAIL_FETCH_WAIT_MS = 2
+#: The longest fetch wait a starved reader goes up to (librdkafka's default).
+MAX_FETCH_WAIT_MS = 500
+#: Seconds of empty polls after which a reader checks whether it is starved (TopicReader).
+STARVED_AFTER = 0.25
 #: Seconds ``read_to_end`` always reads first: a few fetch cycles, so watermarks are current.
 _SETTLE = 0.03
 
@@ -559,8 +566,17 @@ class TopicReader:
     """
 
     def __init__(self, base: Mapping[str, Any]):
-        self._consumer = Consumer({
-            **base,
+        self._base = base
+        self._wait_ms = TAIL_FETCH_WAIT_MS
+        self._consumer = self._new_consumer()
+        #: Per assigned topic: the offset of the next record to hand out (< 0: the log start).
+        self._next: dict[str, int] = {}
+        self._paused: set[str] = set()
+        self._idle_since: float | None = None
+
+    def _new_consumer(self) -> Consumer:
+        return Consumer({
+            **self._base,
             # librdkafka wants a group id even for assign(); nothing is ever committed to it.
             "group.id": f"kmq-reader-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
@@ -568,15 +584,19 @@ class TopicReader:
             "allow.auto.create.topics": False,
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
-            # Receives wait on other processes' receipts: keep fetch latency low.
-            "fetch.wait.max.ms": 2,
+            # Receives wait on other processes' receipts: start with a short broker-side fetch
+            # wait (see _check_starved for when it grows).
+            "fetch.wait.max.ms": self._wait_ms,
             "fetch.queue.backoff.ms": 1,
         })
-        self._assigned: dict[str, int] = {}
 
     def assign(self, positions: Mapping[str, int]) -> None:
         """Read each topic (partition 0) from the given offset; replaces earlier assignments."""
-        self._assigned = dict(positions)
+        self._next = dict(positions)
+        self._paused.clear()
+        self._assign(self._next)
+
+    def _assign(self, positions: Mapping[str, int]) -> None:
         parts = [TopicPartition(t, 0, o if o >= 0 else OFFSET_BEGINNING) for t, o in positions.items()]
         with map_kafka_errors("assign topics"):
             self._consumer.assign(parts)
@@ -608,7 +628,54 @@ class TopicReader:
                 msg.topic(), msg.partition(), msg.offset(), timestamp, msg.key(), msg.value(),
                 tuple(msg.headers() or ()),
             ))
+            self._next[msg.topic()] = msg.offset() + 1
+        if records:
+            self._idle_since = None
+        elif timeout > 0 or batch:
+            self._check_starved()
         return records
+
+    def _check_starved(self) -> None:
+        """Lengthen the broker-side fetch wait when short fetches bring nothing although the
+        reader is behind.
+
+        A short ``fetch.wait.max.ms`` keeps the tail of a log at low latency on brokers that do
+        not answer a waiting fetch as soon as a record arrives, but a broker whose fetch takes
+        longer than that wait (a long log of small batches) then answers every fetch empty, and
+        the reader never catches up. Checked after :data:`STARVED_AFTER` seconds of empty polls
+        with one end-offset query; each step multiplies the wait by 8, up to librdkafka's
+        default of 500 ms. Apache Kafka answers a waiting fetch at once, so there a short wait
+        never starves and this never triggers.
+        """
+        now = time.monotonic()
+        if self._idle_since is None:
+            self._idle_since = now
+            return
+        if now - self._idle_since < STARVED_AFTER or self._wait_ms >= MAX_FETCH_WAIT_MS:
+            return
+        self._idle_since = now
+        fetching = [t for t in self._next if t not in self._paused]
+        if not fetching:
+            return
+        try:
+            ends = self.end_offsets(fetching, timeout=1.0)
+        except BrokerUnavailable:
+            return  # no answer, so no evidence of starvation: the poll's result stands
+        if any(self._next[t] < ends[t] for t in fetching if self._next[t] >= 0 or ends[t] > 0):
+            self._lengthen_fetch_wait("got nothing")
+
+    def _lengthen_fetch_wait(self, why: str) -> None:
+        """Replace the consumer by one with an 8 times longer fetch wait, at the same positions."""
+        if self._wait_ms >= MAX_FETCH_WAIT_MS:
+            return
+        self._wait_ms = min(self._wait_ms * 8, MAX_FETCH_WAIT_MS)
+        log.info("reader of %s %s for %.2f s while behind: fetch.wait.max.ms raised to %d",
+                 ", ".join(sorted(self._next)), why, STARVED_AFTER, self._wait_ms)
+        self._consumer.close()
+        self._consumer = self._new_consumer()
+        self._assign(self._next)
+        for topic in self._paused:
+            self._consumer.pause([TopicPartition(topic, 0)])
 
     def seek(self, topic: str, offset: int) -> None:
         """Read ``topic`` (partition 0) again from ``offset``; records already fetched past it
@@ -619,6 +686,7 @@ class TopicReader:
         """
         with map_kafka_errors("seek", topic):
             self._consumer.seek(TopicPartition(topic, 0, offset))
+        self._next[topic] = offset
 
     def pause(self, topic: str) -> None:
         """Stop fetching ``topic`` (partition 0) until :meth:`resume`; the position is kept.
@@ -628,6 +696,7 @@ class TopicReader:
         """
         with map_kafka_errors("pause", topic):
             self._consumer.pause([TopicPartition(topic, 0)])
+        self._paused.add(topic)
 
     def resume(self, topic: str) -> None:
         """Fetch ``topic`` (partition 0) again after :meth:`pause`, from where it stopped.
@@ -637,6 +706,7 @@ class TopicReader:
         """
         with map_kafka_errors("resume", topic):
             self._consumer.resume([TopicPartition(topic, 0)])
+        self._paused.discard(topic)
 
     def caught_up(self, topics: Iterable[str]) -> bool:
         """True when every topic has been read up to the high watermark of its latest fetch
@@ -651,7 +721,10 @@ class TopicReader:
             positions = self._consumer.position(parts)
             for part in positions:
                 _low, high = self._consumer.get_watermark_offsets(part, cached=True)
-                if high < 0 or part.offset < 0 and high > 0 or 0 <= part.offset < high:
+                # position() is invalid until the consumer hands out a record or passes a
+                # control record; the offset assigned or the last record handed out says more.
+                position = max(part.offset, self._next.get(part.topic, -1))
+                if high < 0 or position < 0 and high > 0 or 0 <= position < high:
                     return False
         return True
 
@@ -720,11 +793,17 @@ class TopicReader:
         Raises:
             BrokerUnavailable: not caught up within ``timeout`` seconds.
         """
-        started = time.monotonic()
+        started = checked = time.monotonic()
         while time.monotonic() - started < _SETTLE or not self.caught_up(topics):
-            if time.monotonic() - started > timeout:
+            now = time.monotonic()
+            if now - started > timeout:
                 raise BrokerUnavailable(f"could not read {', '.join(topics)} up to the end within "
                                         f"{timeout:g} s", hint="check that the Kafka broker is running")
+            if now - checked > STARVED_AFTER:
+                # Still behind: short fetch waits are what keeps a slow broker from answering
+                # (see _check_starved).
+                checked = now
+                self._lengthen_fetch_wait("did not catch up")
             yield self.poll(0.01)
 
     def close(self) -> None:

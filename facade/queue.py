@@ -9,7 +9,10 @@ even if the receiving process dies before using it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import logging
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -20,14 +23,16 @@ from facade.errors import (
     BrokerError,
     EnvelopeError,
     BrokerUnavailable,
+    InvalidParameter,
     MessageAlreadyReceived,
+    MessageQueueError,
     MessageNotFound,
     ReceiveTimeout,
     UnsupportedFormatNameOperation,
 )
 from facade.message import JournalLevel, Message, MessageClass, MessageId
 from facade.queuestate import IndexEntry, OffsetState
-from facade.queueview import QueueView
+from facade.queueview import PendingClaim, QueueView
 from facade.sender import SendTracker
 from facade.receipts import ReceiptAction
 from facade.resolution import elements_of, is_dynamic, needs_directory
@@ -38,6 +43,8 @@ if TYPE_CHECKING:
     from facade.registry import QueueProperties
 
 __all__ = ["MessageQueue"]
+
+log = logging.getLogger("kmq.queue")
 
 #: Seconds between polls while a receive or peek waits for a message.
 _WAIT_SLICE = 0.05
@@ -68,6 +75,12 @@ class MessageQueue:
         self._send_checked = not needs_directory(reference)
         self._view: QueueView | None = None
         self._quota_views: dict[str, QueueView] = {}
+        #: Receive claims whose verdict could not be read (the receive raised): resolved first
+        #: by the next receive, which hands out the message if the claim won.
+        self._unsettled: list[tuple[IndexEntry, Any, PendingClaim]] = []
+        #: Messages this handle won but could not hand out (an output failed): the next receive
+        #: returns them first.
+        self._undelivered: list[Message] = []
 
     # -- properties ----------------------------------------------------------------------------
 
@@ -175,8 +188,15 @@ class MessageQueue:
             timeout (float | None): seconds to wait for a message; None waits forever, 0 does
                 not wait.
 
+        A receive that raises removes nothing it does not hand out later: if the verdict of
+        its claim could not be read (broker unreachable) or an output of the receive (journal
+        copy) failed, the message stays with this handle and the next ``receive`` returns it
+        first; :meth:`close` dead-letters what is still held then (see ``docs/design.md``).
+
         Raises:
             ReceiveTimeout: no message within ``timeout`` (MQ_ERROR_IO_TIMEOUT).
+            InvalidParameter: ``timeout`` is negative, NaN or infinite.
+            BrokerUnavailable: the broker did not answer; nothing was lost (see above).
         """
         return self._wait(lambda view, now: view.state.peek_first(now), remove=True, timeout=timeout)
 
@@ -303,14 +323,35 @@ class MessageQueue:
     def __len__(self) -> int:
         return self.count()
 
+    def malformed_receipts(self) -> int:
+        """Records of this queue's receipts topic that are not kmq receipts, read up to now.
+
+        Every process skips them alike (they remove nothing); a count above 0 means something
+        other than kmq writes to the topic (``kmq queue show`` reports it).
+        """
+        view = self._open_view()
+        view.catch_up()
+        return view.malformed_receipts
+
     def close(self) -> None:
-        """Release this handle's Kafka reader and producer."""
-        if self._view is not None:
-            self._view.close()
-            self._view = None
-        for view in self._quota_views.values():
-            view.close()
-        self._quota_views.clear()
+        """Release this handle's Kafka reader and producer.
+
+        A message a failed receive of this handle still holds is dead-lettered first (class
+        NACK_RECEIVE_REJECTED, ``kmq.reason`` says why).
+
+        Raises:
+            BrokerUnavailable: a held message could not be dead-lettered (the clients are
+                closed all the same).
+        """
+        try:
+            self._release_held()
+        finally:
+            if self._view is not None:
+                self._view.close()
+                self._view = None
+            for view in self._quota_views.values():
+                view.close()
+            self._quota_views.clear()
 
     def __enter__(self) -> MessageQueue:
         return self
@@ -343,8 +384,14 @@ class MessageQueue:
 
     def _wait(self, pick: Callable[[QueueView, int], IndexEntry | None], remove: bool,
               timeout: float | None) -> Message:
+        timeout = _seconds(timeout)
         view = self._open_view()
+        if remove:
+            held = self._take_held(view)
+            if held is not None:
+                return held
         deadline = None if timeout is None else time.monotonic() + timeout
+        view.load()
         # A peek must reflect other receivers' removals; a receive learns of them from its claim.
         receipts = not remove
         view.refresh(0, receipts=receipts)
@@ -366,6 +413,7 @@ class MessageQueue:
 
     def _by(self, find: Callable[[Any], IndexEntry | None], remove: bool,
             timeout: float | None, what: str) -> Message:
+        timeout = _seconds(timeout)
         view = self._open_view()
         view.catch_up()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -404,30 +452,115 @@ class MessageQueue:
         return message
 
     def _take(self, view: QueueView, entry: IndexEntry) -> Message | None:
+        """Claim ``entry`` with a RECEIVE receipt and hand it out if the claim won.
+
+        Returns:
+            Message | None: the message; None if another receipt removed it first, or if it was
+            a poison record (dead-lettered here).
+
+        Raises:
+            BrokerUnavailable, BrokerError: the verdict could not be read, or an output failed;
+                the message is held for the next receive (see :meth:`receive`).
+        """
         record = view.record(entry)
         pending = view.start_claim(ReceiptAction.RECEIVE, (entry.offset,))
-        # Decoded while the broker acknowledges the receipt (the verdict is what takes time);
-        # the outcome decides whether the message or the poison path is used.
         try:
-            message: Message | None = self._message(record, entry.offset)
-            poison = None
-        except EnvelopeError as exc:
-            message, poison = None, exc
-        except BaseException:
-            view.settle(pending)  # a started claim is always settled, whatever happens
+            outcome = view.settle(pending)
+        except BrokerUnavailable:
+            # The receipt may be in the log and may have won: keep the claim, so the next
+            # receive reads its verdict and hands the message out instead of losing it.
+            self._unsettled.append((entry, record, pending))
             raise
-        outcome = view.settle(pending)
         if entry.offset not in outcome.won:
             return None
-        if message is None:
+        return self._hand_out(record, entry.offset)
+
+    def _hand_out(self, record: Any, lookup_id: int) -> Message | None:
+        """Decode a won record and write the receive's outputs (journal copy, ACK_RECEIVE).
+
+        Raises:
+            MessageQueueError: an output failed; the message is held for the next receive.
+        """
+        try:
+            message = self._message(record, lookup_id)
+        except EnvelopeError as exc:
             # Headers looked valid but the value is not an envelope: the receipt already removed
             # it, so dead-letter it now rather than lose it or hand garbage to the application.
-            self._send_poison_to_dead_letter(record, str(poison))
+            self._send_poison_to_dead_letter(record, str(exc))
             return None
+        return self._deliver(message)
+
+    def _deliver(self, message: Message) -> Message:
         destination = self._single()
-        self.manager.outputs.journal_removed(message, destination)
+        try:
+            self.manager.outputs.journal_removed(message, destination)
+        except MessageQueueError:
+            self._undelivered.append(message)
+            raise
         self.manager.outputs.acknowledge(message, MessageClass.ACK_RECEIVE, destination)
         return message
+
+    def _take_held(self, view: QueueView) -> Message | None:
+        """The first message an earlier, failed receive of this handle won but did not hand
+        out, if any (resolving claims whose verdict was not read yet).
+
+        Raises:
+            BrokerUnavailable: a held claim's verdict still cannot be read.
+        """
+        if self._undelivered:
+            return self._deliver(self._undelivered.pop(0))
+        while self._unsettled:
+            entry, record, pending = self._unsettled[0]
+            try:
+                outcome = view.settle(pending)
+            except BrokerUnavailable:
+                raise
+            except MessageQueueError:
+                del self._unsettled[0]  # refused by the broker: the receipt removed nothing
+                continue
+            del self._unsettled[0]
+            if entry.offset in outcome.won:
+                message = self._hand_out(record, entry.offset)
+                if message is not None:
+                    return message
+        return None
+
+    def _release_held(self) -> None:
+        """On close: dead-letter what this handle won but never handed out (its receive failed
+        and no later receive came), so no message is lost without a trace.
+
+        Raises:
+            MessageQueueError: a held message could not be dead-lettered, or a held claim's
+                verdict could not be read; the error names the lookup ids.
+        """
+        view = self._view
+        problems = []
+        while self._unsettled and view is not None:
+            entry, record, pending = self._unsettled.pop(0)
+            try:
+                outcome = view.settle(pending)
+            except MessageQueueError as exc:
+                problems.append(f"lookup id {entry.offset}: verdict of its receive unknown ({exc})")
+                continue
+            if entry.offset in outcome.won:
+                try:
+                    self._undelivered.append(self._message(record, entry.offset))
+                except EnvelopeError as exc:
+                    self._send_poison_to_dead_letter(record, str(exc))
+        while self._undelivered:
+            message = self._undelivered.pop(0)
+            reason = ("received by a handle whose receive failed and that was closed before "
+                      "handing the message out")
+            try:
+                self.manager.dead_letter(dataclasses.replace(
+                    message, message_class=MessageClass.NACK_RECEIVE_REJECTED,
+                    time_to_be_received=None,
+                    properties={**message.properties, "kmq.reason": reason}))
+            except MessageQueueError as exc:
+                problems.append(f"lookup id {message.lookup_id}: not dead-lettered ({exc})")
+        if problems:
+            raise BrokerUnavailable(f"closing {self.format_name!r}: held messages may be lost: "
+                                    + "; ".join(problems), queue=self.format_name)
 
     def expire_due(self) -> int:
         """Dead-letter the messages whose time-to-be-received has elapsed (MSMQ's TTBR expiry).
@@ -452,6 +585,8 @@ class MessageQueue:
             return 0
         expired = 0
         for entry in view.state.expired(now):
+            if not view.is_pending(entry):
+                continue  # an earlier claim of this loop applied a receipt that removed it
             try:
                 if self._system_action(view, entry, ReceiptAction.EXPIRE,
                                        target=self.manager.dead_letter_topic,
@@ -469,6 +604,8 @@ class MessageQueue:
         """
         moved = []
         for entry in view.state.poisoned():
+            if not view.is_pending(entry):
+                continue  # an earlier claim of this loop applied a receipt that removed it
             try:
                 self._system_action(view, entry, ReceiptAction.POISON,
                                     target=self.manager.dead_letter_topic, reason="invalid envelope")
@@ -564,9 +701,22 @@ class MessageQueue:
 
 
 def _copy(message: Message, **changes: Any) -> Message:
-    import dataclasses
-
     return dataclasses.replace(message, **changes)
+
+
+def _seconds(timeout: float | None) -> float | None:
+    """Check a receive or peek timeout: None (wait forever) or finite seconds >= 0.
+
+    Raises:
+        InvalidParameter: negative, NaN, infinite or not a number.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+            or not math.isfinite(timeout) or timeout < 0:
+        raise InvalidParameter(f"timeout must be seconds >= 0 (or None to wait forever), "
+                               f"not {timeout!r}", hint="pass e.g. timeout=5.0")
+    return float(timeout)
 
 
 def _now() -> dt.datetime:

@@ -15,7 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from facade.errors import BrokerUnavailable, MessageNotFound
+from facade.errors import BrokerUnavailable, EnvelopeError, MessageAlreadyReceived, MessageNotFound
 from facade.kafka import KafkaRecord, KafkaSession, PendingRecord, produce_async
 from facade.message import Delivery
 from facade.queuestate import ClaimOutcome, IndexEntry, QueueState
@@ -30,6 +30,8 @@ log = logging.getLogger("kmq.queueview")
 CLAIM_TIMEOUT = 30.0
 #: Seconds a view re-reads a topic from a gap in its offsets before taking the gap as real.
 GAP_PATIENCE = 1.0
+#: Seconds a view may take to read its topics to their end (a queue's whole history on open).
+CATCH_UP_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,10 @@ class QueueView:
         self._receipts_paused = False
         #: Whether this view has only received so far: then uncontended claims pause receipts.
         self._receive_only = True
+        #: Whether both topics were read to their end once (see load()).
+        self._loaded = False
+        #: Receipts-topic records that are not valid receipts, skipped by every process alike.
+        self.malformed_receipts = 0
         # Receipts are single, latency-critical records: no batching delay. acks=all makes an
         # acknowledged receipt durable; idempotence is not needed, because a claim waits for its
         # receipt before the next one (no reordering) and a retried duplicate is a later receipt
@@ -162,20 +168,52 @@ class QueueView:
         self._reader.seek(topic, expected)
         return True
 
-    def catch_up(self, timeout: float = 10.0) -> None:
+    def catch_up(self, timeout: float = CATCH_UP_TIMEOUT) -> None:
         """Read both topics up to what the broker holds now (count, purge, lookups need this).
 
         Raises:
             BrokerUnavailable: not caught up within ``timeout`` seconds.
         """
         self._receive_only = False
+        self._read_to_end(timeout)
+
+    def load(self, timeout: float = CATCH_UP_TIMEOUT) -> None:
+        """Read both topics to their end once, before the view's first pick.
+
+        MSMQ's receive order (highest priority first) is only true of a view that has read the
+        whole queue: a fresh view that picked from the first records it fetched would hand out
+        an old low-priority message ahead of a newer high-priority one. Later picks read what
+        arrived since with :meth:`refresh`. A receive-only view stays receive-only.
+
+        Raises:
+            BrokerUnavailable: not read to the end within ``timeout`` seconds.
+        """
+        if not self._loaded:
+            self._read_to_end(timeout)
+
+    def _read_to_end(self, timeout: float) -> None:
         self._resume_receipts()
         for batch in self._reader.read_to_end((self.topics.data, self.topics.receipts), timeout):
             self._apply(batch)
+        self._loaded = True
 
     def record(self, entry: IndexEntry) -> KafkaRecord:
-        """The stored record of a pending entry."""
-        return self._values[entry.offset]
+        """The stored record of a pending entry.
+
+        Raises:
+            MessageAlreadyReceived: the entry is no longer pending (a receipt applied since it
+                was picked removed it).
+        """
+        try:
+            return self._values[entry.offset]
+        except KeyError:
+            raise MessageAlreadyReceived(
+                f"message with lookup id {entry.offset} was removed from {self.topics.data!r}",
+                queue=self.topics.data) from None
+
+    def is_pending(self, entry: IndexEntry) -> bool:
+        """Whether ``entry`` still waits in the queue (no receipt removed it since it was picked)."""
+        return entry.offset in self._values
 
     def fetch(self, offset: int, timeout: float = 10.0) -> KafkaRecord:
         """Read one data record by offset, even one already removed (recovery redoes claims).
@@ -217,17 +255,38 @@ class QueueView:
                           "there: the broker reported a wrong offset", record.offset,
                           record.topic, expected.claim_id)
             return
-        receipt = decode_receipt(record.value or b"", topic=record.topic,
-                                 partition=record.partition, offset=record.offset)
+        try:
+            receipt = decode_receipt(record.value or b"", topic=record.topic,
+                                     partition=record.partition, offset=record.offset)
+        except EnvelopeError as exc:
+            self._skip_malformed(record, exc)
+            return
         if self._applied_ahead:  # own receipts the broker never showed this reader: forget
             for stale in [o for o in self._applied_ahead if o < record.offset]:
                 del self._applied_ahead[stale]
         self._apply_receipt(receipt, record.offset)
 
+    def _skip_malformed(self, record: KafkaRecord, error: EnvelopeError) -> None:
+        """Skip a receipts record that is not a receipt (written by something else than kmq).
+
+        Every process skips it alike, so arbitration stays consistent; a receive must never
+        wedge on it. Logged once per view, counted in :attr:`malformed_receipts` (``kmq queue
+        show``)."""
+        self.malformed_receipts += 1
+        self.state.advance_receipts_to(record.offset + 1)
+        log.warning("skipped a malformed record in %s [%d] at offset %d (%s); every kmq process "
+                    "skips it", record.topic, record.partition, record.offset, error.message)
+
     def _apply_receipt(self, receipt: Receipt, receipt_offset: int) -> None:
         outcome = self.state.apply(receipt, receipt_offset)
         for offset in outcome.won:
             self._values.pop(offset, None)
+        if receipt.purge_below is not None:
+            # A purge removes a range rather than naming offsets: free the records it removed.
+            below = receipt.purge_below
+            for offset in [o for o in self._values if o < below]:
+                if not self.state.status(offset).is_pending:
+                    del self._values[offset]
         # Keep only the verdicts this view is waiting for: other processes' receipts flow
         # through here too, and storing theirs would grow without bound.
         if receipt.claim_id in self._awaiting:
@@ -284,33 +343,40 @@ class QueueView:
         """Wait for the verdict of a claim begun by :meth:`start_claim`.
 
         The verdict is known once every receipt before the claim's own is applied: the first
-        receipt naming an offset wins, for every reader of the log.
+        receipt naming an offset wins, for every reader of the log. When this raises
+        BrokerUnavailable the receipt may still be in the log: call ``settle`` again later for
+        the verdict (the claim stays awaited until then).
 
         Raises:
             BrokerUnavailable: the receipt was not acknowledged, or not read back, in time.
+            BrokerError: the broker refused the receipt (nothing was appended).
         """
         claim_id = pending.receipt.claim_id
         try:
             offset = pending.record.wait(CLAIM_TIMEOUT)
-            deadline = time.monotonic() + CLAIM_TIMEOUT
-            while claim_id not in self._outcomes:
-                if self.state.receipts_offset == offset:
-                    # Every receipt before ours is applied, and ours is at ``offset``: the
-                    # verdict is decided now, exactly as every reader of the log will decide it,
-                    # without waiting for our own receipt to come back (one round trip less).
-                    self._applied_ahead[offset] = _OwnReceipt(claim_id, pending.value)
-                    self._apply_receipt(pending.receipt, offset)
-                    break
-                if time.monotonic() > deadline:
-                    raise BrokerUnavailable(
-                        f"receipt {claim_id} for {self.topics.data!r} was not read back "
-                        f"within {CLAIM_TIMEOUT:g} s")
-                # Contended: read the receipts before ours (fetching them again if paused).
-                self._resume_receipts()
-                self._apply(self._reader.poll(0.05))
-            return self._outcomes.pop(claim_id)
-        finally:
-            self._awaiting.discard(claim_id)
+        except BrokerUnavailable:
+            raise
+        except BaseException:
+            self._awaiting.discard(claim_id)  # refused: the receipt is not in the log
+            raise
+        deadline = time.monotonic() + CLAIM_TIMEOUT
+        while claim_id not in self._outcomes:
+            if self.state.receipts_offset == offset:
+                # Every receipt before ours is applied, and ours is at ``offset``: the verdict
+                # is decided now, exactly as every reader of the log will decide it, without
+                # waiting for our own receipt to come back (one round trip less).
+                self._applied_ahead[offset] = _OwnReceipt(claim_id, pending.value)
+                self._apply_receipt(pending.receipt, offset)
+                break
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(
+                    f"receipt {claim_id} for {self.topics.data!r} was not read back "
+                    f"within {CLAIM_TIMEOUT:g} s", hint="check that the Kafka broker is running")
+            # Contended: read the receipts before ours (fetching them again if paused).
+            self._resume_receipts()
+            self._apply(self._reader.poll(0.05))
+        self._awaiting.discard(claim_id)
+        return self._outcomes.pop(claim_id)
 
     def close(self) -> None:
         """Close the reader and flush the producer."""

@@ -123,7 +123,8 @@ def show(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
     """Show a queue's properties and message count."""
     with _manager() as qm:
         q = qm.open_queue(queue)
-        data = {**dataclasses.asdict(q.properties), "messages": q.count()}
+        data = {**dataclasses.asdict(q.properties), "messages": q.count(),
+                "malformed_receipts": q.malformed_receipts()}
     emit(data, as_json, lambda d: key_value_table(queue, d))
 
 

@@ -1,0 +1,234 @@
+"""Issue 18 on the receive path: a receive never removes a message it does not hand out, fresh
+receivers read long queues and take the highest priority first, malformed records in a
+receipts topic never wedge a queue, and bad timeouts are refused.
+
+Each test failed on the code before the fix (see the issue's items 2, 3, 4, 7 and 8)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from facade import BrokerUnavailable, InvalidParameter, Message, ReceiveTimeout
+from facade.manager import QueueManager
+from facade.message import JournalLevel
+from facade.queueview import QueueView
+from facade.receipts import ReceiptAction, encode_receipt, new_claim
+from tests.support.kafka import BrokerEndpoint
+
+pytestmark = pytest.mark.integration
+
+
+def _raw_producer(broker: BrokerEndpoint) -> Producer:
+    return Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all",
+                     "linger.ms": 0, "allow.auto.create.topics": False})
+
+
+def _fill(q, count: int, priority: int = 3) -> None:
+    for _ in range(count):
+        q.send(Message(body=b"x" * 200, priority=priority))
+    q.send(Message(body=b"last of the batch", priority=priority), wait=True)
+
+
+# -- item 2: a fresh receiver reads a queue with thousands of receipts ----------------------------
+
+
+def test_fresh_receiver_reads_a_queue_with_thousands_of_receipts(
+        qm: QueueManager, broker: BrokerEndpoint) -> None:
+    q = qm.create_queue(r".\private$\long-history")
+    _fill(q, 5_999)
+    receipts = q._single().topics.receipts
+    producer = _raw_producer(broker)
+    # One receipt per produce request, as receivers write them: many small batches are what
+    # starved readers with kmq's old fetch settings.
+    for offset in range(5_000):
+        claim = new_claim(ReceiptAction.RECEIVE, (offset,), "test:receiver")
+        producer.produce(receipts, encode_receipt(claim))
+        producer.flush(30)
+    q.close()
+
+    fresh = qm.open_queue(r".\private$\long-history")
+    assert fresh.count() == 1_000
+    assert fresh.receive(timeout=30).lookup_id == 5_000
+    other = qm.open_queue(r".\private$\long-history")
+    assert other.receive(timeout=30).lookup_id == 5_001
+
+
+# -- item 4: priority order for a fresh receiver --------------------------------------------------
+
+
+@pytest.mark.parametrize("backlog", [1_000, 3_000])
+def test_fresh_receiver_takes_the_highest_priority_first(qm: QueueManager, backlog: int) -> None:
+    q = qm.create_queue(r".\private$\prio")
+    _fill(q, backlog - 1, priority=3)
+    urgent = q.send(Message(body=b"urgent", priority=7), wait=True)
+    q.close()
+    peeker = qm.open_queue(r".\private$\prio")
+    assert peeker.peek(timeout=30).id == urgent.id
+    receiver = qm.open_queue(r".\private$\prio")
+    got = receiver.receive(timeout=30)
+    assert got.id == urgent.id and got.priority == 7
+    assert receiver.receive(timeout=30).priority == 3
+
+
+# -- item 3: a receive that raises removes nothing it does not hand out -----------------------
+
+
+def _fail_first_settle(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Make the first claim's verdict unreadable: its receipt is appended and acknowledged by
+    the broker (so it removes the message for every reader), then settle raises as if the
+    broker had stopped answering."""
+    real_settle = QueueView.settle
+    failed: list[str] = []
+
+    def settle(view: QueueView, pending):  # type: ignore[no-untyped-def]
+        if not failed:
+            failed.append(pending.receipt.claim_id)
+            pending.record.wait(30)
+            raise BrokerUnavailable("simulated: the receipt's verdict could not be read back")
+        return real_settle(view, pending)
+
+    monkeypatch.setattr(QueueView, "settle", settle)
+    return failed
+
+
+def test_receive_whose_verdict_was_not_read_hands_the_message_out_next_time(
+        qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    q = qm.create_queue(r".\private$\unsettled")
+    first = q.send(Message(body=b"first", priority=3), wait=True)
+    q.send(Message(body=b"second", priority=3), wait=True)
+    failed = _fail_first_settle(monkeypatch)
+    with pytest.raises(BrokerUnavailable):
+        q.receive(timeout=10)
+    assert failed
+    # The receipt won the message for this handle: the next receive hands it out, before the
+    # rest of the queue, and no other receiver can get it.
+    assert q.receive(timeout=10).id == first.id
+    assert q.receive(timeout=10).body == b"second"
+    other = qm.open_queue(r".\private$\unsettled")
+    with pytest.raises(ReceiveTimeout):
+        other.receive(timeout=1)
+
+
+def test_closing_a_handle_that_holds_a_message_dead_letters_it(
+        qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    q = qm.create_queue(r".\private$\held")
+    sent = q.send(Message(body=b"held"), wait=True)
+    _fail_first_settle(monkeypatch)
+    with pytest.raises(BrokerUnavailable):
+        q.receive(timeout=10)
+    q.close()
+    dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
+    assert dead.id == sent.id and dead.body == b"held"
+    assert "closed before" in dead.properties["kmq.reason"]
+
+
+def test_receive_whose_journal_copy_fails_hands_the_message_out_next_time(
+        qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    q = qm.create_queue(r".\private$\journaled", journal=True)
+    sent = q.send(Message(body=b"journaled"), wait=True)
+    outputs = qm.outputs
+    real = outputs.journal_removed
+    calls: list[int] = []
+
+    def journal_removed(message, destination):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 1:
+            raise BrokerUnavailable("simulated: journal copy not acknowledged")
+        return real(message, destination)
+
+    monkeypatch.setattr(outputs, "journal_removed", journal_removed)
+    with pytest.raises(BrokerUnavailable):
+        q.receive(timeout=10)
+    assert q.receive(timeout=10).id == sent.id
+    journal = qm.open_queue(rf"DIRECT=OS:{qm.name}\private$\journaled;JOURNAL")
+    assert journal.receive(timeout=10).id == sent.id
+
+
+# -- item 7: the poison sweep survives receipts that remove records it listed --------------------
+
+
+def test_poison_sweep_skips_records_removed_while_it_runs(
+        qm: QueueManager, broker: BrokerEndpoint) -> None:
+    q = qm.create_queue(r".\private$\poison-race")
+    topics = q._single().topics
+    producer = _raw_producer(broker)
+    for _ in range(3):
+        producer.produce(topics.data, b"not an envelope")
+    producer.flush(30)
+    view = q._open_view()
+    view.catch_up()
+    assert [e.offset for e in view.state.poisoned()] == [0, 1, 2]
+    # Another process dead-letters records 1 and 2 first; this view has not read that yet.
+    other = qm.open_queue(r".\private$\poison-race")
+    other_view = other._open_view()
+    other_view.catch_up()
+    for entry in other_view.state.poisoned()[1:]:
+        other._system_action(other_view, entry, ReceiptAction.POISON,
+                             target=qm.dead_letter_topic, reason="invalid envelope")
+    assert q._dead_letter_poison(view) == [0]
+    with pytest.raises(ReceiveTimeout):
+        q.receive(timeout=0.5)
+
+
+# -- receipts topics: a malformed record is skipped, never wedges --------------------------------
+
+
+def test_malformed_receipt_is_skipped_and_counted(qm: QueueManager, broker: BrokerEndpoint) -> None:
+    q = qm.create_queue(r".\private$\bad-receipt")
+    for body in (b"one", b"two", b"three"):
+        q.send(Message(body=body), wait=True)
+    assert q.receive(timeout=10).body == b"one"
+    producer = _raw_producer(broker)
+    producer.produce(q._single().topics.receipts, b"garbage")
+    producer.flush(30)
+    assert q.peek(timeout=10).body == b"two"
+    assert q.receive(timeout=10).body == b"two"
+    fresh = qm.open_queue(r".\private$\bad-receipt")
+    assert fresh.count() == 1
+    assert fresh.malformed_receipts() == 1
+    assert fresh.receive(timeout=10).body == b"three"
+
+
+def test_garbage_in_the_dead_letter_receipts_does_not_break_listing(
+        qm: QueueManager, broker: BrokerEndpoint) -> None:
+    q = qm.create_queue(r".\private$\to-dlq")
+    sent = q.send(Message(body=b"expiring", time_to_be_received=0.2,
+                          journal=JournalLevel.DEADLETTER), wait=True)
+    time.sleep(0.5)
+    q.expire_due()
+    producer = _raw_producer(broker)
+    producer.produce(f"{qm.dead_letter_topic}.receipts", b"\x00garbage")
+    producer.flush(30)
+    dlq = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER")
+    assert dlq.peek(timeout=10).id == sent.id
+    assert dlq.malformed_receipts() == 1
+
+
+# -- purge frees what it removed ----------------------------------------------------------------
+
+
+def test_purge_frees_the_records_it_removed(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\purged")
+    _fill(q, 99)
+    assert q.count() == 100
+    assert q.purge() == 100
+    assert q._view is not None and not q._view._values
+
+
+# -- item 8: timeouts --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("timeout", [math.nan, math.inf, -1.0, "5"])
+def test_bad_receive_and_peek_timeouts_are_refused(qm: QueueManager, timeout: object) -> None:
+    q = qm.create_queue(r".\private$\timeouts")
+    for operation in (q.receive, q.peek):
+        with pytest.raises(InvalidParameter, match="timeout"):
+            operation(timeout=timeout)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameter, match="timeout"):
+        q.receive_by_id("00000000-0000-0000-0000-000000000000\\1", timeout=timeout)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameter, match="timeout"):
+        q.cursor().peek_current(timeout=timeout)  # type: ignore[arg-type]
