@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 import typer
 
+from facade.cli._options import text_option
 from facade.cli._output import EXIT_FAILED, JsonOption, emit, fail_on_errors
 from facade.config import KmqConfig
 from facade.errors import AccessDenied
@@ -218,7 +219,7 @@ def _kmq_topics(names: Iterable[str], queue_manager: str | None) -> list[str]:
 
 
 def doctor(
-    queue_manager: str = typer.Option(
+    queue_manager: str = text_option(
         None, "--queue-manager", "-m",
         help="Check only this queue manager's topics (and the registries); default: every kmq "
              "topic on the cluster."),
