@@ -12,9 +12,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import asyncio
+import itertools
 import math
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from facade.envelope import decode_message, encode_message
@@ -76,11 +80,17 @@ class MessageQueue:
         self._view: QueueView | None = None
         self._quota_views: dict[str, QueueView] = {}
         #: Receive claims whose verdict could not be read (the receive raised): resolved first
-        #: by the next receive, which hands out the message if the claim won.
-        self._unsettled: list[tuple[IndexEntry, Any, PendingClaim]] = []
-        #: Messages this handle won but could not hand out (an output failed): the next receive
-        #: returns them first.
+        #: by the next receive, which hands out the messages the claim won.
+        self._unsettled: list[tuple[tuple[tuple[IndexEntry, Any], ...], PendingClaim]] = []
+        #: Messages this handle won whose receive outputs (journal copy) are still to write.
         self._undelivered: list[Message] = []
+        #: Messages this handle won, outputs written, not handed out yet (a batch receive
+        #: raised part-way). The next receive returns these first.
+        self._ready: list[Message] = []
+        #: One receive at a time per handle (begin_receive runs receives on a worker thread).
+        self._lock = threading.RLock()
+        self._worker: ThreadPoolExecutor | None = None
+        self._batch_size = 1  # receive_many's max_messages, for _take_batch
 
     # -- properties ----------------------------------------------------------------------------
 
@@ -207,6 +217,117 @@ class MessageQueue:
             ReceiveTimeout: no message within ``timeout`` seconds.
         """
         return self._wait(lambda view, now: view.state.peek_first(now), remove=False, timeout=timeout)
+
+    def receive_many(self, max_messages: int, timeout: float | None = None) -> list[Message]:
+        """Remove and return up to ``max_messages`` messages with one claim, in receive order.
+
+        Waits up to ``timeout`` for the first message, then takes what the queue holds now, up
+        to ``max_messages``, with a single RECEIVE receipt (one broker round trip for the
+        batch). The guarantee is the one of :meth:`receive`, per message: at most once, never
+        twice; a crash after the claim loses the batch.
+
+        Args:
+            max_messages (int): 1 or more.
+            timeout (float | None): seconds to wait for the first message; None waits forever,
+                0 does not wait.
+
+        Returns:
+            list[Message]: 1 to ``max_messages`` messages, highest priority first, then oldest.
+
+        Raises:
+            ReceiveTimeout: no message within ``timeout`` (MQ_ERROR_IO_TIMEOUT).
+            InvalidParameter: ``max_messages`` < 1, or a bad ``timeout``.
+            BrokerUnavailable: the broker did not answer; what the claim won is held for the
+                next receive (see :meth:`receive`).
+        """
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+            raise InvalidParameter(f"max_messages must be an int >= 1, not {max_messages!r}")
+        timeout = _seconds(timeout)
+        with self._lock:
+            held = self._take_held(self._open_view(), max_messages)
+            if held:
+                return held
+            self._batch_size = max_messages
+            return self._wait_for(self._take_batch, lambda view, now: view.state.peek_first(now),
+                                  True, timeout)
+
+    def _take_batch(self, view: QueueView, first: IndexEntry) -> list[Message]:
+        """Claim the first ``_batch_size`` candidates (``first`` leads them) with one receipt."""
+        batch = list(itertools.islice(view.state.candidates(_now_ms()), self._batch_size))
+        return self._take_many(view, batch or [first])
+
+    def messages(self, timeout: float | None = None) -> Iterator[Message]:
+        """Receive messages one by one until none arrives within ``timeout`` seconds.
+
+        ``for message in queue.messages(timeout=5): ...`` is a receive loop (each message is
+        removed, as by :meth:`receive`); ``timeout=None`` loops forever. Iterating the queue
+        itself (``for message in queue``) is ``messages(timeout=0)``: it drains what the queue
+        holds now and stops.
+
+        Yields:
+            Message: the next message in receive order.
+
+        Raises:
+            InvalidParameter: a bad ``timeout``.
+        """
+        timeout = _seconds(timeout)
+        while True:
+            try:
+                yield self.receive(timeout=timeout)
+            except ReceiveTimeout:
+                return
+
+    def __iter__(self) -> Iterator[Message]:
+        return self.messages(timeout=0)
+
+    def begin_receive(self, timeout: float | None = None,
+                      callback: Callable[[Future[Message]], object] | None = None) -> Future[Message]:
+        """Start a receive in the background (MSMQ's asynchronous receive, System.Messaging's
+        ``BeginReceive``/``ReceiveCompleted``).
+
+        Receives of one handle run one at a time on the handle's worker thread, in the order
+        begun. The future's result is the message, or it raises what :meth:`receive` raises
+        (``ReceiveTimeout`` after ``timeout`` seconds).
+
+        Args:
+            timeout (float | None): seconds to wait for a message; None waits forever.
+            callback (Callable[[Future[Message]], object] | None): called with the future when
+                it completes (on the worker thread; keep it short).
+
+        Returns:
+            concurrent.futures.Future[Message]: ``future.result()`` gives the message.
+        """
+        timeout = _seconds(timeout)
+        return self._submit(lambda: self.receive(timeout=timeout), callback)
+
+    def begin_peek(self, timeout: float | None = None,
+                   callback: Callable[[Future[Message]], object] | None = None) -> Future[Message]:
+        """Start a peek in the background (``BeginPeek``/``PeekCompleted``); see
+        :meth:`begin_receive`."""
+        timeout = _seconds(timeout)
+        return self._submit(lambda: self.peek(timeout=timeout), callback)
+
+    async def receive_async(self, timeout: float | None = None) -> Message:
+        """``await queue.receive_async(5)``: :meth:`receive` without blocking the event loop.
+
+        Raises:
+            ReceiveTimeout, InvalidParameter, BrokerUnavailable: as :meth:`receive`.
+        """
+        return await asyncio.wrap_future(self.begin_receive(timeout))
+
+    async def peek_async(self, timeout: float | None = None) -> Message:
+        """``await queue.peek_async(5)``: :meth:`peek` without blocking the event loop."""
+        return await asyncio.wrap_future(self.begin_peek(timeout))
+
+    def _submit(self, work: Callable[[], Message],
+                callback: Callable[[Future[Message]], object] | None) -> Future[Message]:
+        with self._lock:
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(1, thread_name_prefix="kmq-receive")
+            future = self._worker.submit(work)
+        if callback is not None:
+            future.add_done_callback(callback)
+        return future
 
     def receive_by_id(self, message_id: MessageId | str, timeout: float | None = 0) -> Message:
         """Remove and return the message with this id (``ReceiveById``).
@@ -343,6 +464,9 @@ class MessageQueue:
             BrokerUnavailable: a held message could not be dead-lettered (the clients are
                 closed all the same).
         """
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.shutdown(wait=True, cancel_futures=True)
         try:
             self._release_held()
         finally:
@@ -385,11 +509,29 @@ class MessageQueue:
     def _wait(self, pick: Callable[[QueueView, int], IndexEntry | None], remove: bool,
               timeout: float | None) -> Message:
         timeout = _seconds(timeout)
-        view = self._open_view()
+        with self._lock:
+            return self._wait_locked(pick, remove, timeout)
+
+    def _wait_locked(self, pick: Callable[[QueueView, int], IndexEntry | None], remove: bool,
+                     timeout: float | None) -> Message:
         if remove:
-            held = self._take_held(view)
-            if held is not None:
-                return held
+            held = self._take_held(self._open_view(), 1)
+            if held:
+                return held[0]
+            return self._wait_for(self._take, pick, True, timeout)
+        return self._wait_for(self._decode, pick, False, timeout)
+
+    def _wait_for(self, act: Callable[[QueueView, IndexEntry], Any],
+                  pick: Callable[[QueueView, int], IndexEntry | None], remove: bool,
+                  timeout: float | None) -> Any:
+        """Poll until ``pick`` finds an entry and ``act`` on it gives a result (not None/empty).
+
+        Poison records are dead-lettered and expired messages expired on the way.
+
+        Raises:
+            ReceiveTimeout: nothing within ``timeout`` seconds.
+        """
+        view = self._open_view()
         deadline = None if timeout is None else time.monotonic() + timeout
         view.load()
         # A peek must reflect other receivers' removals; a receive learns of them from its claim.
@@ -400,9 +542,9 @@ class MessageQueue:
             self._expire(view)
             entry = pick(view, _now_ms())
             if entry is not None:
-                message = self._take(view, entry) if remove else self._decode(view, entry)
-                if message is not None:
-                    return message
+                result = act(view, entry)
+                if result:
+                    return result
                 continue
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -462,55 +604,74 @@ class MessageQueue:
             BrokerUnavailable, BrokerError: the verdict could not be read, or an output failed;
                 the message is held for the next receive (see :meth:`receive`).
         """
-        record = view.record(entry)
-        pending = view.start_claim(ReceiptAction.RECEIVE, (entry.offset,))
+        taken = self._take_many(view, [entry])
+        return taken[0] if taken else None
+
+    def _take_many(self, view: QueueView, entries: list[IndexEntry]) -> list[Message]:
+        """Claim ``entries`` with one RECEIVE receipt and hand out the ones it won, in order.
+
+        Raises:
+            BrokerUnavailable, BrokerError: the verdict could not be read, or an output failed;
+                what was won is held for the next receive.
+        """
+        records = tuple((entry, view.record(entry)) for entry in entries)
+        pending = view.start_claim(ReceiptAction.RECEIVE, tuple(e.offset for e in entries))
         try:
             outcome = view.settle(pending)
         except BrokerUnavailable:
             # The receipt may be in the log and may have won: keep the claim, so the next
-            # receive reads its verdict and hands the message out instead of losing it.
-            self._unsettled.append((entry, record, pending))
+            # receive reads its verdict and hands the messages out instead of losing them.
+            self._unsettled.append((records, pending))
             raise
-        if entry.offset not in outcome.won:
-            return None
-        return self._hand_out(record, entry.offset)
+        self._undelivered.extend(self._won_messages(records, outcome.won))
+        return self._deliver_all(len(entries))
 
-    def _hand_out(self, record: Any, lookup_id: int) -> Message | None:
-        """Decode a won record and write the receive's outputs (journal copy, ACK_RECEIVE).
+    def _won_messages(self, records: tuple[tuple[IndexEntry, Any], ...],
+                      won: tuple[int, ...]) -> list[Message]:
+        """Decode the records a claim won; poison among them is dead-lettered (the receipt
+        already removed it, so it must not be lost or handed to the application)."""
+        messages = []
+        for entry, record in records:
+            if entry.offset not in won:
+                continue
+            try:
+                messages.append(self._message(record, entry.offset))
+            except EnvelopeError as exc:
+                self._send_poison_to_dead_letter(record, str(exc))
+        return messages
+
+    def _deliver_all(self, limit: int) -> list[Message]:
+        """Hand out up to ``limit`` won messages: first those ready, then those whose receive
+        outputs (journal copy, ACK_RECEIVE) are written now.
 
         Raises:
-            MessageQueueError: an output failed; the message is held for the next receive.
+            MessageQueueError: an output failed; that message and the rest stay held (the ones
+                already processed wait in ``_ready``).
         """
-        try:
-            message = self._message(record, lookup_id)
-        except EnvelopeError as exc:
-            # Headers looked valid but the value is not an envelope: the receipt already removed
-            # it, so dead-letter it now rather than lose it or hand garbage to the application.
-            self._send_poison_to_dead_letter(record, str(exc))
-            return None
-        return self._deliver(message)
-
-    def _deliver(self, message: Message) -> Message:
         destination = self._single()
-        try:
-            self.manager.outputs.journal_removed(message, destination)
-        except MessageQueueError:
-            self._undelivered.append(message)
-            raise
-        self.manager.outputs.acknowledge(message, MessageClass.ACK_RECEIVE, destination)
-        return message
+        outputs = self.manager.outputs
+        handed = self._ready[:limit]
+        del self._ready[:limit]
+        while self._undelivered and len(handed) < limit:
+            message = self._undelivered[0]
+            try:
+                outputs.journal_removed(message, destination)
+            except MessageQueueError:
+                self._ready[:0] = handed
+                raise
+            outputs.acknowledge(message, MessageClass.ACK_RECEIVE, destination)
+            handed.append(self._undelivered.pop(0))
+        return handed
 
-    def _take_held(self, view: QueueView) -> Message | None:
-        """The first message an earlier, failed receive of this handle won but did not hand
-        out, if any (resolving claims whose verdict was not read yet).
+    def _take_held(self, view: QueueView, limit: int) -> list[Message]:
+        """Up to ``limit`` messages earlier, failed receives of this handle won but did not hand
+        out (resolving claims whose verdict was not read yet); empty if none.
 
         Raises:
             BrokerUnavailable: a held claim's verdict still cannot be read.
         """
-        if self._undelivered:
-            return self._deliver(self._undelivered.pop(0))
         while self._unsettled:
-            entry, record, pending = self._unsettled[0]
+            records, pending = self._unsettled[0]
             try:
                 outcome = view.settle(pending)
             except BrokerUnavailable:
@@ -519,11 +680,8 @@ class MessageQueue:
                 del self._unsettled[0]  # refused by the broker: the receipt removed nothing
                 continue
             del self._unsettled[0]
-            if entry.offset in outcome.won:
-                message = self._hand_out(record, entry.offset)
-                if message is not None:
-                    return message
-        return None
+            self._undelivered.extend(self._won_messages(records, outcome.won))
+        return self._deliver_all(limit)
 
     def _release_held(self) -> None:
         """On close: dead-letter what this handle won but never handed out (its receive failed
@@ -536,19 +694,16 @@ class MessageQueue:
         view = self._view
         problems = []
         while self._unsettled and view is not None:
-            entry, record, pending = self._unsettled.pop(0)
+            records, pending = self._unsettled.pop(0)
             try:
                 outcome = view.settle(pending)
             except MessageQueueError as exc:
-                problems.append(f"lookup id {entry.offset}: verdict of its receive unknown ({exc})")
+                ids = ", ".join(str(entry.offset) for entry, _ in records)
+                problems.append(f"lookup ids {ids}: verdict of their receive unknown ({exc})")
                 continue
-            if entry.offset in outcome.won:
-                try:
-                    self._undelivered.append(self._message(record, entry.offset))
-                except EnvelopeError as exc:
-                    self._send_poison_to_dead_letter(record, str(exc))
-        while self._undelivered:
-            message = self._undelivered.pop(0)
+            self._undelivered.extend(self._won_messages(records, outcome.won))
+        held, self._ready, self._undelivered = self._ready + self._undelivered, [], []
+        for message in held:
             reason = ("received by a handle whose receive failed and that was closed before "
                       "handing the message out")
             try:
