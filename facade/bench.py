@@ -76,7 +76,10 @@ TARGETS: dict[str, float] = {"express-send": 0.8, "receive": 0.7}
 #: Fan-out width of the distribution-list scenario.
 FANOUT = 10
 #: Scenarios ``kmq bench`` runs when none is named (``spark-decode`` starts a JVM: opt-in).
-DEFAULT_SCENARIOS = ("express-send", "envelope-send", "recoverable-send", "receive", "peek", "dl-fanout")
+DEFAULT_SCENARIOS = ("express-send", "envelope-send", "recoverable-send", "receive",
+                     "receive-batch", "peek", "dl-fanout")
+#: Messages per receive_many in the receive-batch scenario.
+BATCH = 100
 _SPARK_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "spark_decode_bench.py"
 _TIMEOUT = 120.0
 
@@ -308,6 +311,34 @@ class _Raw:
         finally:
             consumer.close()
 
+    def consume_decoded(self, topic: str, n: int, batch: int) -> float:
+        """msg/s reading ``n`` envelopes (after an untimed first one) ``batch`` at a time and
+        decoding each with fastavro: the raw equivalent of a batch receive, without commits."""
+        template = _envelope_template()
+        schema, prefix = template["_schema"], template["_prefix"]
+        consumer = Consumer({"bootstrap.servers": self.bootstrap,
+                             "group.id": f"kmq-bench-{uuid.uuid4().hex}",
+                             "enable.auto.commit": False, "session.timeout.ms": 6000})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        try:
+            got, start = 0, 0.0
+            deadline = time.monotonic() + _TIMEOUT
+            while got <= n:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"raw consume read {got} of {n + 1} records")
+                for record in consumer.consume(min(batch, n + 1 - got), 1.0):
+                    if record.error():
+                        continue
+                    body = io.BytesIO(record.value())
+                    body.seek(len(prefix))
+                    fastavro.schemaless_reader(body, schema)
+                    if got == 0:
+                        start = time.perf_counter()
+                    got += 1
+            return n / (time.perf_counter() - start)
+        finally:
+            consumer.close()
+
     def drop_prefixed(self, prefix: str) -> None:
         """Delete every topic whose name starts with ``prefix`` (the throwaway queue manager's
         system queues: dead-letter, transactional dead-letter, journal, and their receipts)."""
@@ -427,6 +458,22 @@ def _read_loop(ctx: _Context, scenario: str, *, commit: bool,
         _drop(ctx.qm, queue)
 
 
+def _receive_batch(ctx: _Context) -> tuple[float, float]:
+    """receive_many of BATCH (one receipt per batch) vs raw batch consume + fastavro decode."""
+    topic = ctx.raw.topic()
+    ctx.raw.produce_envelopes(ctx.raw.producer(acks=1), topic, ctx.messages, ctx.payload)
+    raw = ctx.raw.consume_decoded(topic, ctx.messages, BATCH)
+    queue = _filled_queue(ctx, "receive-batch")
+    try:
+        queue.receive(timeout=_TIMEOUT)  # untimed: view start-up, first fetch
+        got, start = 0, time.perf_counter()
+        while got < ctx.messages:
+            got += len(queue.receive_many(min(BATCH, ctx.messages - got), timeout=_TIMEOUT))
+        return ctx.messages / (time.perf_counter() - start), raw
+    finally:
+        _drop(ctx.qm, queue)
+
+
 def _dl_fanout(ctx: _Context) -> tuple[float, float]:
     topics = [ctx.raw.topic() for _ in range(FANOUT)]
     raw = ctx.raw.produce(ctx.raw.producer(acks=1), topics, ctx.messages, ctx.payload)
@@ -464,6 +511,8 @@ SCENARIOS: dict[str, tuple[str, _Scenario | None]] = {
     "recoverable-send": ("recoverable send vs raw produce (acks=all, idempotent)",
                          _recoverable_send),
     "receive": ("receive vs raw consume + sync commit per record", _receive),
+    "receive-batch": ("receive_many(100) vs raw batch consume + fastavro decode",
+                      _receive_batch),
     "peek": ("cursor peek vs raw consume without commit", _peek),
     "dl-fanout": (f"send to a DL of {FANOUT} queues vs raw produce x{FANOUT}", _dl_fanout),
     "spark-decode": ("Spark decode rows/s vs raw Spark read of the topic", None),

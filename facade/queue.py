@@ -616,6 +616,8 @@ class MessageQueue:
         """
         records = tuple((entry, view.record(entry)) for entry in entries)
         pending = view.start_claim(ReceiptAction.RECEIVE, tuple(e.offset for e in entries))
+        # Decoded while the broker acknowledges the receipt (the verdict is what takes time).
+        decoded = [self._decoded(record, entry.offset) for entry, record in records]
         try:
             outcome = view.settle(pending)
         except BrokerUnavailable:
@@ -623,21 +625,30 @@ class MessageQueue:
             # receive reads its verdict and hands the messages out instead of losing them.
             self._unsettled.append((records, pending))
             raise
-        self._undelivered.extend(self._won_messages(records, outcome.won))
+        self._undelivered.extend(self._won_messages(records, outcome.won, decoded))
         return self._deliver_all(len(entries))
 
-    def _won_messages(self, records: tuple[tuple[IndexEntry, Any], ...],
-                      won: tuple[int, ...]) -> list[Message]:
-        """Decode the records a claim won; poison among them is dead-lettered (the receipt
-        already removed it, so it must not be lost or handed to the application)."""
+    def _decoded(self, record: Any, lookup_id: int) -> Message | EnvelopeError:
+        try:
+            return self._message(record, lookup_id)
+        except EnvelopeError as exc:
+            return exc
+
+    def _won_messages(self, records: tuple[tuple[IndexEntry, Any], ...], won: tuple[int, ...],
+                      decoded: list[Message | EnvelopeError] | None = None) -> list[Message]:
+        """The messages of the records a claim won (``decoded`` if given, else decoded now);
+        poison among them is dead-lettered (the receipt already removed it, so it must not be
+        lost or handed to the application)."""
         messages = []
-        for entry, record in records:
+        for index, (entry, record) in enumerate(records):
             if entry.offset not in won:
                 continue
-            try:
-                messages.append(self._message(record, entry.offset))
-            except EnvelopeError as exc:
-                self._send_poison_to_dead_letter(record, str(exc))
+            message = (decoded[index] if decoded is not None
+                       else self._decoded(record, entry.offset))
+            if isinstance(message, EnvelopeError):
+                self._send_poison_to_dead_letter(record, str(message))
+            else:
+                messages.append(message)
         return messages
 
     def _deliver_all(self, limit: int) -> list[Message]:
