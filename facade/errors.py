@@ -15,6 +15,7 @@ code ported from MSMQ can map one to one::
     ├── MessageAlreadyReceived             MQ_ERROR_MESSAGE_ALREADY_RECEIVED
     ├── IllegalCursorAction                MQ_ERROR_ILLEGAL_CURSOR_ACTION
     ├── UnsupportedFormatNameOperation     MQ_ERROR_UNSUPPORTED_FORMATNAME_OPERATION
+    ├── QueueQuotaExceeded                 a copy refused by the queue quota (NACK_Q_EXCEED_QUOTA)
     ├── AccessDenied (PermissionError)     MQ_ERROR_ACCESS_DENIED
     ├── TransactionUsage                   MQ_ERROR_TRANSACTION_USAGE
     ├── MessageLockedUnderTransaction      MQ_ERROR_MESSAGE_LOCKED_UNDER_TRANSACTION
@@ -48,6 +49,7 @@ __all__ = [
     "QueueExists",
     "QueueNotFound",
     "QueuePathNameError",
+    "QueueQuotaExceeded",
     "ReceiveTimeout",
     "TransactionUsage",
     "TransientQueueError",
@@ -119,6 +121,15 @@ class QueueNotFound(MessageQueueError):
 
     error_code = "MQ_ERROR_QUEUE_NOT_FOUND"
     hresult = 0xC00E0003
+
+
+class QueueQuotaExceeded(MessageQueueError):
+    """A copy of a send would take its queue past PROPID_Q_QUOTA and was not written.
+
+    MSMQ reports this to the admin queue as NACK_Q_EXCEED_QUOTA (kmq does too, when asked); kmq
+    also raises it to the sender, unless the copy went to the dead-letter queue (journal level
+    DEADLETTER), so a refused copy is never lost without a trace.
+    """
 
 
 class QueueExists(MessageQueueError):

@@ -281,10 +281,14 @@ class KafkaSession:
         Raises:
             BrokerUnavailable: no broker configured and no dev stack broker running.
         """
+        replication = (config.replication_factor, config.min_insync_replicas)
+        if not config.bootstrap_servers:
+            # The local dev stack is one memory-only broker by design (kmq dev up, kmq demo):
+            # one replica is all it can give, and warning about it on every command is noise.
+            replication = (1, 1)
         return cls(resolve_bootstrap_servers(config), config.kafka_options,
                    client_id=client_id or f"kmq-{config.queue_manager}",
-                   replication_factor=config.replication_factor,
-                   min_insync_replicas=config.min_insync_replicas)
+                   replication_factor=replication[0], min_insync_replicas=replication[1])
 
     # -- configuration -------------------------------------------------------------------------
 

@@ -25,12 +25,13 @@ from facade.envelope import decode_message, encode_message
 from facade.formatnames import FormatName, QueuePath, parse_format_name
 from facade.errors import (
     BrokerError,
-    EnvelopeError,
     BrokerUnavailable,
+    EnvelopeError,
     InvalidParameter,
     MessageAlreadyReceived,
-    MessageQueueError,
     MessageNotFound,
+    MessageQueueError,
+    QueueQuotaExceeded,
     ReceiveTimeout,
     UnsupportedFormatNameOperation,
 )
@@ -129,6 +130,8 @@ class MessageQueue:
             UnsupportedFormatNameOperation: a destination is read-only (journal, dead-letter).
             InvalidParameter: a property outside its range.
             BrokerUnavailable: ``wait`` and the broker did not acknowledge in time.
+            QueueQuotaExceeded: a copy would take its queue past its quota and was not
+                dead-lettered (the other copies were sent).
         """
         destinations = self._send_destinations()
         for destination in destinations:
@@ -146,11 +149,13 @@ class MessageQueue:
         sent.check()  # once per send: the application may have edited it since construction
         outputs = self.manager.outputs
         accepted = []
+        refused = []  # over quota and not dead-lettered: the sender must hear of it
         for destination in destinations:
             copy = sent.stamped(destination_queue=destination.format_name)
             record = encode_message(copy, validate=False)
             if self._over_quota(destination, len(record.value)):
-                outputs.dead_letter(copy, MessageClass.NACK_Q_EXCEED_QUOTA)
+                if not outputs.dead_letter(copy, MessageClass.NACK_Q_EXCEED_QUOTA):
+                    refused.append(destination.format_name)
                 outputs.acknowledge(copy, MessageClass.NACK_Q_EXCEED_QUOTA, destination,
                                     reason=f"queue quota of {destination.properties.quota_kb} KB reached")
             else:
@@ -170,6 +175,13 @@ class MessageQueue:
                 raise BrokerError(f"send to {self.format_name!r} failed: "
                                   + "; ".join(f"{q}: {e}" for q, e in tracker.errors.items()),
                                   queue=self.format_name)
+        if refused:
+            others = f" ({len(accepted)} other copies were sent)" if accepted else ""
+            raise QueueQuotaExceeded(
+                f"message {sent.id} was not written to {', '.join(refused)}: the queue quota "
+                f"(PROPID_Q_QUOTA) is reached{others}", queue=self.format_name,
+                hint="receive or purge messages, raise the quota (kmq queue set --quota-kb), or "
+                     "send with journal=JournalLevel.DEADLETTER to dead-letter refused copies")
         return sent
 
     def _over_quota(self, destination: Destination, size: int) -> bool:

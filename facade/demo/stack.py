@@ -108,7 +108,9 @@ def _started_stack(base: KmqConfig, run_id: str, keep: bool) -> Iterator[DemoEnv
         broker = stack.up().broker
         assert broker is not None  # up() either starts one or raises
         environment = DemoEnvironment(
-            dataclasses.replace(config, bootstrap_servers=broker.bootstrap_servers),
+            # One local memory-only broker: one replica is all it can give.
+            dataclasses.replace(config, bootstrap_servers=broker.bootstrap_servers,
+                                replication_factor=1, min_insync_replicas=1),
             MODE_STARTED, run_id, keep)
         yield environment
     finally:

@@ -12,7 +12,16 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from facade import BrokerUnavailable, InvalidParameter, Message, ReceiveTimeout
+from typer.testing import CliRunner
+
+from facade import (
+    BrokerUnavailable,
+    InvalidParameter,
+    Message,
+    QueueQuotaExceeded,
+    ReceiveTimeout,
+)
+from facade.cli import app
 from facade.manager import QueueManager
 from facade.message import JournalLevel
 from facade.queueview import QueueView
@@ -232,3 +241,25 @@ def test_bad_receive_and_peek_timeouts_are_refused(qm: QueueManager, timeout: ob
         q.receive_by_id("00000000-0000-0000-0000-000000000000\\1", timeout=timeout)  # type: ignore[arg-type]
     with pytest.raises(InvalidParameter, match="timeout"):
         q.cursor().peek_current(timeout=timeout)  # type: ignore[arg-type]
+
+
+# -- issue 17: a copy refused by the queue quota is never lost without a trace -----------------
+
+
+def test_send_over_the_quota_raises_unless_dead_lettered(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\tiny", quota_kb=1)
+    q.send(Message(body=b"a" * 600), wait=True)
+    with pytest.raises(QueueQuotaExceeded, match="quota"):
+        q.send(Message(body=b"b" * 3000), wait=True)
+    kept = q.send(Message(body=b"c" * 3000, journal=JournalLevel.DEADLETTER), wait=True)
+    assert qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10).id == kept.id
+    assert q.count() == 1
+
+
+def test_cli_send_over_the_quota_exits_non_zero(qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KMQ_QUEUE_MANAGER", qm.name)
+    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", qm.session.bootstrap_servers)
+    qm.create_queue(r".\private$\tiny-cli", quota_kb=1)
+    result = CliRunner().invoke(app, ["send", r".\private$\tiny-cli", "--body", "x" * 3000])
+    assert result.exit_code != 0
+    assert "quota" in result.output and "Traceback" not in result.output
