@@ -474,6 +474,68 @@ def _receive_batch(ctx: _Context) -> tuple[float, float]:
         _drop(ctx.qm, queue)
 
 
+#: Receiver processes in the receive-contended scenario.
+CONTENDERS = 4
+
+_CONTENDER = """
+import json, pathlib, sys, time
+from facade.config import KmqConfig
+from facade.errors import ReceiveTimeout
+from facade.manager import QueueManager
+settings = json.loads(sys.argv[1])
+config = KmqConfig.load(**dict(settings, home=pathlib.Path(settings["home"])))
+with QueueManager.open(config) as qm:
+    queue = qm.open_queue(sys.argv[2])
+    queue.peek(timeout=60)  # untimed: view start-up, first fetch
+    print("ready", flush=True)
+    sys.stdin.readline()  # the start signal
+    ids, start = [], time.time()
+    while True:
+        try:
+            ids.append(str(queue.receive(timeout=3).id))
+        except ReceiveTimeout:
+            break
+    print(json.dumps({"start": start, "end": time.time() - 3, "ids": ids}), flush=True)
+    queue.close()
+"""
+
+
+def _receive_contended(ctx: _Context) -> tuple[float, float]:
+    """Aggregate msg/s of CONTENDERS receiver processes draining one queue, vs the same run's
+    single-receiver receive figure; checks that none is lost and none received twice."""
+    single, _raw = _read_loop(ctx, "receive-single", commit=True,
+                              reads=lambda q: (q.receive, q.receive))
+    queue = _filled_queue(ctx, "receive-contended")
+    config = ctx.qm.config
+    settings = json.dumps({"bootstrap_servers": ctx.raw.bootstrap,
+                           "queue_manager": config.queue_manager, "home": str(config.home),
+                           "replication_factor": config.replication_factor,
+                           "min_insync_replicas": config.min_insync_replicas})
+    workers = [subprocess.Popen([sys.executable, "-c", _CONTENDER, settings, queue.format_name],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+               for _ in range(CONTENDERS)]
+    try:
+        for worker in workers:
+            if worker.stdout.readline().strip() != "ready":  # type: ignore[union-attr]
+                raise RuntimeError("a receive-contended worker failed to start")
+        for worker in workers:
+            worker.stdin.write("go\n")  # type: ignore[union-attr]
+            worker.stdin.flush()  # type: ignore[union-attr]
+        results = [json.loads(worker.communicate(timeout=_TIMEOUT * 5)[0].splitlines()[-1])
+                   for worker in workers]
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+        _drop(ctx.qm, queue)
+    ids = [i for result in results for i in result["ids"]]
+    if len(ids) != len(set(ids)) or len(ids) != ctx.messages + 1:
+        raise RuntimeError(f"receive-contended: {len(ids)} receives, {len(set(ids))} distinct, "
+                           f"{ctx.messages + 1} sent: a message was lost or received twice")
+    elapsed = max(r["end"] for r in results) - min(r["start"] for r in results)
+    return len(ids) / elapsed, single
+
+
 def _dl_fanout(ctx: _Context) -> tuple[float, float]:
     topics = [ctx.raw.topic() for _ in range(FANOUT)]
     raw = ctx.raw.produce(ctx.raw.producer(acks=1), topics, ctx.messages, ctx.payload)
@@ -513,6 +575,8 @@ SCENARIOS: dict[str, tuple[str, _Scenario | None]] = {
     "receive": ("receive vs raw consume + sync commit per record", _receive),
     "receive-batch": ("receive_many(100) vs raw batch consume + fastavro decode",
                       _receive_batch),
+    "receive-contended": (f"{CONTENDERS} receiver processes on one queue vs one receiver",
+                          _receive_contended),
     "peek": ("cursor peek vs raw consume without commit", _peek),
     "dl-fanout": (f"send to a DL of {FANOUT} queues vs raw produce x{FANOUT}", _dl_fanout),
     "spark-decode": ("Spark decode rows/s vs raw Spark read of the topic", None),
