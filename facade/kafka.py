@@ -665,8 +665,17 @@ class TopicReader:
             ends = self.end_offsets(fetching, timeout=1.0)
         except BrokerUnavailable:
             return  # no answer, so no evidence of starvation: the poll's result stands
-        if any(self._next[t] < ends[t] for t in fetching if self._next[t] >= 0 or ends[t] > 0):
+        positions = self._positions(fetching)
+        if any(positions[t] < ends[t] for t in fetching if positions[t] >= 0 or ends[t] > 0):
             self._lengthen_fetch_wait("got nothing")
+
+    def _positions(self, topics: Iterable[str]) -> dict[str, int]:
+        """Per topic, the next offset to read: the consumer's position, which also moves past
+        transaction markers, or (before the consumer hands out anything) the offset assigned or
+        the last record handed out + 1; < 0 means the log start."""
+        with map_kafka_errors("read positions"):
+            parts = self._consumer.position([TopicPartition(t, 0) for t in topics])
+        return {part.topic: max(part.offset, self._next.get(part.topic, -1)) for part in parts}
 
     def _lengthen_fetch_wait(self, why: str) -> None:
         """Replace the consumer by one with an 8 times longer fetch wait, at the same positions."""
@@ -720,14 +729,10 @@ class TopicReader:
         consumer has actually been offered (and some Kafka-API brokers answer watermark queries
         inexactly). ``position()`` skips transaction control records, so gaps are not waited on.
         """
-        parts = [TopicPartition(t, 0) for t in topics]
         with map_kafka_errors("read positions"):
-            positions = self._consumer.position(parts)
-            for part in positions:
-                _low, high = self._consumer.get_watermark_offsets(part, cached=True)
-                # position() is invalid until the consumer hands out a record or passes a
-                # control record; the offset assigned or the last record handed out says more.
-                position = max(part.offset, self._next.get(part.topic, -1))
+            for topic, position in self._positions(topics).items():
+                _low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0),
+                                                                  cached=True)
                 if high < 0 or position < 0 and high > 0 or 0 <= position < high:
                     return False
         return True
