@@ -23,7 +23,8 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 console = Console()
-err_console = Console(stderr=True)
+#: soft_wrap: an error is one line however long, never folded at the terminal's width.
+err_console = Console(stderr=True, soft_wrap=True)
 
 JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.")
 

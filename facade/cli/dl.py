@@ -71,10 +71,16 @@ def _table(title: str, data: dict[str, Any]) -> Table:
     return key_value_table(title, rows)
 
 
+#: Columns shown whole whatever the width: a cut GUID cannot be copied into a command.
+_WHOLE = frozenset({"format_name", "name", "source"})
+_HEADINGS = {"member_count": "members"}
+
+
 def _rows_table(title: str, columns: tuple[str, ...], rows: list[dict[str, Any]]) -> Table:
     table = Table(title=title)
     for column in columns:
-        table.add_column(column)
+        table.add_column(_HEADINGS.get(column, column), no_wrap=column in _WHOLE,
+                         overflow="fold")
     for row in rows:
         table.add_row(*("" if row[c] is None else str(row[c]) for c in columns))
     return table
@@ -116,9 +122,9 @@ def list_lists(as_json: bool = JsonOption) -> None:
     """
     with open_directory() as directory:
         rows = [list_dict(e) for e in directory.distribution_lists()]
+    # Scope and owner are in `dl show` and --json: at 80 columns the GUID needs the room.
     emit(rows, as_json, lambda d: _rows_table(
-        "distribution lists", ("name", "format_name", "scope", "member_count", "description",
-                               "owner"), d))
+        "distribution lists", ("name", "format_name", "member_count", "description"), d))
 
 
 @app.command()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import typer
 
 from facade.cli._messages import emit_listing
+from facade.cli._names import resolve_queue_name
 from facade.cli._options import text_argument
 from facade.cli._output import JsonOption, fail_on_errors
 from facade.errors import UnsupportedFormatNameOperation
@@ -28,7 +29,7 @@ def journal_format_name(manager: QueueManager, queue: str) -> str:
         UnsupportedFormatNameOperation: ``queue`` is a system queue or several queues, which
             have no journal.
     """
-    reference = parse_queue_reference(queue)
+    reference = parse_queue_reference(resolve_queue_name(manager, queue))
     if isinstance(reference, QueuePath):
         reference = path_to_format_name(reference, machine=manager.name)
     with_journal = getattr(reference, "with_journal", None)
@@ -42,8 +43,8 @@ def journal_format_name(manager: QueueManager, queue: str) -> str:
 @app.command("list")
 def list_messages(
         queue: str = text_argument(None, show_default=False,
-                                   help=r"Queue whose journal to list: path name "
-                                        r"(.\private$\orders) or format name."),
+                                   help=r"Queue whose journal to list: NAME, path name "
+                                        r"(.\private$\orders), format name or alias:NAME."),
         machine: bool = typer.Option(False, "--machine",
                                      help="List the machine journal (MACHINE=<guid>;JOURNAL)."),
         limit: int = typer.Option(100, "--limit", min=1, help="List at most this many messages."),

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import typer
 from rich.table import Table
 
+from facade.cli._names import resolve_queue_name
 from facade.cli._options import bytes_option, seconds_option, text_argument, text_option
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
 from facade.manager import QueueManager
@@ -16,7 +17,9 @@ from facade.message import Message
 
 app = typer.Typer(help="Create, list, show, purge and delete queues.", no_args_is_help=True)
 
-QueueArg = text_argument(..., help=r"Path name (.\private$\orders) or format name.")
+QueueArg = text_argument(
+    ..., help=r"Queue: NAME (this queue manager's), path name (.\private$\orders), format name "
+              "(PUBLIC=, DIRECT=, DL=...), dl:NAME or alias:NAME.")
 
 
 @contextmanager
@@ -122,7 +125,7 @@ def list_queues(as_json: bool = JsonOption) -> None:
 def show(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
     """Show a queue's properties and message count."""
     with _manager() as qm:
-        q = qm.open_queue(queue)
+        q = qm.open_queue(resolve_queue_name(qm, queue))
         data = {**dataclasses.asdict(q.properties), "messages": q.count(),
                 "malformed_receipts": q.malformed_receipts()}
     emit(data, as_json, lambda d: key_value_table(queue, d))
@@ -156,7 +159,7 @@ def set_properties(
         if changes.get(name) == 0:
             changes[name] = None  # unlimited
     with _manager() as qm:
-        props = qm.set_properties(queue, **changes)
+        props = qm.set_properties(resolve_queue_name(qm, queue), **changes)
     emit(dataclasses.asdict(props), as_json, lambda d: key_value_table("queue updated", d))
 
 
@@ -164,7 +167,7 @@ def set_properties(
 def purge(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
     """Remove every message now in the queue."""
     with _manager() as qm:
-        removed = qm.open_queue(queue).purge()
+        removed = qm.open_queue(resolve_queue_name(qm, queue)).purge()
     emit({"purged": removed}, as_json, lambda d: f"purged {d['purged']} message(s)")
 
 
@@ -172,7 +175,7 @@ def purge(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
 def delete(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
     """Delete a queue, its journal and its messages."""
     with _manager() as qm:
-        qm.delete_queue(queue)
+        qm.delete_queue(resolve_queue_name(qm, queue))
     emit({"deleted": queue}, as_json, lambda d: f"deleted {d['deleted']}")
 
 
@@ -189,7 +192,7 @@ def send(queue: str = QueueArg,
         # `--body $'\xff\xfe'` sends those two bytes (UTF-8 text stays UTF-8); body.encode()
         # was a UnicodeEncodeError traceback there. The label is text: text_option refuses
         # undecodable bytes in it. Reasons in facade.cli._options.
-        sent = qm.open_queue(queue).send(Message(body=body, label=label,
+        sent = qm.open_queue(resolve_queue_name(qm, queue)).send(Message(body=body, label=label,
                                                  priority=priority), wait=True)
     emit({"id": str(sent.id), "queue": queue}, as_json, lambda d: f"sent {d['id']}")
 
@@ -207,7 +210,7 @@ TimeoutOption = seconds_option(5.0, "--timeout", help="Seconds to wait for a mes
 
 def _first_message(queue: str, timeout: float, as_json: bool, remove: bool) -> None:
     with _manager() as qm:
-        handle = qm.open_queue(queue)
+        handle = qm.open_queue(resolve_queue_name(qm, queue))
         message = handle.receive(timeout=timeout) if remove else handle.peek(timeout=timeout)
     title = "message received" if remove else "message peeked"
     emit(_message_dict(message), as_json, lambda d: key_value_table(title, d))
