@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from facade.errors import MessageQueueError
@@ -51,13 +52,24 @@ def key_value_table(title: str, rows: Mapping[str, Any] | Sequence[tuple[str, An
 
 
 @contextmanager
-def fail_on_errors() -> Iterator[None]:
-    """Turn a :class:`MessageQueueError` into one red line on stderr and exit code 1."""
+def fail_on_errors(as_json: bool = False) -> Iterator[None]:
+    """Turn a :class:`MessageQueueError` into one red line on stderr and exit code 1.
+
+    Args:
+        as_json (bool): the command was given ``--json``: stdout also gets the error as JSON,
+            ``{"error": {"code": "MQ_ERROR_IO_TIMEOUT", "message": ..., "hint": ...}}``, so a
+            script reading stdout always gets one JSON document (a receive that timed out
+            printed nothing there).
+    """
     try:
         yield
     except MessageQueueError as exc:
+        if as_json:
+            typer.echo(json.dumps({"error": {"code": exc.error_code, "message": exc.message,
+                                             "hint": exc.hint}}, indent=2, sort_keys=True))
         code = f" [{exc.error_code}]" if exc.error_code else ""
-        err_console.print(f"[red]error{code}:[/red] {exc.message}", highlight=False)
+        # escape: a message or hint holding "[...]" (a queue name, a list) is text, not markup
+        err_console.print(f"[red]error{code}:[/red] {escape(exc.message)}", highlight=False)
         if exc.hint:
-            err_console.print(f"[dim]hint:[/dim] {exc.hint}", highlight=False)
+            err_console.print(f"[dim]hint:[/dim] {escape(exc.hint)}", highlight=False)
         raise typer.Exit(EXIT_FAILED) from exc

@@ -69,7 +69,7 @@ def bench(
                                    f"choose from {', '.join(SCENARIOS)}", highlight=False)
         raise typer.Exit(EXIT_USAGE)
     progress = Console(stderr=True)
-    with fail_on_errors():
+    with fail_on_errors(as_json):
         report = run_benchmarks(messages=messages, rounds=rounds, payload=payload,
                                 scenarios=chosen,
                                 progress=lambda line: progress.print(line, highlight=False))

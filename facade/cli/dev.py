@@ -31,7 +31,7 @@ def up(as_json: bool = JsonOption) -> None:
 
     Example: kmq dev up && kmq dev status
     """
-    with fail_on_errors():
+    with fail_on_errors(as_json):
         status = DevStack(KmqConfig.load()).up()
     emit(status.to_dict(), as_json, lambda _: _render(status))
 
@@ -39,7 +39,7 @@ def up(as_json: bool = JsonOption) -> None:
 @app.command()
 def down(as_json: bool = JsonOption) -> None:
     """Stop the local broker (its queues and messages are lost: it keeps them in memory)."""
-    with fail_on_errors():
+    with fail_on_errors(as_json):
         stopped = DevStack(KmqConfig.load()).down()
     emit({"stopped": stopped}, as_json,
          lambda _: "local broker stopped" if stopped else "no local broker was running")
@@ -48,6 +48,6 @@ def down(as_json: bool = JsonOption) -> None:
 @app.command()
 def status(as_json: bool = JsonOption) -> None:
     """Show what runs where: broker pid and port, directory file, warnings."""
-    with fail_on_errors():
+    with fail_on_errors(as_json):
         current = DevStack(KmqConfig.load()).status()
     emit(current.to_dict(), as_json, lambda _: _render(current))

@@ -38,7 +38,7 @@ def list_messages(transactional: bool = TransactionalOption, limit: int = LimitO
 
     Example: kmq dlq list --limit 20
     """
-    with fail_on_errors(), QueueManager.open() as qm:
+    with fail_on_errors(as_json), QueueManager.open() as qm:
         emit_listing(qm, dead_letter_format_name(qm, transactional), limit, as_json)
 
 
@@ -49,7 +49,7 @@ def show(lookup_id: int = typer.Argument(..., min=0, help="The message's lookup 
 
     Example: kmq dlq show 3
     """
-    with fail_on_errors(), QueueManager.open() as qm:
+    with fail_on_errors(as_json), QueueManager.open() as qm:
         fn = dead_letter_format_name(qm, transactional)
         data = message_detail(qm.open_queue(fn).peek_by_lookup_id(lookup_id))
     emit(data, as_json, lambda d: key_value_table(f"{fn} lookup id {lookup_id}", d))
@@ -61,7 +61,7 @@ def purge(transactional: bool = TransactionalOption, as_json: bool = JsonOption)
 
     Example: kmq dlq purge --transactional
     """
-    with fail_on_errors(), QueueManager.open() as qm:
+    with fail_on_errors(as_json), QueueManager.open() as qm:
         fn = dead_letter_format_name(qm, transactional)
         removed = qm.open_queue(fn).purge()
     emit({"purged": removed, "queue": fn}, as_json,

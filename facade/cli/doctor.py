@@ -235,7 +235,7 @@ def doctor(
 
     Example: kmq doctor --json
     """
-    with fail_on_errors():
+    with fail_on_errors(as_json):
         config = KmqConfig.load()
         session = KafkaSession.from_config(config, client_id="kmq-doctor")
         try:

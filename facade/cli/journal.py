@@ -59,7 +59,7 @@ def list_messages(
     if machine == (queue is not None):
         raise typer.BadParameter("give either a QUEUE or --machine (exactly one)",
                                  param_hint="QUEUE / --machine")
-    with fail_on_errors(), QueueManager.open() as qm:
+    with fail_on_errors(as_json), QueueManager.open() as qm:
         fn = (f"MACHINE={qm.guid};{SystemQueue.JOURNAL.value}" if machine
               else journal_format_name(qm, queue))
         emit_listing(qm, fn, limit, as_json)

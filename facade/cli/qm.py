@@ -29,7 +29,7 @@ def _info(qm: QueueManager) -> dict:
 @app.command()
 def init(as_json: bool = JsonOption) -> None:
     """Register this queue manager (name and GUID) and create its system queues."""
-    with fail_on_errors(), QueueManager.open() as qm:
+    with fail_on_errors(as_json), QueueManager.open() as qm:
         data = _info(qm)
     emit(data, as_json, lambda d: key_value_table("queue manager", d))
 
@@ -61,7 +61,7 @@ def run(interval: float = seconds_option(1.0, "--interval", positive=True,
         elif sweep.expired:
             console.print(f"expired {sweep.expired} message(s) in {sweep.queues} queue(s)")
 
-    with fail_on_errors(), QueueManager.open() as qm:
+    with fail_on_errors(as_json), QueueManager.open() as qm:
         service = QueueManagerService(qm)
         try:
             service.run(interval, sweeps=1 if once else None, on_sweep=report)
