@@ -57,6 +57,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from facade.config import DirectorySettings, KmqConfig
 from facade.errors import ConfigurationError
+from facade.benchnames import DEFAULT_SCENARIOS
 from facade.kafka import client_logging, resolve_bootstrap_servers
 from facade.manager import QueueManager
 from facade.envelope import envelope_record, envelope_writer
@@ -75,9 +76,6 @@ __all__ = [
 TARGETS: dict[str, float] = {"express-send": 0.8, "receive": 0.7}
 #: Fan-out width of the distribution-list scenario.
 FANOUT = 10
-#: Scenarios ``kmq bench`` runs when none is named (``spark-decode`` starts a JVM: opt-in).
-DEFAULT_SCENARIOS = ("express-send", "envelope-send", "recoverable-send", "receive",
-                     "receive-batch", "peek", "dl-fanout")
 #: Messages per receive_many in the receive-batch scenario.
 BATCH = 100
 _SPARK_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "spark_decode_bench.py"

@@ -21,7 +21,6 @@ import re
 import uuid
 from typing import Any
 
-from facade.errors import QueueNotFound
 
 __all__ = ["resolve_queue_name"]
 
@@ -52,6 +51,8 @@ def resolve_queue_name(manager: Any, text: str) -> str:
         DirectoryObjectNotFound: no such list or alias.
         DirectoryUnavailable: ``dl:``/``alias:`` in workgroup mode or with the directory down.
     """
+    from facade.errors import QueueNotFound
+
     stripped = text.strip()
     lowered = stripped.lower()
     if lowered.startswith("dl:") or (lowered.startswith("dl=") and not _is_guid(stripped[3:])):

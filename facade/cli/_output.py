@@ -15,7 +15,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from facade.errors import MessageQueueError
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "JsonOption", "emit", "fail_on_errors"]
 
@@ -61,6 +60,8 @@ def fail_on_errors(as_json: bool = False) -> Iterator[None]:
             script reading stdout always gets one JSON document (a receive that timed out
             printed nothing there).
     """
+    from facade.errors import MessageQueueError  # here: importing kmq's API costs start-up time
+
     try:
         yield
     except MessageQueueError as exc:

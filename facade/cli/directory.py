@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
-from facade.config import KmqConfig
 
 if TYPE_CHECKING:
     from facade.acl import SecurityDescriptor
@@ -35,6 +34,7 @@ def open_directory(as_json: bool = False) -> Iterator[Directory]:
     access denied...) becomes one error line with its hint and exit code 1; the directory is
     closed either way; ``as_json`` also prints the error as JSON on stdout.
     """
+    from facade.config import KmqConfig
     from facade.directory import Directory  # ldap3 is imported only by directory commands
 
     with fail_on_errors(as_json), Directory.open(KmqConfig.load()) as directory:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -13,8 +13,10 @@ from rich.table import Table
 from facade.cli._names import resolve_queue_name
 from facade.cli._options import bytes_option, seconds_option, text_argument, text_option
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
-from facade.manager import QueueManager
-from facade.message import Message
+
+if TYPE_CHECKING:  # kmq's API is imported when a command runs, not for --help
+    from facade.manager import QueueManager
+    from facade.message import Message
 
 app = typer.Typer(help="Create, list, show, purge and delete queues.", no_args_is_help=True)
 
@@ -24,8 +26,12 @@ QueueArg = text_argument(
 
 
 @contextmanager
-def _manager(as_json: bool = False) -> Iterator[QueueManager]:
-    with fail_on_errors(as_json), QueueManager.open() as manager:
+def _manager(as_json: bool = False, *, sends: bool = False) -> Iterator[QueueManager]:
+    """The queue manager for one command; ``sends``: lease message ids up front (see
+    :meth:`QueueManager.open`), which a command that sends nothing skips (start-up time)."""
+    from facade.manager import QueueManager
+
+    with fail_on_errors(as_json), QueueManager.open(lease_ids=sends) as manager:
         yield manager
 
 
@@ -245,7 +251,7 @@ def send(queue: str = QueueArg,
     Example: kmq send orders --body 'hello' --priority 5 --ttbr 60 --admin-queue acks
     --acknowledge FULL_RECEIVE   (or: cat order.json | kmq send orders --body-file -)
     """
-    from facade.message import Acknowledgment, Delivery, JournalLevel, MessageId
+    from facade.message import Acknowledgment, Delivery, JournalLevel, Message, MessageId
 
     data = _body(body, body_file)
     acks = _flag_names(acknowledge, Acknowledgment, "--acknowledge")
@@ -258,7 +264,7 @@ def send(queue: str = QueueArg,
             reason = getattr(exc, "message", str(exc))
             raise typer.BadParameter(f"{reason}; give a message id as kmq prints it "
                                      r"(GUID\number)", param_hint="'--correlation-id'") from None
-    with _manager(as_json) as qm:
+    with _manager(as_json, sends=True) as qm:
         # A body is bytes in MSMQ: bytes_option hands over the command line's own bytes, so
         # `--body $'\xff\xfe'` sends those two bytes (UTF-8 text stays UTF-8). The label is
         # text: text_option refuses undecodable bytes in it. Reasons in facade.cli._options.
