@@ -35,6 +35,18 @@ def _manager(as_json: bool = False, *, sends: bool = False) -> Iterator[QueueMan
         yield manager
 
 
+def _queue_dict(properties: Any) -> dict[str, Any]:
+    """Queue properties as printed: creation and modification times in ISO 8601 UTC, the one
+    timestamp style of every kmq command (they were raw epoch seconds)."""
+    import datetime as dt
+
+    data = dataclasses.asdict(properties)
+    for name in ("create_time", "modify_time"):
+        if data.get(name) is not None:
+            data[name] = dt.datetime.fromtimestamp(data[name], dt.UTC).isoformat()
+    return data
+
+
 def _create_path(path: str, public: bool) -> str:
     r"""The path name to create: a bare NAME is ``.\private$\NAME`` (``.\NAME`` with --public)."""
     if "\\" not in path:
@@ -66,7 +78,7 @@ def create(path: str = text_argument(
         queue = qm.create_queue(queue_path, label=label, transactional=transactional,
                                 journal=journal, quota_kb=quota_kb)
         props = queue.properties
-    data = dataclasses.asdict(props)
+    data = _queue_dict(props)
     if not props.private:
         data["format_name"] = f"PUBLIC={props.instance}"
     emit(data, as_json, lambda d: key_value_table("queue created", d))
@@ -115,7 +127,7 @@ def locate(label: str = text_option(
 def list_queues(as_json: bool = JsonOption) -> None:
     """List this queue manager's queues."""
     with _manager(as_json) as qm:
-        queues = [dataclasses.asdict(p) for p in qm.list_queues()]
+        queues = [_queue_dict(p) for p in qm.list_queues()]
 
     def render(rows: list[dict]) -> Table:
         table = Table(title="queues")
@@ -133,7 +145,7 @@ def show(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
     """Show a queue's properties and message count."""
     with _manager(as_json) as qm:
         q = qm.open_queue(resolve_queue_name(qm, queue))
-        data = {**dataclasses.asdict(q.properties), "messages": q.count(),
+        data = {**_queue_dict(q.properties), "messages": q.count(),
                 "malformed_receipts": q.malformed_receipts()}
     emit(data, as_json, lambda d: key_value_table(queue, d))
 
@@ -167,7 +179,7 @@ def set_properties(
             changes[name] = None  # unlimited
     with _manager(as_json) as qm:
         props = qm.set_properties(resolve_queue_name(qm, queue), **changes)
-    emit(dataclasses.asdict(props), as_json, lambda d: key_value_table("queue updated", d))
+    emit(_queue_dict(props), as_json, lambda d: key_value_table("queue updated", d))
 
 
 @app.command()
@@ -295,7 +307,8 @@ def _message_dict(m: Message) -> dict:
             "time_to_be_received": m.time_to_be_received,
             "time_to_reach_queue": m.time_to_reach_queue, "journal": name(m.journal),
             "app_specific": m.app_specific,
-            "sent_time": m.sent_time, "arrived_time": m.arrived_time,
+            "sent_time": m.sent_time.isoformat() if m.sent_time else None,
+            "arrived_time": m.arrived_time.isoformat() if m.arrived_time else None,
             "body_size": len(m.body), "body": m.body.decode("utf-8", "replace")}
 
 

@@ -7,7 +7,6 @@ list; the embedded directory of the test's KMQ_HOME serves the directory names.
 
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
 
@@ -15,23 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from facade.cli import app
-from tests.support.kafka import BrokerEndpoint
+from tests.support.cli import run_json
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def cli_env(broker: BrokerEndpoint, kmq_home: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    name = f"names-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", broker.bootstrap_servers)
-    monkeypatch.setenv("KMQ_QUEUE_MANAGER", name)
-    return name
-
-
-def _run(*args: str) -> dict | list:
-    result = CliRunner().invoke(app, [*args, "--json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+_run = run_json
 
 
 def _fails(*args: str) -> str:
@@ -41,7 +29,7 @@ def _fails(*args: str) -> str:
     return result.output
 
 
-def test_bare_names_reach_private_and_public_queues(cli_env: str) -> None:
+def test_bare_names_reach_private_and_public_queues(cli_qm: str) -> None:
     _run("queue", "create", "payments")
     _run("queue", "create", "orders-west", "--public")
     _run("send", "payments", "--body", "p")
@@ -49,7 +37,7 @@ def test_bare_names_reach_private_and_public_queues(cli_env: str) -> None:
     assert _run("peek", "payments")["body"] == "p"
     assert _run("queue", "show", "orders-west")["messages"] == 1
     assert _run("queue", "show", r".\orders-west")["messages"] == 1
-    assert _run("queue", "show", rf"{cli_env}\private$\payments")["messages"] == 1
+    assert _run("queue", "show", rf"{cli_qm}\private$\payments")["messages"] == 1
     assert _run("queue", "set", "payments", "--label", "Pay")["label"] == "Pay"
     assert _run("receive", "orders-west", "--timeout", "0")["body"] == "o"
     assert _run("queue", "purge", "payments") == {"purged": 1}
@@ -61,12 +49,12 @@ def test_bare_names_reach_private_and_public_queues(cli_env: str) -> None:
     assert "kmq queue create payments" in error
 
 
-def test_directory_names_reach_their_queues(cli_env: str) -> None:
+def test_directory_names_reach_their_queues(cli_qm: str) -> None:
     _run("queue", "create", "pay")
     _run("queue", "create", "west", "--public")
     _run("dl", "create", "all-west")
     _run("dl", "add", "all-west", r".\west")
-    _run("alias", "create", "payalias", rf"DIRECT=OS:{cli_env}\private$\pay")
+    _run("alias", "create", "payalias", rf"DIRECT=OS:{cli_qm}\private$\pay")
     _run("send", "dl:all-west", "--body", "by dl:")
     _run("send", "DL=all-west", "--body", "by DL=name")
     _run("send", "alias:payalias", "--body", "by alias")
@@ -83,7 +71,7 @@ def test_dl_list_shows_the_whole_guid(kmq_home: Path) -> None:
     assert created["format_name"] in result.output
 
 
-def test_hints_name_commands_that_exist(cli_env: str) -> None:
+def test_hints_name_commands_that_exist(cli_qm: str) -> None:
     error = _fails("queue", "create", "DIRECT=OS:x\\private$\\q")
     assert "parse_format_name" not in error and "MQ_ERROR_ILLEGAL_QUEUE_PATHNAME" in error
     missing = _fails("peek", f"PUBLIC={uuid.uuid4()}", "--timeout", "0")

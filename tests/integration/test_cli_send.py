@@ -4,30 +4,18 @@ prints one JSON document on stdout (the message, or the error)."""
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from facade.cli import app
-from tests.support.kafka import BrokerEndpoint
+from tests.support.cli import run_json
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def cli_env(broker: BrokerEndpoint, kmq_home: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    name = f"send-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", broker.bootstrap_servers)
-    monkeypatch.setenv("KMQ_QUEUE_MANAGER", name)
-    return name
-
-
-def _run(*args: str, stdin: bytes | None = None) -> dict:
-    result = CliRunner().invoke(app, [*args, "--json"], input=stdin)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+_run = run_json
 
 
 def _usage(*args: str) -> str:
@@ -36,7 +24,7 @@ def _usage(*args: str) -> str:
     return " ".join(result.output.replace("│", " ").split())
 
 
-def test_send_sets_every_property(cli_env: str, tmp_path: Path) -> None:
+def test_send_sets_every_property(cli_qm: str, tmp_path: Path) -> None:
     _run("queue", "create", "orders")
     _run("queue", "create", "acks")
     _run("queue", "create", "replies")
@@ -63,7 +51,7 @@ def test_send_sets_every_property(cli_env: str, tmp_path: Path) -> None:
     assert _run("receive", "orders", "--timeout", "0")["body_size"] == 8
 
 
-def test_receive_json_on_timeout_prints_the_error(cli_env: str) -> None:
+def test_receive_json_on_timeout_prints_the_error(cli_qm: str) -> None:
     _run("queue", "create", "empty")
     for command in ("receive", "peek"):
         result = CliRunner().invoke(app, [command, "empty", "--timeout", "0", "--json"])
