@@ -57,7 +57,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from facade.config import DirectorySettings, KmqConfig
 from facade.errors import ConfigurationError
-from facade.kafka import resolve_bootstrap_servers
+from facade.benchnames import DEFAULT_SCENARIOS
+from facade.kafka import client_logging, resolve_bootstrap_servers
 from facade.manager import QueueManager
 from facade.envelope import envelope_record, envelope_writer
 from facade.message import Delivery, Message, MessageId
@@ -75,9 +76,6 @@ __all__ = [
 TARGETS: dict[str, float] = {"express-send": 0.8, "receive": 0.7}
 #: Fan-out width of the distribution-list scenario.
 FANOUT = 10
-#: Scenarios ``kmq bench`` runs when none is named (``spark-decode`` starts a JVM: opt-in).
-DEFAULT_SCENARIOS = ("express-send", "envelope-send", "recoverable-send", "receive",
-                     "receive-batch", "peek", "dl-fanout")
 #: Messages per receive_many in the receive-batch scenario.
 BATCH = 100
 _SPARK_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "spark_decode_bench.py"
@@ -183,7 +181,7 @@ def describe_machine() -> dict[str, Any]:
 
 def describe_broker(bootstrap_servers: str) -> dict[str, Any]:
     """The broker's cluster id and size; the Tansu version when it is the local Tansu."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "allow.auto.create.topics": False})
+    admin = AdminClient({**client_logging(), "bootstrap.servers": bootstrap_servers, "allow.auto.create.topics": False})
     metadata = admin.list_topics(timeout=10)
     info: dict[str, Any] = {"bootstrap_servers": bootstrap_servers,
                             "cluster_id": metadata.cluster_id, "brokers": len(metadata.brokers)}
@@ -225,7 +223,7 @@ class _Raw:
 
     def __init__(self, bootstrap: str):
         self.bootstrap = bootstrap
-        self.admin = AdminClient({"bootstrap.servers": bootstrap, "allow.auto.create.topics": False})
+        self.admin = AdminClient({**client_logging(), "bootstrap.servers": bootstrap, "allow.auto.create.topics": False})
         self.topics: list[str] = []
 
     def topic(self) -> str:
@@ -235,7 +233,7 @@ class _Raw:
         return name
 
     def producer(self, **extra: Any) -> Producer:
-        return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5,
+        return Producer({**client_logging(), "bootstrap.servers": self.bootstrap, "linger.ms": 5,
                          "allow.auto.create.topics": False, **extra})
 
     def produce(self, producer: Producer, topics: Sequence[str], n: int, payload: bytes) -> float:
@@ -287,7 +285,7 @@ class _Raw:
     def consume(self, topic: str, n: int, commit: bool) -> float:
         """msg/s reading ``n`` records after an untimed first one; ``commit`` commits each
         record synchronously (the raw equivalent of a destructive receive)."""
-        consumer = Consumer({"bootstrap.servers": self.bootstrap,
+        consumer = Consumer({**client_logging(), "bootstrap.servers": self.bootstrap,
                              "group.id": f"kmq-bench-{uuid.uuid4().hex}",
                              "enable.auto.commit": False, "fetch.wait.max.ms": 2,
                              "session.timeout.ms": 6000})
@@ -316,7 +314,7 @@ class _Raw:
         decoding each with fastavro: the raw equivalent of a batch receive, without commits."""
         template = _envelope_template()
         schema, prefix = template["_schema"], template["_prefix"]
-        consumer = Consumer({"bootstrap.servers": self.bootstrap,
+        consumer = Consumer({**client_logging(), "bootstrap.servers": self.bootstrap,
                              "group.id": f"kmq-bench-{uuid.uuid4().hex}",
                              "enable.auto.commit": False, "session.timeout.ms": 6000})
         consumer.assign([TopicPartition(topic, 0, 0)])

@@ -1104,7 +1104,8 @@ def parse_path_name(text: str) -> QueuePath:
 
 def _parse_path_name(text: str) -> QueuePath:
     cursor = _cursor_over(text, "path name")
-    hint = "use parse_format_name or parse_queue_reference for format names"
+    hint = ("a path name is Computer\\Queue or Computer\\private$\\Queue ('.' is this computer); "
+            "a format name (PUBLIC=, DIRECT=...) names an existing queue, it cannot be created")
     if cursor.take("FORMATNAME:") or _looks_like_format_name(cursor):
         cursor.fail("expected a path name (Computer\\Queue), not a format name", cursor.pos, hint)
     start, end = cursor.span("\\")

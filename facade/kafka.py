@@ -52,11 +52,28 @@ __all__ = [
     "poll_producer",
     "produce_and_wait",
     "produce_async",
+    "client_logging",
     "refusal",
+    "refused_bootstrap_servers",
     "resolve_bootstrap_servers",
 ]
 
 log = logging.getLogger("kmq.kafka")
+
+#: Where librdkafka's own log lines go (every kmq client sets it as ``logger``), instead of
+#: straight to stderr: an unreachable broker printed some 200 ``FAIL ... Connection refused``
+#: lines before kmq's one-line error. Quiet by default (level above CRITICAL, no handler of its
+#: own); to see them: ``logging.getLogger("kmq.librdkafka").setLevel(logging.DEBUG)`` and a handler
+#: (or ``KMQ_LIBRDKAFKA_LOG=DEBUG`` for the CLI).
+LIBRDKAFKA_LOG = logging.getLogger("kmq.librdkafka")
+LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
+if LIBRDKAFKA_LOG.level == logging.NOTSET:
+    LIBRDKAFKA_LOG.setLevel(logging.CRITICAL + 1)
+
+
+def client_logging() -> dict[str, Any]:
+    """librdkafka settings that route a client's logs to :data:`LIBRDKAFKA_LOG` (see there)."""
+    return {"logger": LIBRDKAFKA_LOG}
 #: (bootstrap servers, replicas given, replicas configured) already warned about.
 _WARNED_LESS_DURABLE: set[tuple[str, int, int]] = set()
 
@@ -185,6 +202,43 @@ def map_kafka_errors(operation: str, topic: str | None = None) -> Iterator[None]
         raise kafka_error_to_queue_error(error, operation, topic) from exc
 
 
+def refused_bootstrap_servers(bootstrap_servers: str, timeout: float = 1.0) -> str | None:
+    """Why no bootstrap server can be reached at all, or None when one may be.
+
+    A quick TCP connect to each ``host:port``: a refused connection or a name that does not
+    resolve is final, so the caller fails at once instead of waiting out librdkafka's retries.
+    Anything else (a connect that times out, a server that accepts) is left to the Kafka client.
+
+    Args:
+        bootstrap_servers (str): librdkafka ``bootstrap.servers`` (``host:port,...``, optionally
+            ``PROTOCOL://host:port``).
+        timeout (float): seconds per connect attempt.
+
+    Returns:
+        str | None: the reason for each server (``127.0.0.1:1: connection refused``), or None.
+    """
+    import socket
+
+    reasons = []
+    for server in filter(None, (s.strip() for s in bootstrap_servers.split(","))):
+        address = server.rsplit("://", 1)[-1]
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]")
+        if not host or not port.isdigit():
+            return None  # not ours to judge: librdkafka reports it
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout).close()
+        except ConnectionRefusedError:
+            reasons.append(f"{server}: connection refused")
+        except socket.gaierror as exc:
+            reasons.append(f"{server}: host name does not resolve ({exc.strerror})")
+        except OSError:
+            return None  # a timeout or a route problem may pass: let the client retry
+        else:
+            return None
+    return "; ".join(reasons) or None
+
+
 def resolve_bootstrap_servers(config: KmqConfig) -> str:
     """The brokers to use: configured ones, else the running dev stack broker.
 
@@ -264,7 +318,8 @@ class KafkaSession:
                  client_id: str = "kmq", *, replication_factor: int = DEFAULT_REPLICATION_FACTOR,
                  min_insync_replicas: int | None = None):
         self.bootstrap_servers = bootstrap_servers
-        self._base = {"bootstrap.servers": bootstrap_servers, "client.id": client_id, **(options or {})}
+        self._base = {"bootstrap.servers": bootstrap_servers, "client.id": client_id,
+                      **client_logging(), **(options or {})}
         self._admin: AdminClient | None = None
         self.replication_factor, self.min_insync_replicas = replication_settings(
             replication_factor, min_insync_replicas)
@@ -363,6 +418,12 @@ class KafkaSession:
         Raises:
             BrokerUnavailable: no answer within ``timeout`` seconds; names the bootstrap servers.
         """
+        refused = refused_bootstrap_servers(self.bootstrap_servers)
+        if refused:
+            raise BrokerUnavailable(
+                f"Kafka broker {self.bootstrap_servers} refused the connection ({refused})",
+                hint="start it (`kmq dev up` for the local one) or fix KMQ_BOOTSTRAP_SERVERS",
+            )
         try:
             self.admin.list_topics(timeout=timeout)
         except KafkaException as exc:

@@ -20,6 +20,7 @@ from facade.config import KmqConfig
 from facade.envelope import encode_message
 from facade.errors import (
     DirectoryObjectNotFound,
+    InvalidParameter,
     QueueExists,
     QueueNotFound,
     UnsupportedFormatNameOperation,
@@ -101,7 +102,8 @@ class QueueManager:
         self.sender = Sender(self)
 
     @classmethod
-    def open(cls, config: KmqConfig | None = None, **overrides: Any) -> QueueManager:
+    def open(cls, config: KmqConfig | None = None, *, lease_ids: bool = True,
+             **overrides: Any) -> QueueManager:
         """Connect to the configured broker (or the dev stack) and initialise the queue manager.
 
         Creates the registry topics and the system queues if they are missing, and registers
@@ -109,6 +111,9 @@ class QueueManager:
 
         Args:
             config (KmqConfig | None): configuration; default :meth:`KmqConfig.load`.
+            lease_ids (bool): lease the first block of message ids now, so sends can draw ids
+                while the broker is away later; False leaves it to the first send (an admin
+                command that sends nothing saves a producer and a round trip, about 0.5 s).
             **overrides: passed to :meth:`KmqConfig.load` (``bootstrap_servers=``, ...).
 
         Raises:
@@ -130,7 +135,8 @@ class QueueManager:
             raise
         try:
             manager._ensure_system_queues()
-            manager.ids.prepare()  # the first message-id block, leased while the broker answers
+            if lease_ids:
+                manager.ids.prepare()  # the first message-id block, leased while the broker answers
             manager.sender.recover()
         except BaseException:
             manager.close()
@@ -195,7 +201,9 @@ class QueueManager:
             QueueExists: a queue with that path exists.
             UnsupportedFormatNameOperation: the path names a journal, subqueue or system queue,
                 or another queue manager.
-            InvalidParameter: a property outside its range.
+            InvalidParameter: a property outside its range, or ``authenticate`` /
+                ``privacy_level=2`` (BODY), which kmq cannot enforce yet (refused, never
+                accepted and ignored).
             DirectoryUnavailable: a public queue (a path without ``private$``) and no directory
                 (workgroup mode) or it is down; nothing is created.
 
@@ -203,6 +211,7 @@ class QueueManager:
         queue's PROPID_Q_INSTANCE, so ``PUBLIC=<guid>`` names it) with its properties as
         attributes; the queue manager is published first if needed.
         """
+        _check_enforceable_queue(authenticate=authenticate, privacy_level=privacy_level)
         queue_path = self._local_path(path)
         topics = queue_topics(self.name, queue_path.queue_name, private=queue_path.private)
         properties = QueueProperties(
@@ -325,11 +334,11 @@ class QueueManager:
                  "receipts_topic", "instance", "create_time", "modify_time", "transactional"}
         bad = set(changes) & fixed | set(changes) - set(QueueProperties.__dataclass_fields__)
         if bad:
-            from facade.errors import InvalidParameter
-
             raise InvalidParameter(f"queue properties {sorted(bad)} cannot be set",
                                    hint="settable: label, journal, quota_kb, journal_quota_kb, "
                                    "base_priority, type_id, authenticate, privacy_level")
+        _check_enforceable_queue(**{name: changes[name] for name in
+                                    ("authenticate", "privacy_level") if name in changes})
         updated = self._properties(path_or_format_name).with_changes(**changes)
         if not updated.private:
             published = {name: getattr(updated, name) for name in changes
@@ -589,3 +598,20 @@ def _unique_queue_number(properties: QueueProperties, existing: Any) -> QueuePro
     while properties.queue_number in taken:
         properties = dataclasses.replace(properties, instance=str(uuid.uuid4()))
     return properties
+
+
+def _check_enforceable_queue(authenticate: bool = False, privacy_level: int = 0) -> None:
+    """Refuse queue settings that kmq cannot enforce yet: it neither verifies signatures nor
+    decrypts, so such a queue would accept unsigned plain-text messages.
+
+    Raises:
+        InvalidParameter: ``authenticate`` is true or ``privacy_level`` is 2 (BODY).
+    """
+    asked = ([f"authenticate={authenticate!r}"] if authenticate else []) + (
+        [f"privacy_level={privacy_level!r}"] if privacy_level == 2 else [])
+    if asked:
+        raise InvalidParameter(
+            f"queue settings {', '.join(asked)} are not supported yet: kmq does not verify "
+            "signatures or decrypt, so the queue would accept unsigned plain-text messages",
+            hint="create the queue with authenticate=False and privacy_level 0 (NONE) or 1 "
+                 "(OPTIONAL)")

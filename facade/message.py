@@ -37,9 +37,12 @@ from dataclasses import MISSING, dataclass, field, fields
 from enum import IntEnum, IntFlag
 from typing import Any, ClassVar, TypeVar, cast
 
-from facade.errors import InvalidParameter
+from facade.errors import InvalidParameter, TransactionUsage
 
 __all__ = [
+    "SECURITY_PROPERTIES",
+    "check_enforceable",
+    "unsupported_security",
     "DEFAULT_PRIORITY",
     "MAX_DURATION",
     "MAX_LABEL_LENGTH",
@@ -820,6 +823,44 @@ class AcknowledgedQueue:
 #: Each property's default object (``properties``, built per message, is checked apart).
 _DEFAULTS: dict[str, object] = {f.name: f.default for f in fields(Message)
                                 if f.default is not MISSING}
+
+#: Message properties that ask for signing or encryption, which kmq does not do yet. A send that
+#: sets one (to anything but its default) is refused: never accepted and sent unprotected. The
+#: Spark sink refuses the columns of these names with the same error.
+SECURITY_PROPERTIES = ("auth_level", "privacy_level", "hash_algorithm", "encryption_algorithm",
+                       "sender_certificate", "signature", "destination_symmetric_key",
+                       "authenticated")
+
+
+def unsupported_security(names: Iterable[str], hint: str | None = None) -> InvalidParameter:
+    """The error for a send that asks for signing or encryption (see
+    :data:`SECURITY_PROPERTIES`).
+
+    Args:
+        names (Iterable[str]): the properties (or Spark columns) that ask for it.
+        hint (str | None): what to do instead; default: leave them at their defaults.
+    """
+    return InvalidParameter(
+        f"message signing and encryption ({', '.join(sorted(names))}) are not supported yet: "
+        "kmq does not sign or encrypt messages, and will not send one unprotected",
+        hint=hint or "leave these properties at their defaults (send without them)")
+
+
+def check_enforceable(message: Message) -> None:
+    """Refuse a message that asks for what kmq does not enforce yet (checked at every send).
+
+    Raises:
+        InvalidParameter: a security property (:data:`SECURITY_PROPERTIES`) is set.
+        TransactionUsage: ``transaction_id`` is set: kmq does not send in MSMQ transactions yet.
+    """
+    values = message.__dict__
+    asked = [name for name in SECURITY_PROPERTIES if values[name] != _DEFAULTS[name]]
+    if asked:
+        raise unsupported_security(asked)
+    if message.transaction_id is not None:
+        raise TransactionUsage(
+            "sending in an MSMQ transaction is not supported yet: kmq would send the message "
+            "outside it", hint="send without transaction_id")
 
 
 def _check_label(value: object) -> None:

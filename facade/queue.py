@@ -33,9 +33,10 @@ from facade.errors import (
     MessageQueueError,
     QueueQuotaExceeded,
     ReceiveTimeout,
+    TransactionUsage,
     UnsupportedFormatNameOperation,
 )
-from facade.message import JournalLevel, Message, MessageClass, MessageId
+from facade.message import JournalLevel, Message, MessageClass, MessageId, check_enforceable
 from facade.queuestate import IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
 from facade.sender import SendTracker
@@ -128,7 +129,10 @@ class MessageQueue:
 
         Raises:
             UnsupportedFormatNameOperation: a destination is read-only (journal, dead-letter).
-            InvalidParameter: a property outside its range.
+            InvalidParameter: a property outside its range, or one asking for signing or
+                encryption (not supported yet: refused, never sent unprotected).
+            TransactionUsage: a destination is a transactional queue, or ``transaction_id`` is
+                set (kmq does not send in transactions yet).
             BrokerUnavailable: ``wait`` and the broker did not acknowledge in time.
             QueueQuotaExceeded: a copy would take its queue past its quota and was not
                 dead-lettered (the other copies were sent).
@@ -147,6 +151,15 @@ class MessageQueue:
                                source_machine_id=self.manager.guid,
                                destination_format_name=self.format_name)
         sent.check()  # once per send: the application may have edited it since construction
+        check_enforceable(sent)  # signing, encryption, transactions: refused, never ignored
+        for destination in destinations:
+            properties = destination.properties
+            if properties is not None and properties.transactional:
+                raise TransactionUsage(
+                    f"{destination.format_name!r} is a transactional queue and kmq does not send "
+                    "in transactions yet: MSMQ rejects a nontransactional message there "
+                    "(NACK_NOT_TRANSACTIONAL_MSG)", queue=destination.format_name,
+                    hint="send to a nontransactional queue")
         outputs = self.manager.outputs
         accepted = []
         refused = []  # over quota and not dead-lettered: the sender must hear of it

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from facade.directory.objects import PublicQueueEntry
 from facade.errors import InvalidParameter
 from facade.formatnames import (
     DistributionListFormatName,
@@ -30,6 +29,7 @@ from facade.formatnames import (
 )
 
 if TYPE_CHECKING:
+    from facade.directory.objects import PublicQueueEntry
     from facade.manager import Destination, QueueManager
 
 __all__ = ["Resolver", "elements_of", "is_dynamic"]
@@ -112,6 +112,10 @@ class Resolver:
 
     def _distribution_list(self, fn: DistributionListFormatName,
                            for_send: bool) -> list[Destination]:
+        # Here, not at module level: facade.directory loads ldap3, which only names that need
+        # the directory should pay for (kmq start-up time).
+        from facade.directory.objects import PublicQueueEntry
+
         recipients = self.manager.directory.expand(str(fn), check_send=for_send)
         resolved: list[Destination] = []
         for recipient in recipients:

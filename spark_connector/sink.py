@@ -67,6 +67,7 @@ from facade.message import (
     Message,
     MessageClass,
     MessageId,
+    unsupported_security,
 )
 from facade.topics import system_topics
 from spark_connector.resolve import QueueTarget, Resolution, resolve
@@ -232,10 +233,9 @@ _SECURITY_COLUMNS = ("auth_level", "privacy_level", "hash_algorithm", "encryptio
 
 
 def _unsupported_security(names: Iterable[str]) -> InvalidParameter:
-    return InvalidParameter(
-        f"message signing and encryption ({', '.join(sorted(names))}) are not supported yet: "
-        "the kmq facade does not sign or encrypt messages",
-        hint="drop these columns; spark_connector.sink.secure_message is where it will go")
+    # The facade's error (facade.message.unsupported_security), with the sink's own hint.
+    return unsupported_security(
+        names, hint="drop these columns; spark_connector.sink.secure_message is where it will go")
 
 
 def check_schema(schema: Any) -> str:

@@ -34,6 +34,27 @@ app.command("demo")(demo.demo)
 app.command("doctor")(doctor.doctor)
 
 
+def _librdkafka_logging() -> None:
+    """``KMQ_LIBRDKAFKA_LOG=DEBUG`` (or INFO, WARNING, ERROR) prints librdkafka's own log lines
+    at that level and above on stderr; unset, they are not shown (see facade.kafka)."""
+    import os
+
+    level = os.environ.get("KMQ_LIBRDKAFKA_LOG", "").strip().upper()
+    if not level:
+        return
+    import logging
+
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise SystemExit(f"error: KMQ_LIBRDKAFKA_LOG={level!r}; give DEBUG, INFO, WARNING, "
+                         "ERROR or CRITICAL, or unset it")
+    logger = logging.getLogger("kmq.librdkafka")
+    logger.setLevel(level)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("librdkafka %(levelname)s %(message)s"))
+    logger.addHandler(handler)
+
+
 def main() -> None:
     """Console-script entry point."""
+    _librdkafka_logging()
     app()

@@ -12,9 +12,9 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from facade.errors import MessageQueueError
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "JsonOption", "emit", "fail_on_errors"]
 
@@ -23,7 +23,8 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 console = Console()
-err_console = Console(stderr=True)
+#: soft_wrap: an error is one line however long, never folded at the terminal's width.
+err_console = Console(stderr=True, soft_wrap=True)
 
 JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.")
 
@@ -50,13 +51,26 @@ def key_value_table(title: str, rows: Mapping[str, Any] | Sequence[tuple[str, An
 
 
 @contextmanager
-def fail_on_errors() -> Iterator[None]:
-    """Turn a :class:`MessageQueueError` into one red line on stderr and exit code 1."""
+def fail_on_errors(as_json: bool = False) -> Iterator[None]:
+    """Turn a :class:`MessageQueueError` into one red line on stderr and exit code 1.
+
+    Args:
+        as_json (bool): the command was given ``--json``: stdout also gets the error as JSON,
+            ``{"error": {"code": "MQ_ERROR_IO_TIMEOUT", "message": ..., "hint": ...}}``, so a
+            script reading stdout always gets one JSON document (a receive that timed out
+            printed nothing there).
+    """
+    from facade.errors import MessageQueueError  # here: importing kmq's API costs start-up time
+
     try:
         yield
     except MessageQueueError as exc:
+        if as_json:
+            typer.echo(json.dumps({"error": {"code": exc.error_code, "message": exc.message,
+                                             "hint": exc.hint}}, indent=2, sort_keys=True))
         code = f" [{exc.error_code}]" if exc.error_code else ""
-        err_console.print(f"[red]error{code}:[/red] {exc.message}", highlight=False)
+        # escape: a message or hint holding "[...]" (a queue name, a list) is text, not markup
+        err_console.print(f"[red]error{code}:[/red] {escape(exc.message)}", highlight=False)
         if exc.hint:
-            err_console.print(f"[dim]hint:[/dim] {exc.hint}", highlight=False)
+            err_console.print(f"[dim]hint:[/dim] {escape(exc.hint)}", highlight=False)
         raise typer.Exit(EXIT_FAILED) from exc

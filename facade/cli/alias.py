@@ -47,7 +47,7 @@ def create(name: str = NameArg, format_name: str = FormatNameArg,
 
     Example: kmq alias create orders-eu 'DIRECT=OS:qm1\private$\orders'
     """
-    with open_directory() as directory:
+    with open_directory(as_json) as directory:
         entry = directory.create_alias(name, format_name, description=description)
     emit(alias_dict(entry), as_json, lambda d: _table("queue alias created", d))
 
@@ -58,7 +58,7 @@ def show(name: str = NameArg, as_json: bool = JsonOption) -> None:
 
     Example: kmq alias show orders-eu
     """
-    with open_directory() as directory:
+    with open_directory(as_json) as directory:
         entry = directory.alias(name)
     emit(alias_dict(entry), as_json, lambda d: _table(f"alias:{d['name']}", d))
 
@@ -69,7 +69,7 @@ def list_aliases(as_json: bool = JsonOption) -> None:
 
     Example: kmq alias list --json
     """
-    with open_directory() as directory:
+    with open_directory(as_json) as directory:
         rows = [alias_dict(e) for e in directory.aliases()]
 
     def render(data: list[dict[str, Any]]) -> Table:
@@ -90,7 +90,7 @@ def set_target(name: str = NameArg, format_name: str = FormatNameArg,
 
     Example: kmq alias set orders-eu PUBLIC=1b3c...e9
     """
-    with open_directory() as directory:
+    with open_directory(as_json) as directory:
         entry = directory.set_alias_target(name, format_name)
     emit(alias_dict(entry), as_json, lambda d: _table("queue alias updated", d))
 
@@ -101,7 +101,7 @@ def delete(name: str = NameArg, as_json: bool = JsonOption) -> None:
 
     Example: kmq alias delete orders-eu
     """
-    with open_directory() as directory:
+    with open_directory(as_json) as directory:
         entry = directory.alias(name)
         directory.delete_alias(name)
     emit({"deleted": f"alias:{entry.name}"}, as_json, lambda d: f"deleted {d['deleted']}")

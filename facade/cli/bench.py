@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from facade.bench import DEFAULT_SCENARIOS, SCENARIOS, BenchReport, run_benchmarks
+from facade.benchnames import DEFAULT_SCENARIOS, SCENARIO_NAMES
 from facade.cli._options import text_option
 from facade.cli._output import EXIT_USAGE, JsonOption, console, fail_on_errors
+
+if TYPE_CHECKING:  # facade.bench loads the Kafka client and fastavro: only when the bench runs
+    from facade.bench import BenchReport
 
 #: Largest --payload: MSMQ's message size limit, 4 MB.
 MAX_PAYLOAD = 4 * 1024 * 1024
@@ -50,7 +54,7 @@ def bench(
                                 help=f"Body size in bytes (0 to {MAX_PAYLOAD})."),
     scenario: list[str] = text_option(
         None, "--scenario", "-s",
-        help=f"Scenario to run (repeatable): {', '.join(SCENARIOS)}. Default: "
+        help=f"Scenario to run (repeatable): {', '.join(SCENARIO_NAMES)}. Default: "
              f"{', '.join(DEFAULT_SCENARIOS)} (spark-decode starts a JVM: name it to run it)."),
     as_json: bool = JsonOption,
 ) -> None:
@@ -63,13 +67,15 @@ def bench(
     Example: kmq bench --messages 5000 --rounds 5 --scenario express-send --scenario receive
     """
     chosen = list(scenario or DEFAULT_SCENARIOS)
-    unknown = [s for s in chosen if s not in SCENARIOS]
+    unknown = [s for s in chosen if s not in SCENARIO_NAMES]
     if unknown:
         Console(stderr=True).print(f"[red]error:[/red] unknown scenario {', '.join(unknown)}; "
-                                   f"choose from {', '.join(SCENARIOS)}", highlight=False)
+                                   f"choose from {', '.join(SCENARIO_NAMES)}", highlight=False)
         raise typer.Exit(EXIT_USAGE)
     progress = Console(stderr=True)
-    with fail_on_errors():
+    from facade.bench import run_benchmarks
+
+    with fail_on_errors(as_json):
         report = run_benchmarks(messages=messages, rounds=rounds, payload=payload,
                                 scenarios=chosen,
                                 progress=lambda line: progress.print(line, highlight=False))

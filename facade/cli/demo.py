@@ -67,7 +67,7 @@ Example: kmq demo --limit 2000
 
     options = DemoOptions(corpus=corpus, limit=limit, report_dir=report_dir, keep=keep,
                           receivers=receivers)
-    with fail_on_errors():
+    with fail_on_errors(as_json):
         result = run_demo(options, err_console)
     emit(result.summary, as_json, render_summary)
     if result.exit_code:

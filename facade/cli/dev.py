@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
-from facade.config import KmqConfig
-from facade.devstack import DevStack, DevStatus
+
+if TYPE_CHECKING:
+    from facade.devstack import DevStatus
+
+
+def _stack():  # noqa: ANN202 - DevStack, imported when a command runs (start-up time)
+    from facade.config import KmqConfig
+    from facade.devstack import DevStack
+
+    return DevStack(KmqConfig.load())
+
 
 app = typer.Typer(help="Start, stop and inspect the local dev stack (broker + embedded directory).",
                   no_args_is_help=True)
@@ -31,16 +42,16 @@ def up(as_json: bool = JsonOption) -> None:
 
     Example: kmq dev up && kmq dev status
     """
-    with fail_on_errors():
-        status = DevStack(KmqConfig.load()).up()
+    with fail_on_errors(as_json):
+        status = _stack().up()
     emit(status.to_dict(), as_json, lambda _: _render(status))
 
 
 @app.command()
 def down(as_json: bool = JsonOption) -> None:
     """Stop the local broker (its queues and messages are lost: it keeps them in memory)."""
-    with fail_on_errors():
-        stopped = DevStack(KmqConfig.load()).down()
+    with fail_on_errors(as_json):
+        stopped = _stack().down()
     emit({"stopped": stopped}, as_json,
          lambda _: "local broker stopped" if stopped else "no local broker was running")
 
@@ -48,6 +59,6 @@ def down(as_json: bool = JsonOption) -> None:
 @app.command()
 def status(as_json: bool = JsonOption) -> None:
     """Show what runs where: broker pid and port, directory file, warnings."""
-    with fail_on_errors():
-        current = DevStack(KmqConfig.load()).status()
+    with fail_on_errors(as_json):
+        current = _stack().status()
     emit(current.to_dict(), as_json, lambda _: _render(current))

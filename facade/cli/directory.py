@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
-from facade.config import KmqConfig
 
 if TYPE_CHECKING:
     from facade.acl import SecurityDescriptor
@@ -28,16 +27,17 @@ app = typer.Typer(help="Initialise and inspect the directory of public objects."
 
 
 @contextmanager
-def open_directory() -> Iterator[Directory]:
+def open_directory(as_json: bool = False) -> Iterator[Directory]:
     """The configured directory, opened for ``KMQ_PRINCIPAL`` and this queue manager's name.
 
     A :class:`~facade.errors.MessageQueueError` (workgroup mode, server down, no such object,
     access denied...) becomes one error line with its hint and exit code 1; the directory is
-    closed either way.
+    closed either way; ``as_json`` also prints the error as JSON on stdout.
     """
+    from facade.config import KmqConfig
     from facade.directory import Directory  # ldap3 is imported only by directory commands
 
-    with fail_on_errors(), Directory.open(KmqConfig.load()) as directory:
+    with fail_on_errors(as_json), Directory.open(KmqConfig.load()) as directory:
         yield directory
 
 
@@ -64,7 +64,7 @@ def init(as_json: bool = JsonOption) -> None:
 
     Example: kmq directory init
     """
-    with open_directory() as directory:
+    with open_directory(as_json) as directory:
         created = directory.initialize()
         status = directory.status()
     emit({"created": created, **status}, as_json,
@@ -77,6 +77,6 @@ def status(as_json: bool = JsonOption) -> None:
 
     Example: kmq directory status --json
     """
-    with open_directory() as directory:
+    with open_directory(as_json) as directory:
         data = directory.status()
     emit(data, as_json, lambda d: key_value_table("directory", d))

@@ -8,12 +8,14 @@ dead-letter messages but never send to them (MSMQ's rule).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
-from facade.cli._messages import emit_listing, message_detail
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
-from facade.formatnames import SystemQueue
-from facade.manager import QueueManager
+
+if TYPE_CHECKING:  # kmq's API is imported when a command runs, not for --help
+    from facade.manager import QueueManager
 
 app = typer.Typer(help="Inspect and empty the dead-letter queues.", no_args_is_help=True)
 
@@ -24,6 +26,8 @@ LimitOption = typer.Option(100, "--limit", min=1, help="List at most this many m
 
 def dead_letter_format_name(manager: QueueManager, transactional: bool) -> str:
     """``MACHINE=<guid>;DEADLETTER`` (or ``;DEADXACT``) of ``manager``."""
+    from facade.formatnames import SystemQueue
+
     queue = SystemQueue.DEADXACT if transactional else SystemQueue.DEADLETTER
     return f"MACHINE={manager.guid};{queue.value}"
 
@@ -38,7 +42,10 @@ def list_messages(transactional: bool = TransactionalOption, limit: int = LimitO
 
     Example: kmq dlq list --limit 20
     """
-    with fail_on_errors(), QueueManager.open() as qm:
+    from facade.cli._messages import emit_listing, message_detail
+    from facade.manager import QueueManager
+
+    with fail_on_errors(as_json), QueueManager.open(lease_ids=False) as qm:
         emit_listing(qm, dead_letter_format_name(qm, transactional), limit, as_json)
 
 
@@ -49,7 +56,10 @@ def show(lookup_id: int = typer.Argument(..., min=0, help="The message's lookup 
 
     Example: kmq dlq show 3
     """
-    with fail_on_errors(), QueueManager.open() as qm:
+    from facade.cli._messages import emit_listing, message_detail
+    from facade.manager import QueueManager
+
+    with fail_on_errors(as_json), QueueManager.open(lease_ids=False) as qm:
         fn = dead_letter_format_name(qm, transactional)
         data = message_detail(qm.open_queue(fn).peek_by_lookup_id(lookup_id))
     emit(data, as_json, lambda d: key_value_table(f"{fn} lookup id {lookup_id}", d))
@@ -61,7 +71,10 @@ def purge(transactional: bool = TransactionalOption, as_json: bool = JsonOption)
 
     Example: kmq dlq purge --transactional
     """
-    with fail_on_errors(), QueueManager.open() as qm:
+    from facade.cli._messages import emit_listing, message_detail
+    from facade.manager import QueueManager
+
+    with fail_on_errors(as_json), QueueManager.open(lease_ids=False) as qm:
         fn = dead_letter_format_name(qm, transactional)
         removed = qm.open_queue(fn).purge()
     emit({"purged": removed, "queue": fn}, as_json,

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import typer
 
 from facade.cli._options import text_option
 from facade.cli._output import EXIT_FAILED, JsonOption, emit, fail_on_errors
-from facade.config import KmqConfig
-from facade.errors import AccessDenied
-from facade.kafka import KafkaSession, TopicDescription
-from facade.topics import TOPIC_PREFIX, TopicRole, escape_name, topic_role
-from facade.topicsettings import topic_config
+
+if TYPE_CHECKING:  # the Kafka client and configuration load when the command runs (start-up time)
+    from facade.config import KmqConfig
+    from facade.kafka import KafkaSession, TopicDescription
 
 __all__ = ["ERROR", "WARNING", "Finding", "cluster_findings", "doctor", "topic_findings"]
 
@@ -55,20 +55,21 @@ _WHY = {
     "min.insync.replicas": "an acknowledged acks=all write (a recoverable message, a receipt) "
                            "must be on this many replicas",
 }
+#: By topic role name (facade.topics.TopicRole, imported when the command runs).
 _RECREATE = {
-    TopicRole.MESSAGES: "receive its messages, then recreate the queue's topics (kmq queue delete "
+    "MESSAGES": "receive its messages, then recreate the queue's topics (kmq queue delete "
                         "and kmq queue create; a system queue: kafka-topics --delete, and kmq "
                         "recreates it on the next kmq qm init)",
-    TopicRole.RECEIPTS: "receive the queue's messages, then recreate its topics (kmq queue delete "
+    "RECEIPTS": "receive the queue's messages, then recreate its topics (kmq queue delete "
                         "and kmq queue create)",
-    TopicRole.REGISTRY: "copy its records out, delete it (kafka-topics --delete), run kmq qm init "
+    "REGISTRY": "copy its records out, delete it (kafka-topics --delete), run kmq qm init "
                         "to recreate it, and write the records back",
 }
 _WHY_CLEANUP = {
-    TopicRole.MESSAGES: "compaction keeps one record per key and drops messages",
-    TopicRole.RECEIPTS: "compaction keeps one record per key and drops receipts, which brings "
+    "MESSAGES": "compaction keeps one record per key and drops messages",
+    "RECEIPTS": "compaction keeps one record per key and drops receipts, which brings "
                         "received messages back",
-    TopicRole.REGISTRY: "the registry keeps the latest record per queue; without compaction it "
+    "REGISTRY": "the registry keeps the latest record per queue; without compaction it "
                         "loses queue definitions to retention",
 }
 
@@ -117,6 +118,9 @@ def topic_findings(topic: TopicDescription, replicas: int, min_insync: int,
         list[Finding]: the findings, all of severity ``error``; empty when all is well. A topic
         that is not kmq's (no :func:`~facade.topics.topic_role`) gives none.
     """
+    from facade.topics import topic_role
+    from facade.topicsettings import topic_config
+
     role = topic_role(topic.name)
     if role is None:
         return []
@@ -128,7 +132,7 @@ def topic_findings(topic: TopicDescription, replicas: int, min_insync: int,
     if topic.partitions != 1:
         error("partitions", topic.partitions, 1,
               "offsets of one partition are the arrival order and the lookup ids",
-              _RECREATE[role] + "; Kafka cannot reduce partitions")
+              _RECREATE[role.name] + "; Kafka cannot reduce partitions")
     if topic.replication_factor < replicas:
         error("replication factor", topic.replication_factor, replicas,
               "a topic with fewer replicas loses acknowledged messages with a broker",
@@ -141,7 +145,7 @@ def topic_findings(topic: TopicDescription, replicas: int, min_insync: int,
         if value is None or _satisfies(key, value, wanted):
             continue
         shown = value if found is not None else f"not set (Kafka's default {value})"
-        why = _WHY_CLEANUP[role] if key == "cleanup.policy" else _WHY[key]
+        why = _WHY_CLEANUP[role.name] if key == "cleanup.policy" else _WHY[key]
         error(key, shown, f"at least {wanted}" if key in _AT_LEAST else wanted, why,
               _kafka_configs(bootstrap_servers, topic.name, key, wanted))
     insync = topic.configs.get("min.insync.replicas")
@@ -191,6 +195,8 @@ def cluster_findings(session: KafkaSession, config: KmqConfig, brokers: int) -> 
             "configured",
             f"add brokers, or set KMQ_REPLICATION_FACTOR={brokers} (replication_factor in "
             "kmq.toml) to accept it"))
+    from facade.errors import AccessDenied
+
     try:
         validates = session.validates_topic_configs()
     except AccessDenied as exc:
@@ -212,6 +218,8 @@ def cluster_findings(session: KafkaSession, config: KmqConfig, brokers: int) -> 
 
 
 def _kmq_topics(names: Iterable[str], queue_manager: str | None) -> list[str]:
+    from facade.topics import TOPIC_PREFIX, TopicRole, escape_name, topic_role
+
     prefix = None if queue_manager is None else f"{TOPIC_PREFIX}{escape_name(queue_manager)}."
     return sorted(
         name for name in names if (role := topic_role(name)) is not None
@@ -235,7 +243,10 @@ def doctor(
 
     Example: kmq doctor --json
     """
-    with fail_on_errors():
+    from facade.config import KmqConfig
+    from facade.kafka import KafkaSession
+
+    with fail_on_errors(as_json):
         config = KmqConfig.load()
         session = KafkaSession.from_config(config, client_id="kmq-doctor")
         try:

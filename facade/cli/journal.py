@@ -7,14 +7,16 @@ journal ``MACHINE=<guid>;JOURNAL``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
-from facade.cli._messages import emit_listing
+from facade.cli._names import resolve_queue_name
 from facade.cli._options import text_argument
 from facade.cli._output import JsonOption, fail_on_errors
-from facade.errors import UnsupportedFormatNameOperation
-from facade.formatnames import QueuePath, SystemQueue, parse_queue_reference, path_to_format_name
-from facade.manager import QueueManager
+
+if TYPE_CHECKING:  # kmq's API is imported when a command runs, not for --help
+    from facade.manager import QueueManager
 
 app = typer.Typer(help="List queue journals and the machine journal.", no_args_is_help=True)
 
@@ -28,7 +30,10 @@ def journal_format_name(manager: QueueManager, queue: str) -> str:
         UnsupportedFormatNameOperation: ``queue`` is a system queue or several queues, which
             have no journal.
     """
-    reference = parse_queue_reference(queue)
+    from facade.errors import UnsupportedFormatNameOperation
+    from facade.formatnames import QueuePath, parse_queue_reference, path_to_format_name
+
+    reference = parse_queue_reference(resolve_queue_name(manager, queue))
     if isinstance(reference, QueuePath):
         reference = path_to_format_name(reference, machine=manager.name)
     with_journal = getattr(reference, "with_journal", None)
@@ -42,8 +47,8 @@ def journal_format_name(manager: QueueManager, queue: str) -> str:
 @app.command("list")
 def list_messages(
         queue: str = text_argument(None, show_default=False,
-                                   help=r"Queue whose journal to list: path name "
-                                        r"(.\private$\orders) or format name."),
+                                   help=r"Queue whose journal to list: NAME, path name "
+                                        r"(.\private$\orders), format name or alias:NAME."),
         machine: bool = typer.Option(False, "--machine",
                                      help="List the machine journal (MACHINE=<guid>;JOURNAL)."),
         limit: int = typer.Option(100, "--limit", min=1, help="List at most this many messages."),
@@ -58,7 +63,11 @@ def list_messages(
     if machine == (queue is not None):
         raise typer.BadParameter("give either a QUEUE or --machine (exactly one)",
                                  param_hint="QUEUE / --machine")
-    with fail_on_errors(), QueueManager.open() as qm:
+    from facade.cli._messages import emit_listing
+    from facade.formatnames import SystemQueue
+    from facade.manager import QueueManager
+
+    with fail_on_errors(as_json), QueueManager.open(lease_ids=False) as qm:
         fn = (f"MACHINE={qm.guid};{SystemQueue.JOURNAL.value}" if machine
               else journal_format_name(qm, queue))
         emit_listing(qm, fn, limit, as_json)

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
 from facade.cli._options import seconds_option
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
-from facade.formatnames import SystemQueue
-from facade.manager import QueueManager
-from facade.service import QueueManagerService, SweepReport
+
+if TYPE_CHECKING:  # kmq's API is imported when a command runs, not for --help
+    from facade.manager import QueueManager
+    from facade.service import SweepReport
 
 app = typer.Typer(help="Initialise, inspect and run the queue manager.", no_args_is_help=True)
 
 
 def _info(qm: QueueManager) -> dict:
+    from facade.formatnames import SystemQueue
+
     return {
         "name": qm.name, "guid": str(qm.guid), "bootstrap_servers": qm.session.bootstrap_servers,
         "queues": len(qm.list_queues()),
@@ -29,7 +33,9 @@ def _info(qm: QueueManager) -> dict:
 @app.command()
 def init(as_json: bool = JsonOption) -> None:
     """Register this queue manager (name and GUID) and create its system queues."""
-    with fail_on_errors(), QueueManager.open() as qm:
+    from facade.manager import QueueManager
+
+    with fail_on_errors(as_json), QueueManager.open() as qm:
         data = _info(qm)
     emit(data, as_json, lambda d: key_value_table("queue manager", d))
 
@@ -61,7 +67,10 @@ def run(interval: float = seconds_option(1.0, "--interval", positive=True,
         elif sweep.expired:
             console.print(f"expired {sweep.expired} message(s) in {sweep.queues} queue(s)")
 
-    with fail_on_errors(), QueueManager.open() as qm:
+    from facade.manager import QueueManager
+    from facade.service import QueueManagerService
+
+    with fail_on_errors(as_json), QueueManager.open() as qm:
         service = QueueManagerService(qm)
         try:
             service.run(interval, sweeps=1 if once else None, on_sweep=report)

@@ -5,24 +5,46 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
+from facade.cli._names import resolve_queue_name
 from facade.cli._options import bytes_option, seconds_option, text_argument, text_option
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
-from facade.manager import QueueManager
-from facade.message import Message
+
+if TYPE_CHECKING:  # kmq's API is imported when a command runs, not for --help
+    from facade.manager import QueueManager
+    from facade.message import Message
 
 app = typer.Typer(help="Create, list, show, purge and delete queues.", no_args_is_help=True)
 
-QueueArg = text_argument(..., help=r"Path name (.\private$\orders) or format name.")
+QueueArg = text_argument(
+    ..., help=r"Queue: NAME (this queue manager's), path name (.\private$\orders), format name "
+              "(PUBLIC=, DIRECT=, DL=...), dl:NAME or alias:NAME.")
 
 
 @contextmanager
-def _manager() -> Iterator[QueueManager]:
-    with fail_on_errors(), QueueManager.open() as manager:
+def _manager(as_json: bool = False, *, sends: bool = False) -> Iterator[QueueManager]:
+    """The queue manager for one command; ``sends``: lease message ids up front (see
+    :meth:`QueueManager.open`), which a command that sends nothing skips (start-up time)."""
+    from facade.manager import QueueManager
+
+    with fail_on_errors(as_json), QueueManager.open(lease_ids=sends) as manager:
         yield manager
+
+
+def _queue_dict(properties: Any) -> dict[str, Any]:
+    """Queue properties as printed: creation and modification times in ISO 8601 UTC, the one
+    timestamp style of every kmq command (they were raw epoch seconds)."""
+    import datetime as dt
+
+    data = dataclasses.asdict(properties)
+    for name in ("create_time", "modify_time"):
+        if data.get(name) is not None:
+            data[name] = dt.datetime.fromtimestamp(data[name], dt.UTC).isoformat()
+    return data
 
 
 def _create_path(path: str, public: bool) -> str:
@@ -52,11 +74,11 @@ def create(path: str = text_argument(
     Example: kmq queue create orders --public --label Orders
     """
     queue_path = _create_path(path, public)
-    with _manager() as qm:
+    with _manager(as_json) as qm:
         queue = qm.create_queue(queue_path, label=label, transactional=transactional,
                                 journal=journal, quota_kb=quota_kb)
         props = queue.properties
-    data = dataclasses.asdict(props)
+    data = _queue_dict(props)
     if not props.private:
         data["format_name"] = f"PUBLIC={props.instance}"
     emit(data, as_json, lambda d: key_value_table("queue created", d))
@@ -82,7 +104,7 @@ def locate(label: str = text_option(
     from facade.cli.directory import open_directory
 
     restrictions = {} if transactional is None else {"transactional": transactional}
-    with open_directory() as directory:
+    with open_directory(as_json) as directory:
         found = directory.locate(label=label, type_id=type_id, queue_manager=queue_manager,
                                  **restrictions)
     rows = [{"path_name": q.path_name, "format_name": q.format_name, "label": q.label,
@@ -104,8 +126,8 @@ def locate(label: str = text_option(
 @app.command("list")
 def list_queues(as_json: bool = JsonOption) -> None:
     """List this queue manager's queues."""
-    with _manager() as qm:
-        queues = [dataclasses.asdict(p) for p in qm.list_queues()]
+    with _manager(as_json) as qm:
+        queues = [_queue_dict(p) for p in qm.list_queues()]
 
     def render(rows: list[dict]) -> Table:
         table = Table(title="queues")
@@ -121,9 +143,9 @@ def list_queues(as_json: bool = JsonOption) -> None:
 @app.command()
 def show(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
     """Show a queue's properties and message count."""
-    with _manager() as qm:
-        q = qm.open_queue(queue)
-        data = {**dataclasses.asdict(q.properties), "messages": q.count(),
+    with _manager(as_json) as qm:
+        q = qm.open_queue(resolve_queue_name(qm, queue))
+        data = {**_queue_dict(q.properties), "messages": q.count(),
                 "malformed_receipts": q.malformed_receipts()}
     emit(data, as_json, lambda d: key_value_table(queue, d))
 
@@ -155,59 +177,147 @@ def set_properties(
     for name in ("quota_kb", "journal_quota_kb"):
         if changes.get(name) == 0:
             changes[name] = None  # unlimited
-    with _manager() as qm:
-        props = qm.set_properties(queue, **changes)
-    emit(dataclasses.asdict(props), as_json, lambda d: key_value_table("queue updated", d))
+    with _manager(as_json) as qm:
+        props = qm.set_properties(resolve_queue_name(qm, queue), **changes)
+    emit(_queue_dict(props), as_json, lambda d: key_value_table("queue updated", d))
 
 
 @app.command()
 def purge(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
     """Remove every message now in the queue."""
-    with _manager() as qm:
-        removed = qm.open_queue(queue).purge()
+    with _manager(as_json) as qm:
+        removed = qm.open_queue(resolve_queue_name(qm, queue)).purge()
     emit({"purged": removed}, as_json, lambda d: f"purged {d['purged']} message(s)")
 
 
 @app.command()
 def delete(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
     """Delete a queue, its journal and its messages."""
-    with _manager() as qm:
-        qm.delete_queue(queue)
+    with _manager(as_json) as qm:
+        qm.delete_queue(resolve_queue_name(qm, queue))
     emit({"deleted": queue}, as_json, lambda d: f"deleted {d['deleted']}")
 
 
+def _flag_names(value: str | None, kind: type, option: str) -> Any:
+    """``POSITIVE_ARRIVAL|NEGATIVE_RECEIVE`` (or commas, any case) as a ``kind`` flag value."""
+    if value is None:
+        return None
+    result = kind(0)
+    for word in filter(None, (w.strip().upper() for w in value.replace(",", "|").split("|"))):
+        if word not in kind.__members__:
+            choices = ", ".join(kind.__members__)
+            raise typer.BadParameter(f"{word!r} is not a level; give one or more of {choices} "
+                                     "joined by |", param_hint=f"'{option}'")
+        result |= kind.__members__[word]
+    return result
+
+
+def _body(body: bytes | None, body_file: Any) -> bytes:
+    if (body is None) == (body_file is None):
+        raise typer.BadParameter("give the body either as --body TEXT or as --body-file PATH "
+                                 "('-' reads standard input), exactly one",
+                                 param_hint="'--body' / '--body-file'")
+    return body if body is not None else body_file.read()
+
+
 def send(queue: str = QueueArg,
-         body: str = bytes_option(..., "--body", "-b",
+         body: str = bytes_option(None, "--body", "-b",
                                   help="Message body: the argument's bytes as given (UTF-8 text "
                                        "from a UTF-8 shell, or any bytes)."),
-         label: str = text_option("", help="Message label."),
+         body_file: typer.FileBinaryRead = typer.Option(
+             None, "--body-file", metavar="PATH",
+             help="Read the body from a file; '-' reads standard input."),
+         label: str = text_option("", help="Message label (<= 250 characters)."),
          priority: int = typer.Option(3, min=0, max=7, help="Priority 0-7."),
+         time_to_be_received: float = seconds_option(
+             None, "--time-to-be-received", "--ttbr",
+             help="TTBR: seconds the message may wait in the queue, then it expires (default "
+                  "forever)"),
+         time_to_reach_queue: float = seconds_option(
+             None, "--time-to-reach-queue", "--ttrq",
+             help="TTRQ: seconds the message may take to reach the queue (default forever)"),
+         acknowledge: str = text_option(
+             None, "--acknowledge", metavar="LEVEL",
+             help="Acknowledgments wanted in the admin queue: NONE, POSITIVE_ARRIVAL, "
+                  "POSITIVE_RECEIVE, NEGATIVE_ARRIVAL, NEGATIVE_RECEIVE, NACK_REACH_QUEUE, "
+                  "FULL_REACH_QUEUE, NACK_RECEIVE or FULL_RECEIVE (join several with |)."),
+         admin_queue: str = text_option(None, "--admin-queue", metavar="QUEUE",
+                                        help="Queue for acknowledgments (any queue name form)."),
+         response_queue: str = text_option(None, "--response-queue", metavar="QUEUE",
+                                           help="Queue the receiver should answer to."),
+         correlation_id: str = text_option(None, "--correlation-id", metavar="MESSAGE_ID",
+                                           help=r"Correlation id: a message id (GUID\number)."),
+         recoverable: bool = typer.Option(
+             False, "--recoverable/--express",
+             help="Delivery RECOVERABLE (acks=all, idempotent) or EXPRESS (the default)."),
+         journal: str = text_option(
+             None, "--journal", metavar="LEVEL",
+             help="Source journaling: NONE, DEADLETTER (expired or undeliverable goes to the "
+                  "dead-letter queue), JOURNAL (a copy in the machine journal), or both "
+                  "joined by |."),
+         app_specific: int = typer.Option(0, "--app-specific", min=0, max=0xFFFF_FFFF,
+                                          help="Application-specific number (0-4294967295)."),
          as_json: bool = JsonOption) -> None:
-    r"""Send one message. Example: kmq send '.\private$\orders' --body 'hello' --priority 5"""
-    with _manager() as qm:
+    r"""Send one message.
+
+    Example: kmq send orders --body 'hello' --priority 5 --ttbr 60 --admin-queue acks
+    --acknowledge FULL_RECEIVE   (or: cat order.json | kmq send orders --body-file -)
+    """
+    from facade.message import Acknowledgment, Delivery, JournalLevel, Message, MessageId
+
+    data = _body(body, body_file)
+    acks = _flag_names(acknowledge, Acknowledgment, "--acknowledge")
+    journal_level = _flag_names(journal, JournalLevel, "--journal")
+    correlation = None
+    if correlation_id is not None:
+        try:
+            correlation = MessageId.parse(correlation_id)
+        except ValueError as exc:
+            reason = getattr(exc, "message", str(exc))
+            raise typer.BadParameter(f"{reason}; give a message id as kmq prints it "
+                                     r"(GUID\number)", param_hint="'--correlation-id'") from None
+    with _manager(as_json, sends=True) as qm:
         # A body is bytes in MSMQ: bytes_option hands over the command line's own bytes, so
-        # `--body $'\xff\xfe'` sends those two bytes (UTF-8 text stays UTF-8); body.encode()
-        # was a UnicodeEncodeError traceback there. The label is text: text_option refuses
-        # undecodable bytes in it. Reasons in facade.cli._options.
-        sent = qm.open_queue(queue).send(Message(body=body, label=label,
-                                                 priority=priority), wait=True)
+        # `--body $'\xff\xfe'` sends those two bytes (UTF-8 text stays UTF-8). The label is
+        # text: text_option refuses undecodable bytes in it. Reasons in facade.cli._options.
+        message = Message(
+            body=data, label=label, priority=priority,
+            time_to_be_received=time_to_be_received, time_to_reach_queue=time_to_reach_queue,
+            acknowledge=acks if acks is not None else Acknowledgment.NONE,
+            admin_queue=None if admin_queue is None else resolve_queue_name(qm, admin_queue),
+            response_queue=(None if response_queue is None
+                            else resolve_queue_name(qm, response_queue)),
+            correlation_id=correlation,
+            delivery=Delivery.RECOVERABLE if recoverable else Delivery.EXPRESS,
+            journal=journal_level if journal_level is not None else JournalLevel.NONE,
+            app_specific=app_specific)
+        sent = qm.open_queue(resolve_queue_name(qm, queue)).send(message, wait=True)
     emit({"id": str(sent.id), "queue": queue}, as_json, lambda d: f"sent {d['id']}")
 
 
 def _message_dict(m: Message) -> dict:
+    def name(value: Any) -> Any:
+        return None if value is None else (value.name or int(value))
+
     return {"id": str(m.id), "label": m.label, "priority": m.priority,
             "class": m.message_class.name, "lookup_id": m.lookup_id,
             "correlation_id": str(m.correlation_id) if m.correlation_id else None,
-            "sent_time": m.sent_time, "arrived_time": m.arrived_time,
-            "body": m.body.decode("utf-8", "replace")}
+            "delivery": name(m.delivery), "acknowledge": name(m.acknowledge),
+            "admin_queue": m.admin_queue, "response_queue": m.response_queue,
+            "time_to_be_received": m.time_to_be_received,
+            "time_to_reach_queue": m.time_to_reach_queue, "journal": name(m.journal),
+            "app_specific": m.app_specific,
+            "sent_time": m.sent_time.isoformat() if m.sent_time else None,
+            "arrived_time": m.arrived_time.isoformat() if m.arrived_time else None,
+            "body_size": len(m.body), "body": m.body.decode("utf-8", "replace")}
 
 
 TimeoutOption = seconds_option(5.0, "--timeout", help="Seconds to wait for a message")
 
 
 def _first_message(queue: str, timeout: float, as_json: bool, remove: bool) -> None:
-    with _manager() as qm:
-        handle = qm.open_queue(queue)
+    with _manager(as_json) as qm:
+        handle = qm.open_queue(resolve_queue_name(qm, queue))
         message = handle.receive(timeout=timeout) if remove else handle.peek(timeout=timeout)
     title = "message received" if remove else "message peeked"
     emit(_message_dict(message), as_json, lambda d: key_value_table(title, d))

@@ -741,7 +741,7 @@ class Directory:
         if not found:
             raise DirectoryObjectNotFound(f"no public queue PUBLIC={guid} in the {self.description}",
                                           queue=f"PUBLIC={guid}",
-                                          hint="check the GUID with `kmq queue list --public`")
+                                          hint="find public queues and their GUIDs with `kmq queue locate`")
         dn, attrs = found[0]
         return PublicQueueEntry.from_entry(dn, attrs, _queue_manager_of(dn))
 

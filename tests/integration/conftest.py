@@ -20,3 +20,12 @@ def qm(broker: BrokerEndpoint, kmq_home: Path) -> Iterator[QueueManager]:
     config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers, queue_manager=name)
     with QueueManager.open(config) as manager:
         yield manager
+
+
+@pytest.fixture
+def cli_qm(broker: BrokerEndpoint, kmq_home: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The CLI's environment: the session broker and a fresh queue manager name (returned)."""
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", broker.bootstrap_servers)
+    monkeypatch.setenv("KMQ_QUEUE_MANAGER", name)
+    return name

@@ -18,18 +18,14 @@ import pytest
 from typer.testing import CliRunner
 
 from facade.cli import app
-from tests.support.kafka import BrokerEndpoint
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def cli_env(broker: BrokerEndpoint, kmq_home: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Broker and a fresh queue manager name for the CLI; returns the name."""
-    name = f"cli-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", broker.bootstrap_servers)
-    monkeypatch.setenv("KMQ_QUEUE_MANAGER", name)
-    return name
+def cli_env(cli_qm: str) -> str:
+    """The broker and a fresh queue manager name (conftest's cli_qm)."""
+    return cli_qm
 
 
 def _run(*args: str) -> dict | list:

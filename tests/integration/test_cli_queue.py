@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -21,9 +20,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def cli_env(broker: BrokerEndpoint, kmq_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", broker.bootstrap_servers)
-    monkeypatch.setenv("KMQ_QUEUE_MANAGER", f"cli-{uuid.uuid4().hex[:8]}")
+def cli_env(cli_qm: str) -> str:
+    """The broker and a fresh queue manager name (conftest's cli_qm)."""
+    return cli_qm
 
 
 def _run(*args: str) -> dict | list:

@@ -1,0 +1,48 @@
+"""Issue 17: `kmq --help` and the command line's import load no Kafka client, directory client,
+benchmark or queue manager: those load when a command runs (start-up time, measured in the
+issue's report; checked here by what is imported, not by a deadline)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_HEAVY = ("confluent_kafka", "ldap3", "fastavro", "facade.bench", "facade.manager",
+          "facade.kafka", "facade.directory", "facade.config", "facade.message")
+
+
+def _modules_after(code: str) -> set[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", f"{code}\nimport sys, json\n"
+                           "print(json.dumps(sorted(sys.modules)))"],
+                          env=env, capture_output=True, text=True, timeout=120, check=True)
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_importing_the_cli_loads_nothing_heavy() -> None:
+    loaded = _modules_after("import facade.cli")
+    assert not [name for name in _HEAVY if name in loaded]
+
+
+def test_help_loads_nothing_heavy() -> None:
+    loaded = _modules_after("from typer.testing import CliRunner\nfrom facade.cli import app\n"
+                            "assert CliRunner().invoke(app, ['--help']).exit_code == 0\n"
+                            "assert CliRunner().invoke(app, ['send', '--help']).exit_code == 0")
+    assert not [name for name in _HEAVY if name in loaded]
+
+
+def test_bench_scenario_names_match_the_bench() -> None:
+    from facade import bench, benchnames
+
+    assert tuple(bench.SCENARIOS) == benchnames.SCENARIO_NAMES
+    assert set(benchnames.DEFAULT_SCENARIOS) <= set(bench.SCENARIOS)
+
+
+def test_the_package_loads_its_names_on_first_use() -> None:
+    loaded = _modules_after("import facade\nassert facade.Message.__name__ == 'Message'")
+    assert "facade.message" in loaded and "facade.manager" not in loaded
