@@ -156,7 +156,10 @@ class Cursor:
             return self._move_forward(view, timeout, remove=False)
         _sync(view, settle=True)
         entry = self._current_entry(view)
-        return self._queue._decode(view, entry)
+        message = self._queue._decode(view, entry)
+        if message is None:  # its value is not an envelope: dead-lettered as poison
+            raise self._already_received("is not a valid message and was dead-lettered")
+        return message
 
     def peek_next(self, timeout: float | None = 0) -> Message:
         """Move to the next message in receive order and return it (``MQ_ACTION_PEEK_NEXT``).

@@ -523,17 +523,20 @@ class QueueManager:
         """The Kafka topic of this queue manager's nontransactional dead-letter queue."""
         return self.system_topic(SystemQueue.DEADLETTER)
 
-    def poison_message(self, raw: bytes | None, reason: str, source: Destination,
+    def poison_message(self, raw: bytes | None, reason: str, source: Destination | str,
                        where: str) -> Message:
         """Wrap a record that is not a valid envelope as a dead-letter message.
 
         The raw value becomes the body, unchanged; the class is NACK_RECEIVE_REJECTED and the
         ``kmq.reason`` / ``kmq.source`` properties say what was wrong and where it was.
+        ``source`` is the queue it was in, or the text naming where it was going (a damaged
+        outgoing record knows only its topic).
         """
+        name = source if isinstance(source, str) else source.format_name
         return Message(
-            id=self.ids.new(), body=raw or b"", label=f"poison record from {source.format_name}"[:250],
+            id=self.ids.new(), body=raw or b"", label=f"poison record from {name}"[:250],
             message_class=MessageClass.NACK_RECEIVE_REJECTED, sent_time=_utcnow(),
-            source_machine_id=self.guid, destination_queue=source.format_name,
+            source_machine_id=self.guid, destination_queue=name,
             properties={"kmq.reason": reason[:1000], "kmq.source": where},
         )
 

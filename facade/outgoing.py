@@ -21,15 +21,16 @@ import base64
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from facade.errors import InvalidParameter, MessageQueueError, TransientQueueError
+from facade.errors import EnvelopeError, InvalidParameter, MessageQueueError, TransientQueueError
+from facade.topics import is_topic_name
 
-__all__ = ["BUSY_TIMEOUT_S", "OutgoingQueue", "OutgoingRecord", "StoredRecord"]
+__all__ = ["BUSY_TIMEOUT_S", "OutgoingQueue", "OutgoingRecord", "StoredRecord", "decode_row"]
 
 #: How long (seconds) an operation waits for another process's lock on the file before failing.
 BUSY_TIMEOUT_S = 10.0
@@ -206,8 +207,11 @@ class OutgoingQueue:
     def pending(self, limit: int | None = None) -> list[StoredRecord]:
         """The records still waiting, oldest first (in the order they were put).
 
+        A row that cannot be read back as a record (:func:`decode_row`) is left out:
+        :meth:`unreadable` lists those.
+
         Args:
-            limit (int | None): at most this many records (>= 0); None for all of them.
+            limit (int | None): at most this many rows (>= 0) are read; None for all of them.
 
         Returns:
             list[StoredRecord]: the records with their row ids.
@@ -219,11 +223,31 @@ class OutgoingQueue:
         """
         if limit is not None and (not isinstance(limit, int) or limit < 0):
             raise InvalidParameter(f"limit must be None or an int >= 0, not {limit!r}")
-        query = f"SELECT id, {_COLUMNS} FROM outgoing ORDER BY id"
-        # SQLite reads LIMIT -1 as "no limit".
+        return [stored for stored in map(_readable, self._rows(limit)) if stored is not None]
+
+    def unreadable(self) -> list[tuple[int, EnvelopeError]]:
+        """The rows that cannot be read back as a record (damaged on disk, or written by
+        something other than kmq), oldest first, each with the error :func:`decode_row` gave
+        (its ``topic`` and ``raw`` value set when they could be read). :meth:`remove` one once
+        it is dealt with.
+
+        Raises:
+            MessageQueueError: the file could not be read (the hint says why).
+            TransientQueueError: the file stayed locked for longer than :data:`BUSY_TIMEOUT_S`.
+        """
+        found = []
+        for row in self._rows():
+            try:
+                decode_row(row)
+            except EnvelopeError as exc:
+                found.append((row[0], exc))
+        return found
+
+    def _rows(self, limit: int | None = None) -> list[Any]:
+        """The rows (``id`` then the columns), oldest first; SQLite reads LIMIT -1 as none."""
         with self._connection("read") as conn:
-            rows = conn.execute(query + " LIMIT ?", (-1 if limit is None else limit,)).fetchall()
-        return [_stored_record(row) for row in rows]
+            return conn.execute(f"SELECT id, {_COLUMNS} FROM outgoing ORDER BY id LIMIT ?",
+                                (-1 if limit is None else limit,)).fetchall()
 
     def count(self) -> int:
         """How many records are waiting.
@@ -326,6 +350,9 @@ def _blocking_file(directory: Path) -> Path | None:
 
 def _prepare(conn: sqlite3.Connection, path: Path) -> None:
     """Set the durability pragmas and create or check the table."""
+    # Text that is not UTF-8 (a damaged row) must not fail the whole query: decode_row refuses
+    # the one row whose text is not (surrogate escapes do not encode back).
+    conn.text_factory = _text
     try:
         # Reads the file header first, so a file that is not SQLite fails here, before any write.
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -406,12 +433,58 @@ def _encode_headers(headers: Headers) -> str:
 
 
 def _decode_headers(text: str) -> Headers:
-    return tuple((name, base64.b64decode(value)) for name, value in json.loads(text))
+    return tuple((name, base64.b64decode(value, validate=True)) for name, value in json.loads(text))
 
 
-def _stored_record(row: tuple[Any, ...]) -> StoredRecord:
-    row_id, topic, key, value, headers, message_id, deadline_ms, purpose, created_ms = row
-    record = OutgoingRecord(
-        topic, key, value, _decode_headers(headers), message_id, deadline_ms, purpose, created_ms
-    )
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
+
+
+def decode_row(row: Sequence[Any]) -> StoredRecord:
+    """Read one row of the store (``id`` and the columns :meth:`OutgoingQueue.put` writes, in
+    its order) back as a record. Pure.
+
+    Args:
+        row (Sequence[Any]): the row as SQLite returns it.
+
+    Returns:
+        StoredRecord: the record and its row id.
+
+    Raises:
+        EnvelopeError: the row is not one kmq wrote, and nothing else: not 9 columns, a column
+            of the wrong type, a topic that is no legal Kafka topic name, text that is not
+            UTF-8, headers that are not JSON ``[name, base64]`` pairs. ``topic`` and ``raw``
+            (the value) are set when they could be read, so the record can be dead-lettered.
+    """
+    try:
+        row_id, topic, key, value, headers, message_id, deadline_ms, purpose, created_ms = row
+    except (TypeError, ValueError):
+        raise EnvelopeError(f"an outgoing record row has {_length(row)} columns, not 9") from None
+    where = dict(topic=topic if is_topic_name(topic) else None,
+                 raw=value if isinstance(value, bytes) else None)
+    try:
+        if not isinstance(row_id, int) or not is_topic_name(topic):
+            raise InvalidParameter(f"row id {row_id!r:.40} or topic {topic!r:.300} is invalid")
+        for text in (headers, message_id, purpose):
+            if isinstance(text, str):
+                text.encode("utf-8")  # a surrogate escape (text that was not UTF-8) fails
+        record = OutgoingRecord(topic, key, value, _decode_headers(headers), message_id,
+                                deadline_ms, purpose, created_ms)
+    except Exception as exc:  # noqa: BLE001 - the contract is: only EnvelopeError escapes
+        raise EnvelopeError(f"outgoing row {row_id!r:.40} is damaged "
+                            f"({type(exc).__name__}: {exc!s:.300})", **where) from exc
     return StoredRecord(row_id, record)
+
+
+def _readable(row: Sequence[Any]) -> StoredRecord | None:
+    try:
+        return decode_row(row)
+    except EnvelopeError:
+        return None
+
+
+def _length(row: object) -> str:
+    try:
+        return str(len(row))  # type: ignore[arg-type]
+    except TypeError:
+        return "no"

@@ -54,6 +54,9 @@ log = logging.getLogger("kmq.queue")
 
 #: Seconds between polls while a receive or peek waits for a message.
 _WAIT_SLICE = 0.05
+#: ``kmq.reason`` of a poison record found by its headers (a POISON claim's own reason, e.g. the
+#: decode error a peek met, takes precedence).
+_BAD_HEADERS = "record headers are not a kmq envelope's"
 
 
 class MessageQueue:
@@ -799,7 +802,7 @@ class MessageQueue:
                 continue  # an earlier claim of this loop applied a receipt that removed it
             try:
                 self._system_action(view, entry, ReceiptAction.POISON,
-                                    target=self.manager.dead_letter_topic, reason="invalid envelope")
+                                    target=self.manager.dead_letter_topic, reason=_BAD_HEADERS)
             except MessageAlreadyReceived:
                 continue
             moved.append(entry.offset)
@@ -831,7 +834,7 @@ class MessageQueue:
             Message | None: the message (MOVE: as written to the subqueue); None for poison.
         """
         if action is ReceiptAction.POISON:
-            self._send_poison_to_dead_letter(record, "record headers are not a kmq envelope's")
+            self._send_poison_to_dead_letter(record, reason or _BAD_HEADERS)
             return None
         try:
             message = self._message(record, record.offset)
@@ -880,8 +883,24 @@ class MessageQueue:
         self.manager.dead_letter(
             self.manager.poison_message(record.value, reason, self._single(), where))
 
-    def _decode(self, view: QueueView, entry: IndexEntry) -> Message:
-        return self._message(view.record(entry), entry.offset)
+    def _decode(self, view: QueueView, entry: IndexEntry) -> Message | None:
+        """The message of a pending entry, for a peek; None if its value is not an envelope.
+
+        Such a record (valid kmq headers, garbage value) is dead-lettered as poison, as a
+        receive does with it: otherwise every peek, cursor and listing (``kmq dlq list``,
+        ``kmq journal list``) raised on it for good, since nothing receives from journals or
+        dead-letter queues (found by tests/faults/test_garbage.py).
+        """
+        record = view.record(entry)
+        try:
+            return self._message(record, entry.offset)
+        except EnvelopeError as exc:
+            try:
+                self._system_action(view, entry, ReceiptAction.POISON,
+                                    target=self.manager.dead_letter_topic, reason=str(exc))
+            except MessageAlreadyReceived:
+                pass  # removed by someone else meanwhile
+            return None
 
     def _message(self, record: Any, lookup_id: int) -> Message:
         message = decode_message(record.value, record.headers, topic=record.topic,

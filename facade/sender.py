@@ -41,6 +41,8 @@ from facade.envelope import EncodedRecord, decode_message
 from facade.errors import (
     AccessDenied,
     BrokerError,
+    EnvelopeError,
+    FormatNameError,
     InvalidParameter,
     MessageQueueError,
     QueueNotFound,
@@ -371,6 +373,8 @@ class Sender:
             int: records handled.
         """
         handled = 0
+        for row_id, error in self.outgoing.unreadable():
+            handled += self._poison(row_id, error.topic, error.raw, error.message)
         for stored in self.outgoing.pending():
             owner = _owner_pid(stored.record.purpose)
             if owner == os.getpid() and stored.row_id not in self._parked:
@@ -388,13 +392,14 @@ class Sender:
         expired = record.deadline_ms is not None and record.deadline_ms <= _now_ms()
         try:
             copy = decode_message(record.value, record.headers, topic=record.topic)
-        except MessageQueueError as exc:
-            log.error("outgoing record %d for %s cannot be decoded and stays in %s: %s",
-                      stored.row_id, record.topic, self.outgoing.path, exc)
-            return 0
+        except EnvelopeError as exc:
+            return self._poison(stored.row_id, record.topic, record.value, exc.message)
         try:
             destination = self.manager.resolve_topic(record.topic, copy)
-        except QueueNotFound as exc:
+        except (QueueNotFound, FormatNameError) as exc:
+            # FormatNameError: its destination_queue is not a format name (a damaged record):
+            # no queue will ever take it, so it fails at its deadline like a vanished queue's
+            # copy, instead of being retried at every recovery for good.
             if not expired:
                 log.warning("outgoing record %d for %s waits for its queue until its "
                             "time-to-reach-queue: %s", stored.row_id, record.topic, exc)
@@ -406,7 +411,7 @@ class Sender:
                         record.topic, exc)
             return 0
         if expired:
-            return self._finish(stored, lambda: self._fail(
+            return self._finish(stored.row_id, record.topic, lambda: self._fail(
                 copy, destination, "time-to-reach-queue elapsed before delivery"))
         encoded = EncodedRecord(record.key, record.value, list(record.headers))
         try:
@@ -418,11 +423,29 @@ class Sender:
                 log.warning("outgoing record %d for %s stays for a later recovery: %s",
                             stored.row_id, destination.format_name, exc)
                 return 0
-            return self._finish(stored, lambda: self._refuse(copy, destination, refused,
-                                                             str(exc)))
+            error = str(exc)
+            return self._finish(stored.row_id, record.topic, lambda: self._refuse(
+                copy, destination, refused, error))
         return 1
 
-    def _finish(self, stored: StoredRecord, fail: Callable[[], None]) -> int:
+    def _poison(self, row_id: int, topic: str | None, raw: bytes | None, why: str) -> int:
+        """Dead-letter an outgoing record that cannot be decoded, and remove it.
+
+        It goes to the dead-letter queue as a poison record does (its raw value as the body,
+        class NACK_RECEIVE_REJECTED, ``kmq.reason``, ``kmq.source`` naming the file and row):
+        resent, it could only be a poison record in its queue, and kept, it would fail every
+        recovery again (before, a damaged row made every ``QueueManager.open()`` raise, found
+        by tests/faults/test_garbage.py). It stays only while the dead-letter queue cannot be
+        written, for the next recovery.
+        """
+        where = f"{self.outgoing.path} row {row_id}"
+        reason = f"outgoing record for {topic or 'an unknown topic'} cannot be decoded: {why}"
+        log.error("%s (%s); it goes to the dead-letter queue", reason, where)
+        manager = self.manager
+        return self._finish(row_id, topic or where, lambda: manager.dead_letter(
+            manager.poison_message(raw, reason, topic or where, where), timeout=_SETTLE_TIMEOUT))
+
+    def _finish(self, row_id: int, topic: str, fail: Callable[[], None]) -> int:
         """Run ``fail`` (dead-letter and NACK) and remove the record; keep it when that fails."""
         try:
             fail()
@@ -430,9 +453,9 @@ class Sender:
             transient = isinstance(exc, TransientQueueError)
             log.log(logging.WARNING if transient else logging.ERROR,
                     "outgoing record %d for %s could not be dead-lettered and stays: %s",
-                    stored.row_id, stored.record.topic, exc)
+                    row_id, topic, exc)
             return 0
-        self.outgoing.remove(stored.row_id)
+        self.outgoing.remove(row_id)
         return 1
 
     # -- producers -----------------------------------------------------------------------------
@@ -563,4 +586,9 @@ def _owner_tag() -> str:
 
 def _owner_pid(purpose: str) -> int | None:
     _, _, pid_text = purpose.partition(":")
-    return int(pid_text) if pid_text.isdigit() else None
+    # ASCII digits of a pid the system can have: a damaged purpose ("message:²", "message:0", a
+    # number past a C long) must neither make recovery raise nor pass for a live owner for good.
+    if not (pid_text.isascii() and pid_text.isdigit()):
+        return None
+    pid = int(pid_text)
+    return pid if 0 < pid < 2**31 else None

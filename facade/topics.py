@@ -41,6 +41,7 @@ __all__ = [
     "TopicRole",
     "escape_name",
     "id_block_topic",
+    "is_topic_name",
     "queue_topics",
     "system_topics",
     "topic_role",
@@ -111,9 +112,16 @@ def _utf8_of_lowercase(name: str) -> bytes:
         ) from None
 
 
+def is_topic_name(name: object) -> bool:
+    """Whether ``name`` is a str Kafka accepts as a topic name (1-249 of ``[a-zA-Z0-9._-]``,
+    not ``.`` or ``..``)."""
+    return isinstance(name, str) and bool(_LEGAL_TOPIC.fullmatch(name)) \
+        and name not in (".", "..")
+
+
 def _check_topic(topic: str) -> None:
     """Raise InvalidParameter unless ``topic`` is a topic name Kafka accepts."""
-    if _LEGAL_TOPIC.fullmatch(topic) and topic not in (".", ".."):
+    if is_topic_name(topic):
         return
     if len(topic) > MAX_TOPIC_LENGTH:
         raise InvalidParameter(

@@ -13,6 +13,14 @@ exception, no crash, no hang (each test has a pytest-timeout).
   keys and values, mutated valid records (with the envelopes above), random JSON, and valid
   records with fields dropped, retyped or added and random versions; whatever is accepted
   round-trips;
+* queue-view index entries (``IndexEntry.from_record``) from random headers, offsets and sizes:
+  never raise; a record they cannot index is poison (dead-lettered), never a message;
+* rows of the durable outgoing store (``decode_row``): ``EnvelopeError`` for random column
+  values and for valid rows with columns changed; and a real SQLite store holding any values,
+  text that is not UTF-8 included, is read by ``pending()`` and ``unreadable()`` without an
+  error, each row in exactly one of them;
+* id-block records (``kmq.<qm>.system.idblocks``) are not fuzzed: nothing decodes them (a
+  lease uses only the offset the broker acknowledges, see ``facade.sequence``);
 * configuration: ``KmqConfig.load`` on random TOML text, random TOML documents and random
   ``KMQ_*`` environments gives ``ConfigurationError`` or a configuration;
 * the CLI through typer's ``CliRunner``: random commands, options and values exit 0, 1 or 2
@@ -24,9 +32,11 @@ envelope only carries MSMQ's fields); see "pending" in docs/performance.md.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import random
+import sqlite3
 import uuid
 from pathlib import Path
 
@@ -54,6 +64,8 @@ from facade.message import (
     MessageClass,
     MessageId,
 )
+from facade.outgoing import OutgoingQueue, StoredRecord, decode_row
+from facade.queuestate import IndexEntry
 from facade.receipts import ReceiptAction, decode_receipt, encode_receipt, new_claim
 from facade.registry import (
     QueueManagerRecord,
@@ -301,6 +313,121 @@ def test_registry_records_with_wrong_fields_raise_only_envelope_errors(data) -> 
                 doc["version"] = data.draw(st.one_of(st.integers(), json_values))
         # json.dumps writes NaN and Infinity, which are no JSON: decoders must refuse them too.
         _decodes_or_refuses(decode, key, json.dumps(doc).encode())
+
+
+# -- queue-view index entries -------------------------------------------------------------------
+
+_ID = f"{_GUID}\\7"
+index_header_values = st.one_of(
+    st.none(), st.binary(max_size=20), st.text(max_size=8), st.integers(),
+    st.sampled_from([b"1", b"0", b"-1", b"7", b"8", b" 3 ", b"3_0", b"9" * 5000, b"1e3",
+                     _ID.encode(), _ID.upper().encode(), f"{_GUID}\\{2**32}".encode(),
+                     f"{_GUID}\\07".encode(), "\u0663".encode(), b"\xff\xfe"]),
+    st.builds(lambda guid, seq: f"{guid}\\{seq}".encode(), st.uuids(),
+              st.integers(-10, 2**40)),
+)
+
+
+@FUZZ
+@given(offset=st.integers(0, 2**63 - 1), size=st.integers(0, 2**31),
+       headers=st.one_of(st.none(), st.lists(st.tuples(header_names, index_header_values),
+                                             max_size=12)),
+       origin=st.one_of(st.none(), _texts))
+def test_index_entries_of_random_headers_never_raise(offset, size, headers, origin) -> None:
+    entry = IndexEntry.from_record(offset, size, headers, origin=origin)
+    assert entry.offset == offset and entry.size == size
+    if entry.poison:
+        assert entry.dedupe_key == ""  # never a duplicate, never handed out: dead-lettered
+    else:
+        assert 0 <= entry.priority <= 7 and size >= 10
+        assert entry.dedupe_key == (entry.message_id if origin is None
+                                    else f"{entry.message_id}@{origin}")
+
+
+# -- rows of the outgoing store -------------------------------------------------------------------
+
+#: A row as OutgoingQueue.put writes it: id, topic, key, value, headers, message id, deadline,
+#: purpose, created.
+_ROW = (7, "kmq.qm1.private.orders", b"key", _RECORDS[0],
+        json.dumps([["kmq.version", base64.b64encode(b"1").decode()], ["h", ""]]),
+        f"{_GUID}\\7", 1_700_000_060_000, "message:4242", 1_700_000_000_000)
+#: What SQLite hands back: its five storage classes, and text that was not UTF-8 (read with
+#: surrogate escapes, as the store reads it).
+sqlite_values = st.one_of(
+    st.none(), st.integers(-2**63, 2**63 - 1), st.floats(), st.text(max_size=20),
+    st.binary(max_size=40), st.binary(min_size=1, max_size=10).map(
+        lambda b: b.decode("utf-8", "surrogateescape")),
+    st.sampled_from(["[]", "[[]]", '[["a"]]', '[["a", "!!"]]', '[["a", "AA=="]]', '{"a": 1}',
+                     '[[1, "AA=="]]', "[" * 5000, "kmq.qm1.private.orders", ".", "message:0",
+                     "message:\u00b2"]),
+)
+
+
+def _decodes_row_or_refuses(row: object) -> None:
+    """decode_row gives the record the row holds, or EnvelopeError; nothing else."""
+    try:
+        stored = decode_row(row)  # type: ignore[arg-type]
+    except EnvelopeError as exc:
+        assert exc.raw is None or isinstance(exc.raw, bytes)
+        return
+    assert isinstance(stored, StoredRecord) and stored.row_id == row[0]  # type: ignore[index]
+    record = stored.record
+    assert (record.topic, record.key, record.value, record.message_id, record.deadline_ms,
+            record.purpose, record.created_ms) == tuple(row[i] for i in (1, 2, 3, 5, 6, 7, 8))
+
+
+def test_a_valid_row_decodes() -> None:
+    assert decode_row(_ROW).record.headers == (("kmq.version", b"1"), ("h", b""))
+
+
+@FUZZ
+@given(row=st.one_of(st.lists(sqlite_values, max_size=11), st.none(), st.integers(),
+                     st.text(max_size=9)))
+def test_outgoing_rows_of_random_values_raise_only_envelope_errors(row) -> None:
+    _decodes_row_or_refuses(row)
+
+
+@FUZZ
+@given(changes=st.dictionaries(st.integers(0, len(_ROW) - 1), sqlite_values, min_size=1,
+                               max_size=3))
+def test_outgoing_rows_with_columns_changed_raise_only_envelope_errors(changes) -> None:
+    _decodes_row_or_refuses(tuple(changes.get(i, v) for i, v in enumerate(_ROW)))
+
+
+stored_values = st.one_of(sqlite_values.filter(lambda v: not isinstance(v, str)),
+                          st.text(max_size=20),
+                          st.binary(max_size=10).map(lambda b: ("as text", b)))
+
+
+@settings(max_examples=60, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(st.dictionaries(st.integers(0, len(_ROW) - 2), stored_values, max_size=3),
+                     min_size=1, max_size=6))
+def test_an_outgoing_store_reads_whatever_its_rows_hold(tmp_path_factory, rows) -> None:
+    # Rows written behind the store's back, as a damaged disk or another program would: every
+    # row is in pending() or in unreadable(), and neither raises (a damaged row once made the
+    # read, and so QueueManager.open(), fail).
+    path = tmp_path_factory.mktemp("outgoing") / "outgoing.sqlite"
+    columns = "topic, key, value, headers, message_id, deadline_ms, purpose, created_ms"
+    with OutgoingQueue(path) as store:
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("BEGIN")  # one commit (one fsync) per example
+        written = 0
+        for changes in rows:
+            values = [changes.get(i, v) for i, v in enumerate(_ROW[1:])]
+            marks = ["CAST(? AS TEXT)" if isinstance(v, tuple) else "?" for v in values]
+            params = [v[1] if isinstance(v, tuple) else v for v in values]
+            try:
+                conn.execute(f"INSERT INTO outgoing ({columns}) VALUES ({', '.join(marks)})",
+                             params)
+            except sqlite3.IntegrityError:
+                continue  # NOT NULL: SQLite itself keeps such a row out
+            written += 1
+        conn.execute("COMMIT")
+        conn.close()
+        pending, unreadable = store.pending(), store.unreadable()
+        assert len(pending) + len(unreadable) == written == store.count()
+        assert {s.row_id for s in pending}.isdisjoint(row for row, _ in unreadable)
 
 
 # -- configuration ------------------------------------------------------------------------------

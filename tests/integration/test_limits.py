@@ -39,6 +39,7 @@ from facade.manager import QueueManager
 from facade.outgoing import OutgoingQueue, OutgoingRecord
 from facade.topicsettings import MAX_BODY_BYTES, MAX_MESSAGE_BYTES, MAX_RECORD_BYTES
 from tests.support.kafka import BrokerEndpoint
+from tests.support.outgoing import dead_pid
 
 pytestmark = pytest.mark.integration
 
@@ -47,12 +48,6 @@ _REPO = Path(__file__).resolve().parents[2]
 
 def _outgoing(qm: QueueManager) -> OutgoingQueue:
     return OutgoingQueue(qm.config.home / "outgoing" / f"{qm.name}.sqlite")
-
-
-def _dead_pid() -> int:
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
-    return child.pid
 
 
 def test_too_large_recoverable_send_is_refused_before_it_is_stored(
@@ -118,7 +113,7 @@ def test_record_refused_by_the_producer_is_dead_lettered_on_open(qm: QueueManage
     with _outgoing(qm) as store:
         store.put(OutgoingRecord(topic=destination.topics.data, key=record.key, value=record.value,
                                  headers=tuple(record.headers), message_id=str(message.id),
-                                 deadline_ms=None, purpose=f"message:{_dead_pid()}", created_ms=0))
+                                 deadline_ms=None, purpose=f"message:{dead_pid()}", created_ms=0))
     with QueueManager.open(qm.config) as reopened:   # recovery must not fail the open
         assert reopened.sender.outgoing.count() == 0
     dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
@@ -228,7 +223,7 @@ def test_record_for_a_deleted_queue_past_ttrq_is_dead_lettered_on_open(qm: Queue
     with _outgoing(qm) as store:
         store.put(OutgoingRecord(topic=destination.topics.data, key=record.key, value=record.value,
                                  headers=tuple(record.headers), message_id=str(message.id),
-                                 deadline_ms=1, purpose=f"message:{_dead_pid()}", created_ms=0))
+                                 deadline_ms=1, purpose=f"message:{dead_pid()}", created_ms=0))
     with QueueManager.open(qm.config) as reopened:
         assert reopened.sender.outgoing.count() == 0
     dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)

@@ -18,6 +18,7 @@ from facade.manager import QueueManager
 from facade.outgoing import OutgoingQueue, OutgoingRecord
 from facade.devstack import start_tansu
 from tests.support.kafka import BrokerEndpoint
+from tests.support.outgoing import dead_pid
 
 pytestmark = pytest.mark.integration
 
@@ -45,14 +46,14 @@ def test_recoverable_record_left_by_a_dead_sender_is_delivered_on_open(
     broker: BrokerEndpoint, qm: QueueManager
 ) -> None:
     q = qm.create_queue(r".\private$\recover")
-    dead_pid = _dead_pid()
+    owner = dead_pid()
     message = Message(id=qm.ids.new(), body=b"survivor", delivery=Delivery.RECOVERABLE,
                       sent_time=_utcnow(), destination_queue=q.destinations[0].format_name)
     record = encode_message(message)
     store = OutgoingQueue(qm.config.home / "outgoing" / f"{qm.name}.sqlite")
     store.put(OutgoingRecord(topic=q.destinations[0].topics.data, key=record.key, value=record.value,
                              headers=tuple(record.headers), message_id=str(message.id),
-                             deadline_ms=None, purpose=f"message:{dead_pid}", created_ms=0))
+                             deadline_ms=None, purpose=f"message:{owner}", created_ms=0))
     store.close()
     with QueueManager.open(qm.config) as reopened:   # open() runs recovery
         got = reopened.open_queue(r".\private$\recover").receive(timeout=10)
@@ -123,12 +124,6 @@ def _eventually(check, timeout: float = 10.0) -> bool:
     return False
 
 
-def _dead_pid() -> int:
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
-    return child.pid
-
-
 def _utcnow():
     import datetime as dt
 
@@ -147,7 +142,7 @@ def test_record_past_ttrq_left_by_a_dead_sender_is_dead_lettered_and_nacked(qm: 
     store = OutgoingQueue(qm.config.home / "outgoing" / f"{qm.name}.sqlite")
     store.put(OutgoingRecord(topic=q.destinations[0].topics.data, key=record.key, value=record.value,
                              headers=tuple(record.headers), message_id=str(message.id),
-                             deadline_ms=1, purpose=f"message:{_dead_pid()}", created_ms=0))
+                             deadline_ms=1, purpose=f"message:{dead_pid()}", created_ms=0))
     store.close()
     with QueueManager.open(qm.config) as reopened:
         assert reopened.sender.outgoing.count() == 0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from facade.errors import InvalidParameter, MessageQueueError, TransientQueueError
+from facade.errors import EnvelopeError, InvalidParameter, MessageQueueError, TransientQueueError
 from facade.outgoing import OutgoingQueue, OutgoingRecord, StoredRecord
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -291,3 +291,32 @@ def test_lock_held_too_long_is_a_transient_error(
             blocker.close()
         queue.put(record())
         assert queue.count() == 1
+
+
+# --- damaged rows ---------------------------------------------------------------------------------
+
+
+def test_damaged_rows_are_left_out_of_pending_and_listed_as_unreadable(db_path: Path) -> None:
+    # Written behind the store's back (a damaged disk, another program): reading them must not
+    # fail, or the queue manager could not open (found by tests/faults/test_garbage.py).
+    with OutgoingQueue(db_path) as queue:
+        good = queue.put(record(1))
+        conn = sqlite3.connect(db_path, isolation_level=None)
+        insert = ("INSERT INTO outgoing (topic, key, value, headers, message_id, deadline_ms, "
+                  "purpose, created_ms) VALUES ({}, NULL, ?, ?, 'id', NULL, 'message', 1)")
+        conn.execute(insert.format("CAST(? AS TEXT)"), (b"\xff\xfe", b"v", "[]"))
+        conn.execute(insert.format("?"), ("kmq.qm1.private.orders", b"v", "not json"))
+        conn.execute(insert.format("?"), ("kmq.qm1.private.orders", "text, not bytes", "[]"))
+        conn.close()
+        assert [s.row_id for s in queue.pending()] == [good]
+        unreadable = queue.unreadable()
+        assert [row for row, _ in unreadable] == [good + 1, good + 2, good + 3]
+        assert all(isinstance(error, EnvelopeError) for _, error in unreadable)
+        (_, bad_topic), (_, bad_headers), (_, bad_value) = unreadable
+        assert bad_topic.topic is None and bad_topic.raw == b"v"
+        assert bad_headers.topic == "kmq.qm1.private.orders" and bad_headers.raw == b"v"
+        assert "JSONDecodeError" in bad_headers.message
+        assert bad_value.raw is None and "value must be bytes" in bad_value.message
+        for row, _ in unreadable:
+            queue.remove(row)
+        assert queue.unreadable() == [] and queue.count() == 1

@@ -1,0 +1,96 @@
+"""Regressions found by the garbage fault scenario (``tests/faults/test_garbage.py``).
+
+* A record whose kmq headers are valid but whose value is no envelope (truncated, or another
+  schema) made every peek raise ``EnvelopeError``, so ``kmq dlq list`` and ``kmq journal list``
+  failed for good on such a record in a dead-letter queue or a journal, which nothing receives
+  from. A peek now dead-letters it as poison, as a receive does.
+* A damaged row in the durable outgoing store (headers that are not JSON, a value stored as
+  text, text that is not UTF-8...) made ``QueueManager.open()`` raise in every process of the
+  queue manager on that host; a row whose value is no envelope stayed in the store for good,
+  logged at every recovery. Recovery now dead-letters both as poison and removes them. A row
+  whose envelope names no valid destination also stayed for good; it now fails at its deadline
+  like the copy of a queue that is gone.
+
+Both tests failed on the code before the fix.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+
+from facade import Message, MessageAlreadyReceived
+from facade.cli._messages import peek_messages
+from facade.config import KmqConfig
+from facade.envelope import encode_message
+from facade.manager import QueueManager
+from facade.message import JournalLevel, MessageClass, MessageId
+from facade.outgoing import OutgoingRecord
+from tests.support.kafka import BrokerEndpoint
+from tests.support.outgoing import damage_outgoing_store, dead_pid
+
+pytestmark = pytest.mark.integration
+
+
+def _poison_copies(qm: QueueManager) -> dict[str, Message]:
+    """The dead-letter queue's poison copies by ``kmq.source``."""
+    messages, _ = peek_messages(qm.open_queue(f"MACHINE={qm.guid};DEADLETTER"), None)
+    return {m.properties["kmq.source"]: m for m in messages if "kmq.source" in m.properties}
+
+
+def test_a_peek_dead_letters_a_record_with_valid_headers_and_a_broken_value(
+        qm: QueueManager, broker: BrokerEndpoint) -> None:
+    q = qm.create_queue(r".\private$\headed-garbage")
+    valid = encode_message(Message(id=MessageId(uuid.uuid4(), 1), body=b"cut short"))
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all",
+                         "allow.auto.create.topics": False})
+    for topic in (q._single().topics.data, qm.dead_letter_topic):
+        producer.produce(topic, value=valid.value[:-5], key=valid.key, headers=valid.headers)
+    producer.flush(30)
+    q.send(Message(body=b"after it"), wait=True)
+
+    assert q.peek(timeout=10).body == b"after it"
+    with pytest.raises(MessageAlreadyReceived):
+        q.peek_by_lookup_id(0)
+    # The dead-letter queue lists: its own broken record is wrapped as poison in it, too, at its
+    # end, which the listing that wrapped it may have passed already; the next one shows it.
+    _poison_copies(qm)
+    poison = _poison_copies(qm)
+    for topic in (q._single().topics.data, qm.dead_letter_topic):
+        copy = poison[f"{topic}@0:0"]
+        assert copy.message_class is MessageClass.NACK_RECEIVE_REJECTED
+        assert "truncated" in copy.properties["kmq.reason"]
+        assert copy.body == valid.value[:-5]
+    assert q.receive(timeout=10).body == b"after it"
+
+
+def test_damaged_outgoing_rows_are_dead_lettered_and_the_queue_manager_opens(
+        qm: QueueManager) -> None:
+    topic = qm.create_queue(r".\private$\damaged-store")._single().topics.data
+    path = qm.sender.outgoing.path
+    ids = damage_outgoing_store(path, topic)
+    # A valid envelope whose destination is no format name, past its deadline: it stayed for
+    # good ("cannot be recovered now" at every open); now it fails as a vanished queue's copy.
+    lost = Message(id=MessageId(uuid.uuid4(), 9), body=b"nowhere", destination_queue="no::where",
+                   journal=JournalLevel.DEADLETTER)
+    record = encode_message(lost)
+    qm.sender.outgoing.put(OutgoingRecord(topic, record.key, record.value, tuple(record.headers),
+                                          str(lost.id), 1, f"message:{dead_pid()}", 0))
+
+    config = KmqConfig.load(bootstrap_servers=qm.session.bootstrap_servers,
+                            queue_manager=qm.name)
+    with QueueManager.open(config) as again:
+        assert again.sender.outgoing.count() == 0
+    poison = _poison_copies(qm)
+    for row in ids:
+        copy = poison[f"{path} row {row}"]
+        assert copy.message_class is MessageClass.NACK_RECEIVE_REJECTED
+        assert "cannot be decoded" in copy.properties["kmq.reason"]
+    messages, _ = peek_messages(qm.open_queue(f"MACHINE={qm.guid};DEADLETTER"), None)
+    (failed,) = [m for m in messages if m.id == lost.id]
+    assert failed.message_class is MessageClass.NACK_REACH_QUEUE_TIMEOUT
+    with QueueManager.open(config):  # nothing is replayed: no new copy
+        pass
+    assert len(_poison_copies(qm)) == len(ids)
