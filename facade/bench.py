@@ -18,6 +18,11 @@ Scenario                   kmq                                          raw conf
                            the queue (nothing removed)
 ``dl-fanout``              ``send()`` to a distribution list of 10      produce 10 records per
                            public queues (one copy each)                message, to 10 topics
+``send-batch``             ``send_many()`` of 100 EXPRESS messages,     produce, ``acks=1``,
+                           ``wait`` on the last batch                   ``linger.ms=5``, flush
+``recoverable-send-batch`` ``send_many()`` of 100 RECOVERABLE (one      produce, ``acks=all`` +
+                           fsync'd commit per batch), ``wait`` on the   idempotence, flush
+                           last batch
 ``spark-decode``           ``benchmarks/spark_decode_bench.py``: the    Spark read of the raw
                            queue read and decoded by Spark (opt-in:     log of the same topic
                            it starts a JVM; needs pyspark)
@@ -72,13 +77,14 @@ __all__ = [
 ]
 
 #: Targets from the benchmarks issue (ratio kmq / raw); scenarios without one have None.
-TARGETS: dict[str, float] = {"express-send": 0.8, "receive": 0.7}
+TARGETS: dict[str, float] = {"express-send": 0.8, "receive": 0.7, "dl-fanout": 0.3,
+                             "send-batch": 0.3}
 #: Fan-out width of the distribution-list scenario.
 FANOUT = 10
 #: Scenarios ``kmq bench`` runs when none is named (``spark-decode`` starts a JVM: opt-in).
-DEFAULT_SCENARIOS = ("express-send", "envelope-send", "recoverable-send", "receive",
-                     "receive-batch", "peek", "dl-fanout")
-#: Messages per receive_many in the receive-batch scenario.
+DEFAULT_SCENARIOS = ("express-send", "envelope-send", "recoverable-send", "send-batch",
+                     "recoverable-send-batch", "receive", "receive-batch", "peek", "dl-fanout")
+#: Messages per receive_many and send_many in the batch scenarios.
 BATCH = 100
 _SPARK_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "spark_decode_bench.py"
 _TIMEOUT = 120.0
@@ -379,6 +385,39 @@ def _send_loop(queue: Any, n: int, payload: bytes, delivery: Delivery) -> float:
     return n / (time.perf_counter() - start)
 
 
+def _batch_loop(queue: Any, n: int, payload: bytes, delivery: Delivery) -> float:
+    """msg/s of ``n`` messages sent ``BATCH`` at a time with ``send_many``, waiting on the
+    last batch."""
+    queue.send(Message(body=payload, delivery=delivery), wait=True)  # untimed warm-up
+    start = time.perf_counter()
+    done = 0
+    while done < n:
+        size = min(BATCH, n - done)
+        done += size
+        queue.send_many([Message(body=payload, delivery=delivery) for _ in range(size)],
+                        wait=done >= n, timeout=_TIMEOUT)
+    return n / (time.perf_counter() - start)
+
+
+def _send_batch(ctx: _Context) -> tuple[float, float]:
+    raw = ctx.raw.produce(ctx.raw.producer(acks=1), [ctx.raw.topic()], ctx.messages, ctx.payload)
+    queue = ctx.qm.create_queue(ctx.queue_name("send-batch"))
+    try:
+        return _batch_loop(queue, ctx.messages, ctx.payload, Delivery.EXPRESS), raw
+    finally:
+        _drop(ctx.qm, queue)
+
+
+def _recoverable_send_batch(ctx: _Context) -> tuple[float, float]:
+    producer = ctx.raw.producer(acks="all", **{"enable.idempotence": True})
+    raw = ctx.raw.produce(producer, [ctx.raw.topic()], ctx.messages, ctx.payload)
+    queue = ctx.qm.create_queue(ctx.queue_name("recoverable-send-batch"))
+    try:
+        return _batch_loop(queue, ctx.messages, ctx.payload, Delivery.RECOVERABLE), raw
+    finally:
+        _drop(ctx.qm, queue)
+
+
 def _express_send(ctx: _Context) -> tuple[float, float]:
     raw = ctx.raw.produce(ctx.raw.producer(acks=1), [ctx.raw.topic()], ctx.messages, ctx.payload)
     queue = ctx.qm.create_queue(ctx.queue_name("express"))
@@ -510,6 +549,9 @@ SCENARIOS: dict[str, tuple[str, _Scenario | None]] = {
                       _envelope_send),
     "recoverable-send": ("recoverable send vs raw produce (acks=all, idempotent)",
                          _recoverable_send),
+    "send-batch": (f"send_many({BATCH}) express vs raw produce (acks=1)", _send_batch),
+    "recoverable-send-batch": (f"send_many({BATCH}) recoverable vs raw produce (acks=all, "
+                               "idempotent)", _recoverable_send_batch),
     "receive": ("receive vs raw consume + sync commit per record", _receive),
     "receive-batch": ("receive_many(100) vs raw batch consume + fastavro decode",
                       _receive_batch),
