@@ -399,42 +399,47 @@ def _batch_loop(queue: Any, n: int, payload: bytes, delivery: Delivery) -> float
     return n / (time.perf_counter() - start)
 
 
-def _send_batch(ctx: _Context) -> tuple[float, float]:
-    raw = ctx.raw.produce(ctx.raw.producer(acks=1), [ctx.raw.topic()], ctx.messages, ctx.payload)
-    queue = ctx.qm.create_queue(ctx.queue_name("send-batch"))
+def _queue_rate(ctx: _Context, scenario: str, loop: Callable[..., float],
+                delivery: Delivery) -> float:
+    """msg/s of ``loop`` (``_send_loop`` or ``_batch_loop``) on a fresh queue, dropped after."""
+    queue = ctx.qm.create_queue(ctx.queue_name(scenario))
     try:
-        return _batch_loop(queue, ctx.messages, ctx.payload, Delivery.EXPRESS), raw
+        return loop(queue, ctx.messages, ctx.payload, delivery)
     finally:
         _drop(ctx.qm, queue)
+
+
+def _raw_express(ctx: _Context) -> float:
+    """Raw produce, ``acks=1``: the equivalent of an EXPRESS send."""
+    return ctx.raw.produce(ctx.raw.producer(acks=1), [ctx.raw.topic()], ctx.messages,
+                           ctx.payload)
+
+
+def _raw_recoverable(ctx: _Context) -> float:
+    """Raw produce, ``acks=all`` and idempotence: the equivalent of a RECOVERABLE send."""
+    producer = ctx.raw.producer(acks="all", **{"enable.idempotence": True})
+    return ctx.raw.produce(producer, [ctx.raw.topic()], ctx.messages, ctx.payload)
+
+
+def _send_batch(ctx: _Context) -> tuple[float, float]:
+    raw = _raw_express(ctx)
+    return _queue_rate(ctx, "send-batch", _batch_loop, Delivery.EXPRESS), raw
 
 
 def _recoverable_send_batch(ctx: _Context) -> tuple[float, float]:
-    producer = ctx.raw.producer(acks="all", **{"enable.idempotence": True})
-    raw = ctx.raw.produce(producer, [ctx.raw.topic()], ctx.messages, ctx.payload)
-    queue = ctx.qm.create_queue(ctx.queue_name("recoverable-send-batch"))
-    try:
-        return _batch_loop(queue, ctx.messages, ctx.payload, Delivery.RECOVERABLE), raw
-    finally:
-        _drop(ctx.qm, queue)
+    raw = _raw_recoverable(ctx)
+    return _queue_rate(ctx, "recoverable-send-batch", _batch_loop, Delivery.RECOVERABLE), raw
 
 
 def _express_send(ctx: _Context) -> tuple[float, float]:
-    raw = ctx.raw.produce(ctx.raw.producer(acks=1), [ctx.raw.topic()], ctx.messages, ctx.payload)
-    queue = ctx.qm.create_queue(ctx.queue_name("express"))
-    try:
-        return _send_loop(queue, ctx.messages, ctx.payload, Delivery.EXPRESS), raw
-    finally:
-        _drop(ctx.qm, queue)
+    raw = _raw_express(ctx)
+    return _queue_rate(ctx, "express", _send_loop, Delivery.EXPRESS), raw
 
 
 def _envelope_send(ctx: _Context) -> tuple[float, float]:
     topic = ctx.raw.topic()
     raw = ctx.raw.produce_envelopes(ctx.raw.producer(acks=1), topic, ctx.messages, ctx.payload)
-    queue = ctx.qm.create_queue(ctx.queue_name("envelope"))
-    try:
-        return _send_loop(queue, ctx.messages, ctx.payload, Delivery.EXPRESS), raw
-    finally:
-        _drop(ctx.qm, queue)
+    return _queue_rate(ctx, "envelope", _send_loop, Delivery.EXPRESS), raw
 
 
 def _envelope_template() -> dict[str, Any]:
@@ -449,13 +454,8 @@ def _envelope_template() -> dict[str, Any]:
 
 
 def _recoverable_send(ctx: _Context) -> tuple[float, float]:
-    producer = ctx.raw.producer(acks="all", **{"enable.idempotence": True})
-    raw = ctx.raw.produce(producer, [ctx.raw.topic()], ctx.messages, ctx.payload)
-    queue = ctx.qm.create_queue(ctx.queue_name("recoverable"))
-    try:
-        return _send_loop(queue, ctx.messages, ctx.payload, Delivery.RECOVERABLE), raw
-    finally:
-        _drop(ctx.qm, queue)
+    raw = _raw_recoverable(ctx)
+    return _queue_rate(ctx, "recoverable", _send_loop, Delivery.RECOVERABLE), raw
 
 
 def _filled_queue(ctx: _Context, scenario: str) -> Any:

@@ -262,14 +262,19 @@ def test_file_of_a_newer_layout_is_refused_and_kept(db_path: Path) -> None:
     assert db_path.read_bytes() == before
 
 
+def _cap_at_current_size(queue: OutgoingQueue) -> sqlite3.Connection:
+    """Cap the database at its current size: SQLite then fails exactly as on a full disk."""
+    conn = queue._conn
+    assert conn is not None
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    conn.execute(f"PRAGMA max_page_count = {pages}")
+    return conn
+
+
 def test_full_disk_on_put_is_a_clear_error_and_stores_nothing(db_path: Path) -> None:
     with OutgoingQueue(db_path) as queue:
         queue.put(record(1))
-        # Cap the database at its current size: SQLite then fails exactly as on a full disk.
-        conn = queue._conn
-        assert conn is not None
-        pages = conn.execute("PRAGMA page_count").fetchone()[0]
-        conn.execute(f"PRAGMA max_page_count = {pages}")
+        _cap_at_current_size(queue)
         with pytest.raises(MessageQueueError) as info:
             queue.put(record(2, value=b"x" * 1_000_000))
         assert "full" in str(info.value)
@@ -357,10 +362,7 @@ def test_concurrent_puts_of_several_threads_share_one_commit(db_path: Path) -> N
 def test_a_failed_group_commit_fails_every_caller_and_stores_none_of_them(db_path: Path) -> None:
     with OutgoingQueue(db_path) as queue:
         queue.put(record(1))
-        conn = queue._conn
-        assert conn is not None
-        pages = conn.execute("PRAGMA page_count").fetchone()[0]
-        conn.execute(f"PRAGMA max_page_count = {pages}")
+        conn = _cap_at_current_size(queue)
         puts = [[record(2)], [record(3, value=b"x" * 1_000_000)], [record(4)]]
         results, errors = _hold_while_threads_queue(queue, puts)
         assert len(errors) == 3 and all("full" in str(e) for e in errors)
