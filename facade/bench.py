@@ -18,6 +18,11 @@ Scenario                   kmq                                          raw conf
                            the queue (nothing removed)
 ``dl-fanout``              ``send()`` to a distribution list of 10      produce 10 records per
                            public queues (one copy each)                message, to 10 topics
+``send-batch``             ``send_many()`` of 100 EXPRESS messages,     produce, ``acks=1``,
+                           ``wait`` on the last batch                   ``linger.ms=5``, flush
+``recoverable-send-batch`` ``send_many()`` of 100 RECOVERABLE (one      produce, ``acks=all`` +
+                           fsync'd commit per batch), ``wait`` on the   idempotence, flush
+                           last batch
 ``spark-decode``           ``benchmarks/spark_decode_bench.py``: the    Spark read of the raw
                            queue read and decoded by Spark (opt-in:     log of the same topic
                            it starts a JVM; needs pyspark)
@@ -73,10 +78,11 @@ __all__ = [
 ]
 
 #: Targets from the benchmarks issue (ratio kmq / raw); scenarios without one have None.
-TARGETS: dict[str, float] = {"express-send": 0.8, "receive": 0.7}
+TARGETS: dict[str, float] = {"express-send": 0.8, "receive": 0.7, "dl-fanout": 0.3,
+                             "send-batch": 0.3}
 #: Fan-out width of the distribution-list scenario.
 FANOUT = 10
-#: Messages per receive_many in the receive-batch scenario.
+#: Messages per receive_many and send_many in the batch scenarios.
 BATCH = 100
 _SPARK_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "spark_decode_bench.py"
 _TIMEOUT = 120.0
@@ -377,23 +383,61 @@ def _send_loop(queue: Any, n: int, payload: bytes, delivery: Delivery) -> float:
     return n / (time.perf_counter() - start)
 
 
-def _express_send(ctx: _Context) -> tuple[float, float]:
-    raw = ctx.raw.produce(ctx.raw.producer(acks=1), [ctx.raw.topic()], ctx.messages, ctx.payload)
-    queue = ctx.qm.create_queue(ctx.queue_name("express"))
+def _batch_loop(queue: Any, n: int, payload: bytes, delivery: Delivery) -> float:
+    """msg/s of ``n`` messages sent ``BATCH`` at a time with ``send_many``, waiting on the
+    last batch."""
+    queue.send(Message(body=payload, delivery=delivery), wait=True)  # untimed warm-up
+    start = time.perf_counter()
+    done = 0
+    while done < n:
+        size = min(BATCH, n - done)
+        done += size
+        queue.send_many([Message(body=payload, delivery=delivery) for _ in range(size)],
+                        wait=done >= n, timeout=_TIMEOUT)
+    return n / (time.perf_counter() - start)
+
+
+def _queue_rate(ctx: _Context, scenario: str, loop: Callable[..., float],
+                delivery: Delivery) -> float:
+    """msg/s of ``loop`` (``_send_loop`` or ``_batch_loop``) on a fresh queue, dropped after."""
+    queue = ctx.qm.create_queue(ctx.queue_name(scenario))
     try:
-        return _send_loop(queue, ctx.messages, ctx.payload, Delivery.EXPRESS), raw
+        return loop(queue, ctx.messages, ctx.payload, delivery)
     finally:
         _drop(ctx.qm, queue)
+
+
+def _raw_express(ctx: _Context) -> float:
+    """Raw produce, ``acks=1``: the equivalent of an EXPRESS send."""
+    return ctx.raw.produce(ctx.raw.producer(acks=1), [ctx.raw.topic()], ctx.messages,
+                           ctx.payload)
+
+
+def _raw_recoverable(ctx: _Context) -> float:
+    """Raw produce, ``acks=all`` and idempotence: the equivalent of a RECOVERABLE send."""
+    producer = ctx.raw.producer(acks="all", **{"enable.idempotence": True})
+    return ctx.raw.produce(producer, [ctx.raw.topic()], ctx.messages, ctx.payload)
+
+
+def _send_batch(ctx: _Context) -> tuple[float, float]:
+    raw = _raw_express(ctx)
+    return _queue_rate(ctx, "send-batch", _batch_loop, Delivery.EXPRESS), raw
+
+
+def _recoverable_send_batch(ctx: _Context) -> tuple[float, float]:
+    raw = _raw_recoverable(ctx)
+    return _queue_rate(ctx, "recoverable-send-batch", _batch_loop, Delivery.RECOVERABLE), raw
+
+
+def _express_send(ctx: _Context) -> tuple[float, float]:
+    raw = _raw_express(ctx)
+    return _queue_rate(ctx, "express", _send_loop, Delivery.EXPRESS), raw
 
 
 def _envelope_send(ctx: _Context) -> tuple[float, float]:
     topic = ctx.raw.topic()
     raw = ctx.raw.produce_envelopes(ctx.raw.producer(acks=1), topic, ctx.messages, ctx.payload)
-    queue = ctx.qm.create_queue(ctx.queue_name("envelope"))
-    try:
-        return _send_loop(queue, ctx.messages, ctx.payload, Delivery.EXPRESS), raw
-    finally:
-        _drop(ctx.qm, queue)
+    return _queue_rate(ctx, "envelope", _send_loop, Delivery.EXPRESS), raw
 
 
 def _envelope_template() -> dict[str, Any]:
@@ -408,13 +452,8 @@ def _envelope_template() -> dict[str, Any]:
 
 
 def _recoverable_send(ctx: _Context) -> tuple[float, float]:
-    producer = ctx.raw.producer(acks="all", **{"enable.idempotence": True})
-    raw = ctx.raw.produce(producer, [ctx.raw.topic()], ctx.messages, ctx.payload)
-    queue = ctx.qm.create_queue(ctx.queue_name("recoverable"))
-    try:
-        return _send_loop(queue, ctx.messages, ctx.payload, Delivery.RECOVERABLE), raw
-    finally:
-        _drop(ctx.qm, queue)
+    raw = _raw_recoverable(ctx)
+    return _queue_rate(ctx, "recoverable", _send_loop, Delivery.RECOVERABLE), raw
 
 
 def _filled_queue(ctx: _Context, scenario: str) -> Any:
@@ -570,6 +609,9 @@ SCENARIOS: dict[str, tuple[str, _Scenario | None]] = {
                       _envelope_send),
     "recoverable-send": ("recoverable send vs raw produce (acks=all, idempotent)",
                          _recoverable_send),
+    "send-batch": (f"send_many({BATCH}) express vs raw produce (acks=1)", _send_batch),
+    "recoverable-send-batch": (f"send_many({BATCH}) recoverable vs raw produce (acks=all, "
+                               "idempotent)", _recoverable_send_batch),
     "receive": ("receive vs raw consume + sync commit per record", _receive),
     "receive-batch": ("receive_many(100) vs raw batch consume + fastavro decode",
                       _receive_batch),

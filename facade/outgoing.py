@@ -7,8 +7,17 @@ recoverable record to Kafka, the sender puts it here; when the broker acknowledg
 and queue views drop the duplicate message id.
 
 The store is one SQLite file (normally in ``KMQ_HOME``) in WAL mode with ``synchronous=FULL``:
-every :meth:`OutgoingQueue.put` is its own transaction and is fsync'd before it returns, so a
-record that was put survives a process crash and a power loss. Several processes may open the
+every record :meth:`OutgoingQueue.put` or :meth:`OutgoingQueue.put_many` stores is committed and
+fsync'd before the call returns, so it survives a process crash and a power loss.
+
+**Group commit.** Puts do not pay one fsync each. A batch (``put_many``) is one transaction, and
+puts from several threads of one process that arrive while a commit is under way are queued and
+written together by the next commit: one ``BEGIN IMMEDIATE ... COMMIT`` and one fsync for all of
+them (the first waiting thread does the work, the others wait for its verdict). Every caller
+still returns only after its own records are on disk, and a failed commit fails every caller
+whose records were in it, with nothing of theirs stored. Removals need no durability (a removed
+record that comes back after a crash is resent, and receivers drop the duplicate id), so the
+sender removes acknowledged records in batches with :meth:`OutgoingQueue.remove_many`. Several processes may open the
 same file; SQLite's file locks serialise their writes, and row ids grow in commit order, so
 :meth:`OutgoingQueue.pending` lists records in the order they were put, across processes.
 
@@ -109,6 +118,15 @@ class OutgoingRecord:
         object.__setattr__(self, "headers", _checked_headers(self.headers))
 
 
+@dataclass
+class _PendingPut:
+    """One caller's batch waiting for a group commit, and its verdict."""
+
+    rows: list[tuple[Any, ...]]
+    row_ids: list[int] | None = None
+    error: MessageQueueError | None = None
+
+
 @dataclass(frozen=True)
 class StoredRecord:
     """A record as kept in the outgoing queue.
@@ -146,6 +164,12 @@ class OutgoingQueue:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        #: Group commit: batches waiting for the next commit, and whether one is under way.
+        self._group = threading.Condition(threading.Lock())
+        self._waiting: list[_PendingPut] = []
+        self._committing = False
+        #: Transactions that stored records (one fsync each), for tests and diagnostics.
+        self.commits = 0
         _make_parent(self.path)
         try:
             # isolation_level=None: autocommit, so each statement is one committed transaction
@@ -165,6 +189,9 @@ class OutgoingQueue:
     def put(self, record: OutgoingRecord) -> int:
         """Store ``record`` durably; when this returns, it survives a crash or power loss.
 
+        Concurrent puts from several threads share one commit and one fsync (see the module
+        docstring).
+
         Args:
             record (OutgoingRecord): the record to keep until the broker acknowledges it.
 
@@ -178,15 +205,90 @@ class OutgoingQueue:
             TransientQueueError: another process held the file locked for longer than
                 :data:`BUSY_TIMEOUT_S`.
         """
-        if not isinstance(record, OutgoingRecord):
-            raise InvalidParameter(f"put() takes an OutgoingRecord, not {type(record).__name__}")
-        row = (
-            record.topic, record.key, record.value, _encode_headers(record.headers),
-            record.message_id, record.deadline_ms, record.purpose, record.created_ms,
-        )
-        with self._connection("store a record in") as conn:
-            cursor = conn.execute(_INSERT, row)
-            return int(cursor.lastrowid)  # type: ignore[arg-type]  # always set after an INSERT
+        return self.put_many([record])[0]
+
+    def put_many(self, records: list[OutgoingRecord]) -> list[int]:
+        """Store ``records`` durably in one transaction (all or none); one fsync for the batch,
+        shared with the puts of other threads that wait at the same time.
+
+        Args:
+            records (list[OutgoingRecord]): the records, in the order they will be produced.
+
+        Returns:
+            list[int]: their row ids, in the same order and increasing.
+
+        Raises:
+            InvalidParameter: an element is not an :class:`OutgoingRecord`; nothing was stored.
+            MessageQueueError: the batch could not be stored (disk full, file unwritable or
+                corrupt; the hint says which). None of the records is in the queue.
+            TransientQueueError: another process held the file locked for longer than
+                :data:`BUSY_TIMEOUT_S`; none of the records is in the queue.
+        """
+        for record in records:
+            if not isinstance(record, OutgoingRecord):
+                raise InvalidParameter(
+                    f"put() takes an OutgoingRecord, not {type(record).__name__}")
+        if not records:
+            return []
+        mine = _PendingPut([(
+            r.topic, r.key, r.value, _encode_headers(r.headers), r.message_id, r.deadline_ms,
+            r.purpose, r.created_ms) for r in records])
+        with self._group:
+            self._waiting.append(mine)
+            while self._committing and mine.row_ids is None and mine.error is None:
+                self._group.wait()
+            if mine.row_ids is None and mine.error is None:
+                self._committing = True  # this thread commits for everyone waiting now
+                leader = True
+            else:
+                leader = False
+        if leader:
+            self._commit_waiting()
+        if mine.error is not None:
+            raise mine.error
+        assert mine.row_ids is not None
+        return mine.row_ids
+
+    def _commit_waiting(self) -> None:
+        """Write every waiting batch in one transaction and hand each caller its verdict."""
+        batches: list[_PendingPut] = []
+        error: MessageQueueError | None = None
+        try:
+            with self._connection("store records in") as conn:
+                # Taken after the connection lock, so puts queued meanwhile join this commit.
+                with self._group:
+                    batches, self._waiting = self._waiting, []
+                results: list[list[int]] = []
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for batch in batches:
+                        results.append([int(conn.execute(_INSERT, row).lastrowid)  # type: ignore[arg-type]
+                                        for row in batch.rows])
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                self.commits += 1
+            for batch, ids in zip(batches, results):
+                batch.row_ids = ids
+        except MessageQueueError as exc:
+            error = exc
+        except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller below
+            error = MessageQueueError(f"cannot store records in the outgoing queue {self.path}: "
+                                      f"{exc}", hint="check the file, or set KMQ_HOME to "
+                                      "another directory")
+            error.__cause__ = exc
+        finally:
+            with self._group:
+                if not batches:  # the connection failed before the batches were taken
+                    batches, self._waiting = self._waiting, []
+                for batch in batches:
+                    if batch.row_ids is None:
+                        batch.error = error or MessageQueueError(
+                            f"the outgoing queue {self.path} did not store the records")
+                self._committing = False
+                self._group.notify_all()
 
     def remove(self, row_id: int) -> None:
         """Remove a record, once the broker has acknowledged it (or recovery gave up on it).
@@ -203,6 +305,30 @@ class OutgoingQueue:
         """
         with self._connection("remove a record from") as conn:
             conn.execute("DELETE FROM outgoing WHERE id = ?", (row_id,))
+
+    def remove_many(self, row_ids: list[int]) -> None:
+        """Remove several records in one transaction (the sender's acknowledged records).
+
+        Args:
+            row_ids (list[int]): ids :meth:`put` or :meth:`pending` returned; ids that are not
+                there are ignored.
+
+        Raises:
+            MessageQueueError: the file could not be written (the hint says why); nothing was
+                removed.
+            TransientQueueError: the file stayed locked for longer than :data:`BUSY_TIMEOUT_S`.
+        """
+        if not row_ids:
+            return
+        with self._connection("remove records from") as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany("DELETE FROM outgoing WHERE id = ?", [(r,) for r in row_ids])
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
 
     def pending(self, limit: int | None = None) -> list[StoredRecord]:
         """The records still waiting, oldest first (in the order they were put).

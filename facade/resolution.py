@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Resolver", "elements_of", "is_dynamic"]
 
+#: Parsed recipient names and public-queue destinations a Resolver keeps.
+_MAX_CACHED = 1024
+
 
 def elements_of(reference: FormatName | QueuePath) -> tuple[FormatName | QueuePath, ...]:
     """The elements of a reference: itself, or a multiple-element name's elements."""
@@ -59,6 +62,11 @@ class Resolver:
 
     def __init__(self, manager: QueueManager):
         self.manager = manager
+        #: Recipient format-name text -> parsed name (parsing is pure; lists repeat them).
+        self._parsed: dict[str, FormatName] = {}
+        #: Public queue (queue manager, name, journal, subqueue) -> its Destination, reused
+        #: while the registry still holds the very properties it was resolved from.
+        self._public_destinations: dict[tuple[str, str, bool, str | None], Destination] = {}
 
     def destinations(self, reference: FormatName | QueuePath, *,
                      for_send: bool) -> list[Destination]:
@@ -106,9 +114,26 @@ class Resolver:
         return self._at(entry, fn)
 
     def _at(self, entry: PublicQueueEntry, fn: PublicFormatName) -> Destination:
+        key = (entry.queue_manager, entry.queue_name, fn.journal, fn.subqueue)
+        known = self._public_destinations.get(key)
+        if known is not None and known.properties is not None \
+                and self.manager.registry.get_queue(known.properties.path_name) is known.properties:
+            return known  # the registry's entry is unchanged (same refresh rules as resolve)
         path = QueuePath(entry.queue_manager, entry.queue_name, journal=fn.journal,
                          subqueue=fn.subqueue)
-        return self.manager.resolve(path)
+        destination = self.manager.resolve(path)
+        if len(self._public_destinations) >= _MAX_CACHED:
+            self._public_destinations.clear()
+        self._public_destinations[key] = destination
+        return destination
+
+    def _parse(self, text: str) -> FormatName:
+        parsed = self._parsed.get(text)
+        if parsed is None:
+            if len(self._parsed) >= _MAX_CACHED:
+                self._parsed.clear()
+            parsed = self._parsed[text] = parse_format_name(text)
+        return parsed
 
     def _distribution_list(self, fn: DistributionListFormatName,
                            for_send: bool) -> list[Destination]:
@@ -119,7 +144,7 @@ class Resolver:
         recipients = self.manager.directory.expand(str(fn), check_send=for_send)
         resolved: list[Destination] = []
         for recipient in recipients:
-            target = parse_format_name(recipient.format_name)
+            target = self._parse(recipient.format_name)
             if isinstance(target, DistributionListFormatName) or target.is_multiple_element:
                 raise InvalidParameter(
                     f"queue alias {recipient.source.name!r} in {fn} points at {target}, which is "

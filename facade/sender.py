@@ -107,13 +107,20 @@ class SendTracker:
     _done: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def finish(self, queue: str, error: str | None) -> None:
+    def finish(self, queue: str, error: str | None,
+               before_done: Callable[[], None] | None = None) -> None:
+        """Record one copy's verdict; ``before_done`` runs before the waiter is woken by the
+        last one (the sender removes the batch's acknowledged records from the outgoing queue
+        there, so a waiting send returns with them gone)."""
         with self._lock:
             if error is not None:
                 self.errors[queue] = error
             self.pending -= 1
-            if self.pending <= 0:
-                self._done.set()
+            last = self.pending <= 0
+        if last:
+            if before_done is not None:
+                before_done()
+            self._done.set()
 
     def wait(self, timeout: float | None) -> bool:
         """True when every copy has a verdict (delivered or failed) within ``timeout`` seconds."""
@@ -136,6 +143,11 @@ class Sender:
         #: Producers replaced after a fatal error, still polled until their callbacks are served.
         self._retired: list[Any] = []
         self._stop = threading.Event()
+        #: Row ids of acknowledged or settled records, removed from the outgoing queue in one
+        #: transaction per poll round (a removal needs no fsync of its own: a record that
+        #: comes back after a crash is resent and its duplicate dropped by receivers).
+        self._removals: list[int] = []
+        self._removals_lock = threading.Lock()
         #: ``max.message.bytes`` per topic, as last described (None: not reported); only read
         #: for records that may exceed Kafka's default limit.
         self._topic_limits: dict[str, int | None] = {}
@@ -149,32 +161,67 @@ class Sender:
                on_delivered: Callable[[], None] | None = None) -> None:
         """Produce one copy. RECOVERABLE copies are stored in the outgoing queue first.
 
+        The same as :meth:`submit_many` with one copy.
+        """
+        self.submit_many([(destination, copy, record, on_delivered)], tracker)
+
+    def submit_many(self, copies: list[tuple[Destination, Message, EncodedRecord,
+                                            Callable[[], None] | None]],
+                    tracker: SendTracker | None) -> None:
+        """Produce copies in order: ``(destination, copy, record, on_delivered)`` each.
+
+        Every copy is size-checked first. The RECOVERABLE copies are then stored in the
+        outgoing queue in one transaction and one fsync (group commit, shared with concurrent
+        sends of other threads), and only then are the copies handed to their producers.
+
+        Args:
+            copies (list[tuple[Destination, Message, EncodedRecord, Callable | None]]): each
+                copy with where it goes, its encoded Kafka record and what to run once the
+                broker acknowledges it (source journaling).
+            tracker (SendTracker | None): counts the verdicts when the caller waits.
+
         Raises:
-            InvalidParameter: the record is larger than kmq's limit (a body of at most
+            InvalidParameter: a record is larger than kmq's limit (a body of at most
                 :data:`~facade.topicsettings.MAX_BODY_BYTES` plus its envelope), the producers'
                 ``message.max.bytes`` or the destination topic's ``max.message.bytes``; the
                 message names the size and the limit. Nothing was stored or produced.
-            MessageQueueError: the outgoing queue cannot be written (names the file).
-            BrokerError: the producer refused the record outright (e.g. its queue is full). A
-                refusal no retry can fix (:func:`~facade.kafka.refusal`) also removes the
-                stored copy: the caller has the error, and nothing is resent.
+            MessageQueueError: the outgoing queue cannot be written (names the file); nothing
+                was stored or produced.
+            BrokerError: the producer refused a record outright (e.g. its queue is full). The
+                copies before it were handed over; its stored record is removed when no retry
+                can fix the refusal (:func:`~facade.kafka.refusal`), and the stored records of
+                the copies after it are removed (they were not sent). The message says how
+                many copies were handed over.
         """
-        self.check_size(destination, copy, record)
-        row = None
-        deadline_ms = 0  # only a stored copy is produced again, so only it needs its deadline
-        if copy.delivery is Delivery.RECOVERABLE:
-            deadline_ms = _deadline_ms(copy)
-            row = self.outgoing.put(OutgoingRecord(
-                topic=destination.topics.data, key=record.key, value=record.value,
-                headers=tuple(record.headers), message_id=str(copy.id), deadline_ms=deadline_ms,
-                purpose=_owner_tag(), created_ms=_now_ms(),
-            ))
-        try:
-            self._produce(destination, copy, record, deadline_ms, row, tracker, on_delivered)
-        except MessageQueueError as exc:
-            if row is not None and refusal(exc) is not None:
-                self.outgoing.remove(row)
-            raise
+        for destination, copy, record, _ in copies:
+            self.check_size(destination, copy, record)
+        rows: list[int | None] = [None] * len(copies)
+        deadlines = [0] * len(copies)  # only a stored copy is produced again, so needs one
+        stored = [i for i, item in enumerate(copies) if item[1].delivery is Delivery.RECOVERABLE]
+        if stored:
+            created, owner, records = _now_ms(), _owner_tag(), []
+            for i in stored:
+                destination, copy, record, _ = copies[i]
+                deadlines[i] = _deadline_ms(copy)
+                records.append(OutgoingRecord(
+                    topic=destination.topics.data, key=record.key, value=record.value,
+                    headers=tuple(record.headers), message_id=str(copy.id),
+                    deadline_ms=deadlines[i], purpose=owner, created_ms=created))
+            for i, row in zip(stored, self.outgoing.put_many(records)):
+                rows[i] = row
+        for index, (destination, copy, record, on_delivered) in enumerate(copies):
+            try:
+                self._produce(destination, copy, record, deadlines[index], rows[index], tracker,
+                              on_delivered)
+            except MessageQueueError as exc:
+                unsent = [r for r in rows[index + 1:] if r is not None]
+                if rows[index] is not None and refusal(exc) is not None:
+                    unsent.insert(0, rows[index])  # type: ignore[arg-type]
+                self.outgoing.remove_many(unsent)
+                if len(copies) > 1:
+                    exc.message = (f"{exc.message} ({index} of {len(copies)} copies were "
+                                   "handed to the producer before it)")
+                raise
 
     def check_size(self, destination: Destination, copy: Message, record: EncodedRecord) -> None:
         """Refuse a record no broker set up for kmq would accept, before it is stored.
@@ -265,7 +312,8 @@ class Sender:
                 self._settle(destination, copy, row, error, on_delivered, refused)
             finally:
                 if tracker is not None:
-                    tracker.finish(destination.format_name, error)
+                    tracker.finish(destination.format_name, error,
+                                   before_done=self._flush_removals)
 
         used: list[Any] = []  # the producer, known before its callback can run
         self._hand_over(copy.delivery, ttrq_ms, destination, record, on_delivery, used)
@@ -322,7 +370,21 @@ class Sender:
                 self._parked.add(row)
             return
         if row is not None:
-            self.outgoing.remove(row)
+            with self._removals_lock:
+                self._removals.append(row)
+
+    def _flush_removals(self) -> None:
+        """Remove the settled records from the outgoing queue, in one transaction."""
+        with self._removals_lock:
+            rows, self._removals = self._removals, []
+        if not rows:
+            return
+        try:
+            self.outgoing.remove_many(rows)
+        except MessageQueueError as exc:
+            # They stay and are resent by a later recovery; receivers drop the duplicates.
+            log.warning("could not remove %d delivered record(s) from %s: %s", len(rows),
+                        self.outgoing.path, exc)
 
     def _fail(self, copy: Message, destination: Destination, reason: str) -> None:
         """Dead-letter and NACK a copy that did not arrive within TTRQ."""
@@ -517,6 +579,7 @@ class Sender:
                     self._retire(producer)
             with self._lock:
                 self._retired = [p for p in self._retired if len(p)]
+            self._flush_removals()
             self._stop.wait(_POLL_INTERVAL)
 
     def close(self, timeout: float = 10.0) -> None:
@@ -527,6 +590,7 @@ class Sender:
         with self._lock:
             self._producers.clear()
             self._retired.clear()
+        self._flush_removals()
         self.outgoing.close()
 
 

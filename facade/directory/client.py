@@ -19,6 +19,7 @@ import logging
 import re
 import uuid
 from dataclasses import dataclass, replace
+from collections.abc import Hashable
 from typing import Any, Protocol
 
 import ldap3
@@ -76,6 +77,8 @@ log = logging.getLogger("kmq.directory")
 MAX_ALIAS_FORMAT_NAME = 255
 #: AD limits cn to 64 characters.
 MAX_OBJECT_NAME = 64
+#: Distribution-list expansions one Directory keeps (validated by the store's change marker).
+_MAX_CACHED_EXPANSIONS = 256
 _BAD_NAME = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -94,6 +97,7 @@ class DirectoryStore(Protocol):
     def read(self) -> contextlib.AbstractContextManager[ldap3.Connection]: ...
     def write(self) -> contextlib.AbstractContextManager[ldap3.Connection]: ...
     def initialize(self, base_dn: str | None = None) -> int: ...
+    def change_marker(self, connection: ldap3.Connection) -> Hashable | None: ...
 
 
 def open_store(config: KmqConfig) -> DirectoryStore:
@@ -159,6 +163,11 @@ class Directory:
         self.local_machine = local_machine
         self.base_dn = normalize_dn(store.base_dn)
         self._ops = LdapOperations(self.base_dn, lambda: self.store.description)
+        #: Expansions validated by the store's change marker: (list reference, check_send,
+        #: principal) ->
+        #: (marker when read, recipients).
+        self._expansions: dict[tuple[str, bool, str],
+                               tuple[Hashable, tuple[Recipient, ...]]] = {}
 
     @classmethod
     def open(cls, config: KmqConfig | None = None) -> Directory:
@@ -614,20 +623,37 @@ class Directory:
         """
         reference = f"DL={list_reference}" if isinstance(list_reference, uuid.UUID) else list_reference
         with self.store.read() as conn:
-            root = self._list(conn, reference)
-            if check_send:
-                root.security.require(self.principal, AccessRight.WRITE_MESSAGE, root.name)
-            recipients: list[Recipient] = []
-            visited = {dn_key(root.dn)}
-            for dn in root.members:
-                member = self._by_dn(conn, dn)
-                if member is None:
-                    continue
-                if check_send:
-                    member.security.require(self.principal, AccessRight.WRITE_MESSAGE,
-                                            display_name(member))
-                self._expand_into(conn, member, visited, recipients)
+            # Read before the entries: a change after this read gives a new marker, so an
+            # expansion is never kept under a marker newer than what it read.
+            marker = self.store.change_marker(conn)
+            key = (reference, check_send, self.principal)
+            cached = self._expansions.get(key) if marker is not None else None
+            if cached is not None and cached[0] == marker:
+                return list(cached[1])
+            recipients = self._expand(conn, reference, check_send)
+            if marker is not None:
+                if len(self._expansions) >= _MAX_CACHED_EXPANSIONS:
+                    self._expansions.clear()
+                self._expansions[key] = (marker, tuple(recipients))
             return recipients
+
+    def _expand(self, conn: ldap3.Connection, reference: str,
+                check_send: bool) -> list[Recipient]:
+        """:meth:`expand` read from the store (no cache)."""
+        root = self._list(conn, reference)
+        if check_send:
+            root.security.require(self.principal, AccessRight.WRITE_MESSAGE, root.name)
+        recipients: list[Recipient] = []
+        visited = {dn_key(root.dn)}
+        for dn in root.members:
+            member = self._by_dn(conn, dn)
+            if member is None:
+                continue
+            if check_send:
+                member.security.require(self.principal, AccessRight.WRITE_MESSAGE,
+                                        display_name(member))
+            self._expand_into(conn, member, visited, recipients)
+        return recipients
 
     def check_send(self, entry: DirectoryObject) -> None:
         """Require the Send To (WRITE_MESSAGE) right on a directory object.

@@ -203,6 +203,8 @@ class EmbeddedDirectoryStore:
         self._depth = 0  # nesting of read()/write() in the owning thread
         self._mutated = False  # a write() ran inside the current outermost section
         self._loaded_signature: tuple[int, int, int] | None = None  # None: never loaded
+        #: Bumped whenever the in-memory directory is replaced or saved: the change marker.
+        self._generation = 0
         self._saved_text: str | None = None  # serialized DIT as last loaded or saved
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -363,6 +365,21 @@ class EmbeddedDirectoryStore:
                 self._depth, self._mutated = 0, False
                 self._flock(fcntl.LOCK_UN)
 
+    def change_marker(self, connection: ldap3.Connection) -> int | None:
+        """A value that changes whenever the directory's content may have changed.
+
+        Call it inside :meth:`read`, which has just reloaded the file if any process changed
+        it: the marker is a counter bumped by every reload and every save, so it costs no I/O
+        beyond the ``stat`` the section makes anyway. None inside a change not saved yet.
+
+        Args:
+            connection (ldap3.Connection): the section's connection (unused here).
+
+        Returns:
+            int | None: the marker; None when it cannot be trusted now.
+        """
+        return None if self._mutated else self._generation
+
     def save(self) -> None:
         """Write the in-memory directory to the file now (atomically).
 
@@ -502,6 +519,7 @@ class EmbeddedDirectoryStore:
             self._load_file()
         self._loaded_signature = signature
         self._saved_text = self._serialize()
+        self._generation += 1
 
     def _clear_dit(self) -> None:
         server = self.connection.server
@@ -600,6 +618,7 @@ class EmbeddedDirectoryStore:
                     os.unlink(temp_path)
         self._loaded_signature = self._signature()
         self._saved_text = text
+        self._generation += 1
 
     def _save_or_roll_back(self) -> None:
         try:

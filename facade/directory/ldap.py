@@ -45,7 +45,7 @@ from ldap3.core.exceptions import (
 )
 
 from facade.config import SASL_MECHANISMS, DirectorySettings
-from facade.directory.layout import bootstrap_entries, validate_base_dn
+from facade.directory.layout import bootstrap_entries, parent_dn, validate_base_dn
 from facade.errors import ConfigurationError, DirectoryUnavailable
 
 __all__ = ["LdapDirectoryStore"]
@@ -177,6 +177,8 @@ class LdapDirectoryStore:
         self._connection: ldap3.Connection | None = None
         self._opened = False
         self._depth = 0  # nesting of read()/write() in the owning thread
+        #: Where contextCSN was found (a DN), False when the server has none, None: not probed.
+        self._csn_dn: str | bool | None = None
 
     @property
     def description(self) -> str:
@@ -315,6 +317,42 @@ class LdapDirectoryStore:
         with self.read() as connection:
             if not connection.search("", "(objectClass=*)", ldap3.BASE, attributes=["1.1"]):
                 raise self._unavailable(f"reading the root DSE failed: {connection.result}")
+
+    def change_marker(self, connection: ldap3.Connection) -> tuple[str, ...] | None:
+        """The server's ``contextCSN`` of the database holding the base DN: a value that
+        changes with every write to it, by kmq or anyone else (slapd's ``syncprov`` overlay
+        keeps it; ``deploy/ldap/slapd.conf.template`` loads it).
+
+        One base-scope read of the base entry (or of the first ancestor that has the
+        attribute); a server without it is asked again only after a reconnect.
+
+        Args:
+            connection (ldap3.Connection): the connection of the current :meth:`read` section.
+
+        Returns:
+            tuple[str, ...] | None: the sorted CSN values (one per replica server id); None when
+            the server keeps no ``contextCSN`` (the caller must then read everything afresh).
+
+        Raises:
+            DirectoryUnavailable: the read failed for another reason than a missing attribute.
+        """
+        if self._csn_dn is False:
+            return None
+        candidates = [self._csn_dn] if isinstance(self._csn_dn, str) else _self_and_parents(
+            self.base_dn)
+        for dn in candidates:
+            if not connection.search(dn, "(objectClass=*)", ldap3.BASE,
+                                     attributes=["contextCSN"]):
+                if connection.result.get("result") in (0, 32):  # success / noSuchObject
+                    continue
+                raise self._unavailable(f"reading contextCSN of {dn} failed: {connection.result}")
+            values = connection.response[0]["attributes"].get("contextCSN") \
+                if connection.response else None
+            if values:
+                self._csn_dn = dn
+                return tuple(sorted(values))
+        self._csn_dn = False
+        return None
 
     def initialize(self, base_dn: str | None = None) -> int:
         """Create the base entries (suffix, ou=Computers, ou=Aliases, ...) that are missing.
@@ -509,6 +547,7 @@ class LdapDirectoryStore:
             result = dict(connection.result or {})
             _close_quietly(connection)
             raise self._bind_failed(result)
+        self._csn_dn = None  # probe the (maybe reconfigured) server again
         return connection
 
     def _receive_timeout(self) -> int:
@@ -605,6 +644,14 @@ def _is_stale(connection: ldap3.Connection) -> bool:
     except (OSError, ValueError):  # closed file descriptor
         return True
     return bool(readable)
+
+
+def _self_and_parents(dn: str) -> list[str]:
+    """``dn`` and its ancestors, nearest first (``dc=a,dc=b`` -> [``dc=a,dc=b``, ``dc=b``])."""
+    found = [dn]
+    while (parent := parent_dn(found[-1])) and parent != found[-1]:
+        found.append(parent)
+    return found
 
 
 def _close_quietly(connection: ldap3.Connection) -> None:

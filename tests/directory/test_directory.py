@@ -6,11 +6,14 @@ Each test runs against the embedded store and a real slapd (see ``directory_sett
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
+import ldap3
 import pytest
 
 from facade.acl import AccessRight
-from facade.directory import Directory, PublicQueueEntry
+from facade.config import DirectorySettings
+from facade.directory import Directory, EmbeddedDirectoryStore, PublicQueueEntry
 from facade.errors import (
     AccessDenied,
     DirectoryObjectNotFound,
@@ -337,3 +340,66 @@ def test_only_rights_holders_change_delete_or_repermission(directory: Directory,
             attempt()
     assert directory.public_queue(q.guid).label == ""
     directory.delete_public_queue(q.guid)
+
+
+# -- expansions validated by the directory's change marker (issue 16) ---------------------------
+
+
+def _raw_modify(directory: Directory, settings: DirectorySettings, dn: str,
+                changes: dict[str, object]) -> None:
+    """Change an entry the way someone outside this kmq process would: a separate LDAP
+    connection to slapd (ldapmodify), or another process's store on the embedded file."""
+    if settings.is_embedded:
+        other = EmbeddedDirectoryStore(Path(settings.url.split(":", 1)[1]),
+                                       base_dn=directory.store.base_dn)
+        other.open()
+        try:
+            with other.write() as conn:
+                assert conn.modify(dn, changes), conn.result
+        finally:
+            other.close()
+        return
+    conn = ldap3.Connection(ldap3.Server(settings.url), user=settings.bind_dn,
+                            password=settings.password, auto_bind=True)
+    try:
+        assert conn.modify(dn, changes), conn.result
+    finally:
+        conn.unbind()
+
+
+def test_an_unchanged_list_is_not_read_again(directory: Directory,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    members = [_queue(directory, f"cached{i}") for i in range(3)]
+    directory.create_distribution_list("cached")
+    for queue in members:
+        directory.add_member("cached", queue.format_name)
+    assert _expanded(directory, "cached") == [q.format_name for q in members]
+    reads: list[str] = []
+    original = Directory._by_dn
+    monkeypatch.setattr(Directory, "_by_dn",
+                        lambda self, conn, dn: reads.append(dn) or original(self, conn, dn))
+    assert _expanded(directory, "cached") == [q.format_name for q in members]
+    assert reads == []  # validated by the change marker alone
+    directory.remove_member("cached", members[0].format_name)
+    assert _expanded(directory, "cached") == [q.format_name for q in members[1:]]
+    assert reads  # the change was seen, and the list read again
+
+
+def test_changes_made_outside_kmq_take_effect_at_the_next_expansion(
+        directory: Directory, as_bob: Directory, directory_settings: DirectorySettings) -> None:
+    kept, dropped = _queue(directory, "outside-kept"), _queue(directory, "outside-dropped")
+    directory.create_distribution_list("outside")
+    directory.add_member("outside", kept.format_name)
+    directory.add_member("outside", dropped.format_name)
+    assert len(as_bob.expand("outside")) == 2  # cached now
+    # A member removed by a raw LDAP modify (not through kmq) is gone at the next send ...
+    _raw_modify(directory, directory_settings, directory.distribution_list("outside").dn,
+                {"member": [(ldap3.MODIFY_DELETE, [dropped.dn])]})
+    assert [r.format_name for r in as_bob.expand("outside")] == [kept.format_name]
+    # ... and so is a Send To right revoked that way.
+    denied = directory.security(kept.format_name).deny("bob", AccessRight.SEND_TO)
+    _raw_modify(directory, directory_settings, kept.dn,
+                {"kmqSecurityDescriptor": [(ldap3.MODIFY_REPLACE, denied.to_values())]})
+    with pytest.raises(AccessDenied, match="bob"):
+        as_bob.expand("outside")
+    assert len(directory.expand("outside")) == 1  # alice is still allowed

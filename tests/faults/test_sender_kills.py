@@ -34,9 +34,23 @@ LIFETIME = (0.4, 1.0)   # seconds a sender sends before its SIGKILL, drawn at ra
 def test_killed_senders_lose_no_recoverable_message(
         fault_config: KmqConfig, fault_qm: QueueManager, kmq_home: Path,
         history_path: Path) -> None:
+    _kill_senders(fault_config, fault_qm, kmq_home, history_path, batch=1)
+
+
+def test_killed_batch_senders_lose_nothing_send_many_returned_for(
+        fault_config: KmqConfig, fault_qm: QueueManager, kmq_home: Path,
+        history_path: Path) -> None:
+    """The same with ``send_many`` of 20 RECOVERABLE messages: a SIGKILL lands in a batch's
+    commit or while its copies are produced; every batch that returned arrives exactly once."""
+    _kill_senders(fault_config, fault_qm, kmq_home, history_path, batch=20)
+
+
+def _kill_senders(fault_config: KmqConfig, fault_qm: QueueManager, kmq_home: Path,
+                  history_path: Path, batch: int) -> None:
     fault_qm.create_queue(r".\private$\senders")
     common = dict(bootstrap=fault_config.bootstrap_servers, qm=fault_config.queue_manager,
-                  queue=r".\private$\senders", label="senders", delivery="RECOVERABLE")
+                  queue=r".\private$\senders", label="senders", delivery="RECOVERABLE",
+                  batch=batch)
     rng = random.Random(11)
     receiver = start("receiver", kmq_home, history=str(history_path / "r.jsonl"), idle=60.0,
                      stop_file=str(history_path / "stop"), **common)
@@ -65,7 +79,7 @@ def test_killed_senders_lose_no_recoverable_message(
     drain(fault_qm.open_queue(r".\private$\senders"), "senders", history)
     verdict = history.verdict()
     attempted = sum(1 for s in history.sends.values() if s.outcome == "attempted")
-    report(f"sender kills: {killed} SIGKILLs in {time.monotonic() - started:.1f} s, "
+    report(f"sender kills (batch {batch}): {killed} SIGKILLs in {time.monotonic() - started:.1f} s, "
            f"{pending_before_recovery} record(s) left in the outgoing queue and resent, "
            f"{attempted} send(s) cut short before returning; {verdict.summary()}")
     assert verdict.ok, verdict.summary()

@@ -65,6 +65,12 @@ def run_sender(args: dict[str, Any]) -> None:
     count = args.get("count")
     interval = float(args.get("interval", 0.0))
     seq = 0
+    batch = int(args.get("batch", 1))
+    if batch > 1:  # send_many of ``batch`` messages at a time
+        _send_batches(queue, recorder, args, label, delivery, wait, extra, promised, batch, stop)
+        qm.close()
+        recorder.close()
+        return
     while (count is None or seq < count) and not (stop and stop.exists()):
         key = f"{args['actor']}:{seq}"
         fields = dict(seq=seq, delivery=delivery.name.lower(), ordered=args.get("ordered", True))
@@ -85,6 +91,37 @@ def run_sender(args: dict[str, Any]) -> None:
     recorder.event("note", done=seq)
     qm.close()
     recorder.close()
+
+
+def _send_batches(queue: Any, recorder: Recorder, args: dict[str, Any], label: str,
+                  delivery: Any, wait: bool, extra: dict[str, Any], promised: str, batch: int,
+                  stop: Path | None) -> None:
+    """The sender loop with ``send_many``: every key of a batch is *attempted* before the call
+    and *acknowledged* (or failed) when it returns."""
+    from facade.errors import DirectoryUnavailable, MessageQueueError
+    from facade.message import Message
+
+    count = args.get("count")
+    seq = 0
+    while (count is None or seq < count) and not (stop and stop.exists()):
+        keys = [(f"{args['actor']}:{n}", n) for n in range(seq, seq + batch)]
+        common = dict(delivery=delivery.name.lower(), ordered=args.get("ordered", True))
+        for key, n in keys:
+            recorder.attempt(key, label, seq=n, **common)
+        try:
+            sent = queue.send_many([Message(body=key.encode(), delivery=delivery, **extra)
+                                    for key, _ in keys], wait=wait,
+                                   timeout=float(args.get("wait_timeout", 30)))
+            for (key, n), message in zip(keys, sent):
+                recorder.sent(key, label, outcome=promised, message_id=str(message.id), seq=n,
+                              **common)
+        except (DirectoryUnavailable, MessageQueueError) as exc:
+            outcome = REFUSED if isinstance(exc, DirectoryUnavailable) else FAILED
+            for key, n in keys:
+                recorder.sent(key, label, outcome=outcome, seq=n, **common)
+            recorder.event("note", error=str(exc)[:200])
+        seq += batch
+    recorder.event("note", done=seq)
 
 
 def run_receiver(args: dict[str, Any]) -> None:

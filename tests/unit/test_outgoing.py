@@ -6,6 +6,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -261,14 +262,19 @@ def test_file_of_a_newer_layout_is_refused_and_kept(db_path: Path) -> None:
     assert db_path.read_bytes() == before
 
 
+def _cap_at_current_size(queue: OutgoingQueue) -> sqlite3.Connection:
+    """Cap the database at its current size: SQLite then fails exactly as on a full disk."""
+    conn = queue._conn
+    assert conn is not None
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    conn.execute(f"PRAGMA max_page_count = {pages}")
+    return conn
+
+
 def test_full_disk_on_put_is_a_clear_error_and_stores_nothing(db_path: Path) -> None:
     with OutgoingQueue(db_path) as queue:
         queue.put(record(1))
-        # Cap the database at its current size: SQLite then fails exactly as on a full disk.
-        conn = queue._conn
-        assert conn is not None
-        pages = conn.execute("PRAGMA page_count").fetchone()[0]
-        conn.execute(f"PRAGMA max_page_count = {pages}")
+        _cap_at_current_size(queue)
         with pytest.raises(MessageQueueError) as info:
             queue.put(record(2, value=b"x" * 1_000_000))
         assert "full" in str(info.value)
@@ -320,3 +326,75 @@ def test_damaged_rows_are_left_out_of_pending_and_listed_as_unreadable(db_path: 
         for row, _ in unreadable:
             queue.remove(row)
         assert queue.unreadable() == [] and queue.count() == 1
+
+
+# --- batches and group commit ----------------------------------------------------------------
+
+
+def test_put_many_stores_a_batch_in_one_commit_in_order(db_path: Path) -> None:
+    with OutgoingQueue(db_path) as queue:
+        before = queue.commits
+        rows = queue.put_many([record(n) for n in range(1, 101)])
+        assert queue.commits == before + 1
+        assert rows == sorted(rows) and len(set(rows)) == 100
+        assert [s.record for s in queue.pending()] == [record(n) for n in range(1, 101)]
+        assert queue.put_many([]) == [] and queue.commits == before + 1
+        queue.remove_many(rows[:50] + [10**9])  # an id that is not there is ignored
+        assert [s.row_id for s in queue.pending()] == rows[50:]
+
+
+def test_put_many_refuses_a_non_record_and_stores_nothing(db_path: Path) -> None:
+    with OutgoingQueue(db_path) as queue:
+        with pytest.raises(InvalidParameter, match="OutgoingRecord"):
+            queue.put_many([record(1), b"not a record"])  # type: ignore[list-item]
+        assert queue.count() == 0
+
+
+def _hold_while_threads_queue(queue: OutgoingQueue, puts: list[list[OutgoingRecord]],
+                              ) -> tuple[list[list[int]], list[BaseException]]:
+    """Hold the connection (as a commit in progress does) while every thread queues its put,
+    then let them go: returns each thread's row ids and the errors raised."""
+    results: list[list[int]] = [[] for _ in puts]
+    errors: list[BaseException] = []
+
+    def put(index: int) -> None:
+        try:
+            results[index] = queue.put_many(puts[index])
+        except BaseException as exc:  # noqa: BLE001 - collected for the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=put, args=(i,)) for i in range(len(puts))]
+    with queue._lock:
+        for thread in threads:
+            thread.start()
+        while len(queue._waiting) < len(puts):  # every put has queued itself
+            time.sleep(0.001)
+    for thread in threads:
+        thread.join()
+    return results, errors
+
+
+def test_concurrent_puts_of_several_threads_share_one_commit(db_path: Path) -> None:
+    with OutgoingQueue(db_path) as queue:
+        before = queue.commits
+        puts = [[record(10 * t + n) for n in range(3)] for t in range(8)]
+        results, errors = _hold_while_threads_queue(queue, puts)
+        assert errors == []
+        assert queue.commits == before + 1  # one transaction, one fsync, for 8 callers
+        assert all(rows == sorted(rows) and len(rows) == 3 for rows in results)
+        assert len({row for rows in results for row in rows}) == 24
+        stored = {s.row_id: s.record for s in queue.pending()}
+        for rows, records in zip(results, puts):
+            assert [stored[row] for row in rows] == records
+
+
+def test_a_failed_group_commit_fails_every_caller_and_stores_none_of_them(db_path: Path) -> None:
+    with OutgoingQueue(db_path) as queue:
+        queue.put(record(1))
+        conn = _cap_at_current_size(queue)
+        puts = [[record(2)], [record(3, value=b"x" * 1_000_000)], [record(4)]]
+        results, errors = _hold_while_threads_queue(queue, puts)
+        assert len(errors) == 3 and all("full" in str(e) for e in errors)
+        assert [s.record for s in queue.pending()] == [record(1)]
+        conn.execute("PRAGMA max_page_count = 1073741823")
+        assert queue.put(record(5)) > 0  # the next commit works
