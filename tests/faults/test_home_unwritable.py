@@ -91,8 +91,8 @@ class _FullDisk:
             raise error
         return self._connection.execute(sql, *args)
 
-    def close(self) -> None:
-        self._connection.close()
+    def __getattr__(self, name: str) -> object:  # in_transaction, commit, ...: the real ones
+        return getattr(self._connection, name)
 
 
 def test_recoverable_send_on_a_full_disk_fails_clearly_and_sends_nothing(
