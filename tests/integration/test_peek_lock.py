@@ -19,6 +19,7 @@ import pytest
 
 from facade import (
     Acknowledgment,
+    BrokerUnavailable,
     InvalidParameter,
     LockLost,
     Message,
@@ -30,6 +31,7 @@ from facade.manager import QueueManager
 from facade.peeklock import LockedMessage
 from facade.queue import MessageQueue
 from facade.queuestate import OffsetState
+from facade.queueview import QueueView
 from facade.receipts import ReceiptAction, decode_receipt
 from facade.service import QueueManagerService
 from tests.support.kafka import BrokerEndpoint
@@ -126,6 +128,32 @@ def test_a_receiver_waiting_on_a_locked_message_gets_it_when_it_is_abandoned(
     started = time.monotonic()
     assert waiter.receive(timeout=WAIT).id == first.id
     assert time.monotonic() - started < 60, "the waiter only saw the release at lease expiry"
+
+
+def test_a_complete_whose_verdict_was_not_read_is_finished_by_calling_it_again(
+        qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The retry reads the verdict of the COMPLETED already in the log: no second receipt,
+    no false LockLost."""
+    q = qm.create_queue(r".\private$\retried")
+    q.send(Message(body=b"work"), wait=True)
+    got = q.receive(timeout=10, lock=True)
+    real_settle = QueueView.settle
+    failed: list[str] = []
+
+    def settle(view: QueueView, pending):  # type: ignore[no-untyped-def]
+        if not failed:
+            failed.append(pending.receipt.claim_id)
+            pending.record.wait(30)  # appended and acknowledged: it wins for every reader
+            raise BrokerUnavailable("simulated: the verdict could not be read back")
+        return real_settle(view, pending)
+
+    monkeypatch.setattr(QueueView, "settle", settle)
+    with pytest.raises(BrokerUnavailable):
+        got.complete()
+    got.complete()
+    assert q.count() == 0
+    actions = [r.action for r in _receipts(qm, q)]
+    assert actions == [ReceiptAction.LOCK, ReceiptAction.COMPLETED]
 
 
 def test_a_purge_leaves_a_locked_message_alone(qm: QueueManager) -> None:
