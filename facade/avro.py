@@ -170,11 +170,31 @@ class SchemaFamily:
         self.writers.setdefault(writer.fingerprint, writer)
         return writer.fingerprint
 
-    def encode(self, record: Mapping[str, Any]) -> bytes:
-        """Write ``record`` with the current schema, framed as a single object.
+    def version(self, number: int) -> WriterSchema:
+        """The writer schema of one version of this record (the current one or a frozen one).
+
+        Args:
+            number (int): the ``kmq.version`` wanted.
+
+        Returns:
+            WriterSchema: that version's schema.
+
+        Raises:
+            KeyError: no schema of that version is registered.
+        """
+        for writer in self.writers.values():
+            if writer.version == number:
+                return writer
+        raise KeyError(f"{self.current.name} has no registered version {number}")
+
+    def encode(self, record: Mapping[str, Any], writer: WriterSchema | None = None) -> bytes:
+        """Write ``record`` framed as a single object, with the current schema by default.
 
         Args:
             record (Mapping[str, Any]): the Avro record as Python values.
+            writer (WriterSchema | None): an older version to write instead (see
+                :meth:`version`), so that readers of that version can read the record; it must
+                be able to carry every value that matters (fields it lacks are not written).
 
         Returns:
             bytes: marker + fingerprint + Avro binary body.
@@ -182,9 +202,10 @@ class SchemaFamily:
         Raises:
             ValueError, TypeError, OverflowError: a value does not fit its Avro type.
         """
+        writer = writer or self.current
         out = io.BytesIO()
-        out.write(self.current.prefix)
-        fastavro.schemaless_writer(out, self.current.parsed, record)
+        out.write(writer.prefix)
+        fastavro.schemaless_writer(out, writer.parsed, record)
         return out.getvalue()
 
     def decode(self, value: object) -> dict[str, Any]:

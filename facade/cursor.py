@@ -307,8 +307,8 @@ class Cursor:
               timeout: float | None) -> Message:
         """Poll the view until ``pick`` finds a message, then take or decode it and move onto it.
 
-        Mirrors ``MessageQueue._wait``: poison records are dead-lettered and messages past
-        their time-to-be-received expired on the way; a
+        Mirrors ``MessageQueue._wait``: poison records are dead-lettered, messages past
+        their time-to-be-received expired and locks past their lease settled on the way; a
         message lost to another receiver while removing is skipped (the cursor was not on it).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -316,6 +316,7 @@ class Cursor:
         while True:
             self._queue._dead_letter_poison(view)
             self._queue._expire(view)
+            self._queue._lock_housekeeping(view)
             entry = pick(_now_ms())
             if entry is not None:
                 message = (self._queue._take(view, entry) if remove

@@ -19,6 +19,7 @@ code ported from MSMQ can map one to one::
     ├── AccessDenied (PermissionError)     MQ_ERROR_ACCESS_DENIED
     ├── TransactionUsage                   MQ_ERROR_TRANSACTION_USAGE
     ├── MessageLockedUnderTransaction      MQ_ERROR_MESSAGE_LOCKED_UNDER_TRANSACTION
+    ├── LockLost                           a peek-lock lost before complete() (no MSMQ code)
     ├── EnvelopeError                      a Kafka record that is not a valid kmq envelope
     ├── ConfigurationError (ValueError)    bad kmq configuration (environment, kmq.toml)
     ├── BrokerError                        a Kafka error with no closer MSMQ meaning (.kafka_code)
@@ -42,6 +43,7 @@ __all__ = [
     "FormatNameError",
     "IllegalCursorAction",
     "InvalidParameter",
+    "LockLost",
     "MessageAlreadyReceived",
     "MessageLockedUnderTransaction",
     "MessageNotFound",
@@ -204,6 +206,23 @@ class MessageLockedUnderTransaction(MessageQueueError):
 
     error_code = "MQ_ERROR_MESSAGE_LOCKED_UNDER_TRANSACTION"
     hresult = 0xC00E009C
+
+
+class LockLost(MessageQueueError):
+    """A peek-locked message could not be completed: its lock was settled by someone else first.
+
+    Usually its lease passed and another process released it, so the message went back to the
+    queue with its abort count raised and may be delivered again (peek-lock is at least once);
+    the error says what happened to it. MSMQ has no error code for this: the closest is a
+    receive whose transaction aborted.
+
+    Attributes:
+        lookup_id (int | None): the message's lookup id.
+    """
+
+    def __init__(self, message: str, *, lookup_id: int | None = None, **kwargs: object):
+        self.lookup_id = lookup_id
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
 
 
 class EnvelopeError(MessageQueueError):

@@ -41,7 +41,13 @@ from facade.formatnames import (
 from facade.kafka import KafkaSession, produce_and_wait
 from facade.message import Delivery, Message, MessageClass
 from facade.outputs import SystemOutputs
-from facade.registry import QueueManagerRecord, QueueProperties, Registry
+from facade.peeklock import DEFAULT_PREFETCH_LEASE
+from facade.registry import (
+    DEFAULT_RECEIVE_RETRY_COUNT,
+    QueueManagerRecord,
+    QueueProperties,
+    Registry,
+)
 from facade.resolution import Resolver
 from facade.sender import Sender
 from facade.sequence import MessageIdAllocator
@@ -178,7 +184,8 @@ class QueueManager:
                      journal: bool = False, quota_kb: int | None = None,
                      journal_quota_kb: int | None = None, base_priority: int = 0,
                      type_id: str | None = None, authenticate: bool = False,
-                     privacy_level: int = 0) -> Any:
+                     privacy_level: int = 0,
+                     receive_retry_count: int | None = DEFAULT_RECEIVE_RETRY_COUNT) -> Any:
         """Create a queue (MSMQ ``MQCreateQueue`` / ``MessageQueue.Create``).
 
         Args:
@@ -192,6 +199,9 @@ class QueueManager:
             type_id (str | None): PROPID_Q_TYPE GUID.
             authenticate (bool): PROPID_Q_AUTHENTICATE.
             privacy_level (int): PROPID_Q_PRIV_LEVEL.
+            receive_retry_count (int | None): poison-message handling for peek-lock receives:
+                a message released more than this many times goes to ``;poison`` (default 5,
+                None = no limit; see :class:`~facade.registry.QueueProperties`).
 
         Returns:
             MessageQueue: the new queue, opened.
@@ -220,6 +230,7 @@ class QueueManager:
             type_id=type_id, label=label, transactional=transactional, journal=journal,
             quota_kb=quota_kb, journal_quota_kb=journal_quota_kb, base_priority=base_priority,
             authenticate=authenticate, privacy_level=privacy_level,
+            receive_retry_count=receive_retry_count,
         ).validate()
         registered = self.registry.queues()
         if properties.path_name in registered:
@@ -293,7 +304,8 @@ class QueueManager:
         return sorted((p for p in self.registry.queues().values() if p.queue_manager == self.name),
                       key=lambda p: p.path_name)
 
-    def open_queue(self, path_or_format_name: str) -> Any:
+    def open_queue(self, path_or_format_name: str, *, prefetch: int = 0,
+                   prefetch_lease: float = DEFAULT_PREFETCH_LEASE) -> Any:
         """Open a queue, list or set of queues by path name or format name (``MQOpenQueue``).
 
         A ``DL=`` name or a multiple-element name can only be sent to; a distribution list is
@@ -302,6 +314,12 @@ class QueueManager:
         Args:
             path_or_format_name (str): e.g. ``.\\private$\\orders``, ``PUBLIC=<guid>``,
                 ``DL=<guid>``, ``DIRECT=OS:qm\\private$\\a,PUBLIC=<guid>``.
+            prefetch (int): 0 (default) or up to 1000: ``receive()`` then takes up to this many
+                messages with one PREFETCH receipt and hands them out one by one from memory,
+                at most once; ``close()`` gives back the ones not handed out, and if the
+                process dies they are dead-lettered once ``prefetch_lease`` passes (see
+                :mod:`facade.peeklock`).
+            prefetch_lease (float): seconds a prefetched batch is held (default 60).
 
         Raises:
             FormatNameError: malformed text.
@@ -310,12 +328,14 @@ class QueueManager:
             DirectoryUnavailable: a PUBLIC= or DL= element and no reachable directory: the
                 whole name fails (MSMQ's offline rule).
             UnsupportedFormatNameOperation: a kind of format name this version cannot open.
+            InvalidParameter: ``prefetch`` or ``prefetch_lease`` out of range.
         """
         from facade.queue import MessageQueue
 
         reference = parse_queue_reference(path_or_format_name)
         destinations = self.destinations(reference)
-        queue = MessageQueue(self, reference, destinations)
+        queue = MessageQueue(self, reference, destinations, prefetch=prefetch,
+                             prefetch_lease=prefetch_lease)
         self._open_queues.add(queue)
         return queue
 
@@ -336,7 +356,8 @@ class QueueManager:
         if bad:
             raise InvalidParameter(f"queue properties {sorted(bad)} cannot be set",
                                    hint="settable: label, journal, quota_kb, journal_quota_kb, "
-                                   "base_priority, type_id, authenticate, privacy_level")
+                                   "base_priority, type_id, authenticate, privacy_level, "
+                                   "receive_retry_count")
         _check_enforceable_queue(**{name: changes[name] for name in
                                     ("authenticate", "privacy_level") if name in changes})
         updated = self._properties(path_or_format_name).with_changes(**changes)

@@ -4,7 +4,8 @@ Receive order is highest priority first, then arrival order. Receive is destruct
 across processes: a message is removed by the first receipt that names it (see
 ``docs/design.md``), so two receivers never get the same message. A nontransactional receive is
 at-most-once, as in MSMQ: once the receipt is acknowledged the message is gone from the queue,
-even if the receiving process dies before using it.
+even if the receiving process dies before using it. Peek-lock receive (``receive(lock=True)``,
+at least once) and prefetch (``open_queue(name, prefetch=k)``) are in :mod:`facade.peeklock`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from facade.errors import (
     EnvelopeError,
     InvalidParameter,
     MessageAlreadyReceived,
+    MessageLockedUnderTransaction,
     MessageNotFound,
     MessageQueueError,
     QueueQuotaExceeded,
@@ -38,7 +40,8 @@ from facade.errors import (
     UnsupportedFormatNameOperation,
 )
 from facade.message import JournalLevel, Message, MessageClass, MessageId, check_enforceable
-from facade.queuestate import IndexEntry, OffsetState
+from facade.peeklock import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, PeekLockReceives
+from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
 from facade.sender import SendTracker
 from facade.receipts import ReceiptAction
@@ -60,7 +63,7 @@ _WAIT_SLICE = 0.05
 _BAD_HEADERS = "record headers are not a kmq envelope's"
 
 
-class MessageQueue:
+class MessageQueue(PeekLockReceives):
     """An opened queue. Get one from :meth:`QueueManager.open_queue` or ``create_queue``.
 
     Args:
@@ -68,6 +71,12 @@ class MessageQueue:
         reference (FormatName | QueuePath): what it was opened with, parsed.
         destinations (list[Destination]): the queue(s) it resolves to now (several for a
             distribution list or multiple-element format name, which can only be sent to).
+        prefetch (int): ``receive()`` takes up to this many messages with one PREFETCH receipt
+            and hands them out from memory (see :mod:`facade.peeklock`); 0 = off.
+        prefetch_lease (float): seconds a prefetched batch is held.
+
+    Raises:
+        InvalidParameter: ``prefetch`` or ``prefetch_lease`` out of range.
 
     Attributes:
         format_name (str): the canonical text of ``reference`` (PROPID_M_DEST_FORMAT_NAME of
@@ -75,7 +84,8 @@ class MessageQueue:
     """
 
     def __init__(self, manager: QueueManager, reference: FormatName | QueuePath,
-                 destinations: list[Destination]):
+                 destinations: list[Destination], *, prefetch: int = 0,
+                 prefetch_lease: float = DEFAULT_PREFETCH_LEASE):
         self.manager = manager
         self.reference = reference
         self.format_name = str(reference)
@@ -96,7 +106,8 @@ class MessageQueue:
         #: One receive at a time per handle (begin_receive runs receives on a worker thread).
         self._lock = threading.RLock()
         self._worker: ThreadPoolExecutor | None = None
-        self._batch_size = 1  # receive_many's max_messages, for _take_batch
+        self._batch_size = 1  # receive_many's max_messages, for _take_receive_batch
+        self._init_locks(prefetch, prefetch_lease)
 
     # -- properties ----------------------------------------------------------------------------
 
@@ -294,12 +305,22 @@ class MessageQueue:
 
     # -- receive and peek ----------------------------------------------------------------------
 
-    def receive(self, timeout: float | None = None) -> Message:
+    def receive(self, timeout: float | None = None, *, lock: bool = False,
+                lease: float = DEFAULT_LEASE) -> Message:
         """Remove and return the first message: highest priority, then oldest (``MQReceiveMessage``).
 
         Args:
             timeout (float | None): seconds to wait for a message; None waits forever, 0 does
                 not wait.
+            lock (bool): peek-lock receive (at least once): the message is only locked, by one
+                LOCK receipt, and returned as a :class:`~facade.peeklock.LockedMessage`; settle
+                it with :meth:`complete` (removed for good) or :meth:`abandon` (back in the
+                queue, ``abort_count`` + 1). If neither happens within ``lease`` it is released
+                too. Default False: MSMQ's nontransactional receive (at most once).
+            lease (float): with ``lock``, seconds the lock lasts (default 30).
+
+        On a handle opened with ``prefetch=k``, a receive without ``lock`` hands out the next of
+        up to ``k`` messages taken with one PREFETCH receipt (see :mod:`facade.peeklock`).
 
         A receive that raises removes nothing it does not hand out later: if the verdict of
         its claim could not be read (broker unreachable) or an output of the receive (journal
@@ -308,9 +329,15 @@ class MessageQueue:
 
         Raises:
             ReceiveTimeout: no message within ``timeout`` (MQ_ERROR_IO_TIMEOUT).
-            InvalidParameter: ``timeout`` is negative, NaN or infinite.
-            BrokerUnavailable: the broker did not answer; nothing was lost (see above).
+            InvalidParameter: ``timeout`` is negative, NaN or infinite, or ``lease`` is not
+                seconds in (0, 604800].
+            BrokerUnavailable: the broker did not answer; nothing was lost (see above; a
+                lock whose verdict was not read is released when its lease passes).
         """
+        if lock:
+            return self._receive_locked(timeout, lease)
+        if self._prefetch:
+            return self._receive_prefetched(_seconds(timeout))
         return self._wait(lambda view, now: view.state.peek_first(now), remove=True, timeout=timeout)
 
     def peek(self, timeout: float | None = None) -> Message:
@@ -350,11 +377,23 @@ class MessageQueue:
             held = self._take_held(self._open_view(), max_messages)
             if held:
                 return held
+            if self._prefetch:
+                return self._receive_prefetched_many(max_messages, timeout)
             self._batch_size = max_messages
-            return self._wait_for(self._take_batch, lambda view, now: view.state.peek_first(now),
-                                  True, timeout)
+            return self._wait_for(self._take_receive_batch,
+                                  lambda view, now: view.state.peek_first(now), True, timeout)
 
-    def _take_batch(self, view: QueueView, first: IndexEntry) -> list[Message]:
+    def _receive_prefetched_many(self, max_messages: int, timeout: float | None) -> list[Message]:
+        """receive_many on a prefetching handle: its receives, the first waiting ``timeout``."""
+        messages = [self.receive(timeout)]
+        while len(messages) < max_messages:
+            try:
+                messages.append(self.receive(0))
+            except ReceiveTimeout:
+                break
+        return messages
+
+    def _take_receive_batch(self, view: QueueView, first: IndexEntry) -> list[Message]:
         """Claim the first ``_batch_size`` candidates (``first`` leads them) with one receipt."""
         batch = list(itertools.islice(view.state.candidates(_now_ms()), self._batch_size))
         return self._take_many(view, batch or [first])
@@ -563,15 +602,22 @@ class MessageQueue:
         A message a failed receive of this handle still holds is dead-lettered first (class
         NACK_RECEIVE_REJECTED, ``kmq.reason`` says why).
 
+        Peek-locked messages handed out through this handle and not settled are released
+        (abort count + 1); a prefetched batch is settled: COMPLETED for what was handed out,
+        RELEASE for the rest (see :mod:`facade.peeklock`).
+
         Raises:
-            BrokerUnavailable: a held message could not be dead-lettered (the clients are
-                closed all the same).
+            BrokerUnavailable: a held message could not be dead-lettered, or a lock could not
+                be settled (the clients are closed all the same).
         """
         worker, self._worker = self._worker, None
         if worker is not None:
             worker.shutdown(wait=True, cancel_futures=True)
         try:
-            self._release_held()
+            try:
+                self._release_locks()
+            finally:
+                self._release_held()
         finally:
             if self._view is not None:
                 self._view.close()
@@ -610,26 +656,33 @@ class MessageQueue:
         return self._view
 
     def _wait(self, pick: Callable[[QueueView, int], IndexEntry | None], remove: bool,
-              timeout: float | None) -> Message:
+              timeout: float | None,
+              take: Callable[[QueueView, IndexEntry], Message | None] | None = None) -> Message:
+        """Pick and take (or peek) until a message comes or ``timeout`` passes.
+
+        ``take`` claims a picked entry (default :meth:`_take`, a RECEIVE); a custom one (peek-
+        lock, prefetch) does not hand out messages held by failed receives."""
         timeout = _seconds(timeout)
         with self._lock:
-            return self._wait_locked(pick, remove, timeout)
+            return self._wait_locked(pick, remove, timeout, take)
 
     def _wait_locked(self, pick: Callable[[QueueView, int], IndexEntry | None], remove: bool,
-                     timeout: float | None) -> Message:
-        if remove:
+                     timeout: float | None,
+                     take: Callable[[QueueView, IndexEntry], Any] | None = None) -> Any:
+        if remove and take is None:
             held = self._take_held(self._open_view(), 1)
             if held:
                 return held[0]
-            return self._wait_for(self._take, pick, True, timeout)
-        return self._wait_for(self._decode, pick, False, timeout)
+        return self._wait_for((take or self._take) if remove else self._decode, pick, remove,
+                              timeout)
 
     def _wait_for(self, act: Callable[[QueueView, IndexEntry], Any],
                   pick: Callable[[QueueView, int], IndexEntry | None], remove: bool,
                   timeout: float | None) -> Any:
         """Poll until ``pick`` finds an entry and ``act`` on it gives a result (not None/empty).
 
-        Poison records are dead-lettered and expired messages expired on the way.
+        Poison records are dead-lettered, expired messages expired and expired locks settled on
+        the way.
 
         Raises:
             ReceiveTimeout: nothing within ``timeout`` seconds.
@@ -643,6 +696,7 @@ class MessageQueue:
         while True:
             self._dead_letter_poison(view)
             self._expire(view)
+            self._lock_housekeeping(view)
             entry = pick(view, _now_ms())
             if entry is not None:
                 result = act(view, entry)
@@ -681,6 +735,11 @@ class MessageQueue:
         if status.state in (OffsetState.REMOVED, OffsetState.DUPLICATE):
             raise MessageAlreadyReceived(f"message with lookup id {lookup_id} was already removed "
                                          f"from {self.format_name!r}", queue=self.format_name)
+        if status.state is OffsetState.LOCKED:
+            raise MessageLockedUnderTransaction(
+                f"message with lookup id {lookup_id} in {self.format_name!r} is locked by a "
+                "peek-lock receive", queue=self.format_name,
+                hint="it comes back if its receiver abandons it or its lease passes")
         entry = view.state.by_lookup_id(lookup_id)
         if entry is None:
             raise MessageNotFound(f"no message with lookup id {lookup_id} in {self.format_name!r}",
@@ -728,7 +787,7 @@ class MessageQueue:
             # receive reads its verdict and hands the messages out instead of losing them.
             self._unsettled.append((records, pending))
             raise
-        self._undelivered.extend(self._won_messages(records, outcome.won, decoded))
+        self._undelivered.extend(self._won_messages(records, outcome, decoded))
         return self._deliver_all(len(entries))
 
     def _decoded(self, record: Any, lookup_id: int) -> Message | EnvelopeError:
@@ -737,22 +796,29 @@ class MessageQueue:
         except EnvelopeError as exc:
             return exc
 
-    def _won_messages(self, records: tuple[tuple[IndexEntry, Any], ...], won: tuple[int, ...],
+    def _won_messages(self, records: tuple[tuple[IndexEntry, Any], ...], outcome: ClaimOutcome,
                       decoded: list[Message | EnvelopeError] | None = None) -> list[Message]:
-        """The messages of the records a claim won (``decoded`` if given, else decoded now);
-        poison among them is dead-lettered (the receipt already removed it, so it must not be
-        lost or handed to the application)."""
+        """The messages of the records a claim won (``decoded`` if given, else decoded now),
+        with their abort counts (releases of peek-locks on them); poison among them is
+        dead-lettered (the receipt already removed it, so it must not be lost or handed to the
+        application)."""
         messages = []
         for index, (entry, record) in enumerate(records):
-            if entry.offset not in won:
+            if entry.offset not in outcome.won:
                 continue
             message = (decoded[index] if decoded is not None
                        else self._decoded(record, entry.offset))
             if isinstance(message, EnvelopeError):
                 self._send_poison_to_dead_letter(record, str(message))
             else:
+                message.abort_count += outcome.abort_count(entry.offset)
                 messages.append(message)
         return messages
+
+    def _deliver(self, message: Message) -> Message:
+        """Write one won message's receive outputs and hand it out (held if an output fails)."""
+        self._undelivered.append(message)
+        return self._deliver_all(1)[0]
 
     def _deliver_all(self, limit: int) -> list[Message]:
         """Hand out up to ``limit`` won messages: first those ready, then those whose receive
@@ -794,7 +860,7 @@ class MessageQueue:
                 del self._unsettled[0]  # refused by the broker: the receipt removed nothing
                 continue
             del self._unsettled[0]
-            self._undelivered.extend(self._won_messages(records, outcome.won))
+            self._undelivered.extend(self._won_messages(records, outcome))
         return self._deliver_all(limit)
 
     def _release_held(self) -> None:
@@ -815,21 +881,29 @@ class MessageQueue:
                 ids = ", ".join(str(entry.offset) for entry, _ in records)
                 problems.append(f"lookup ids {ids}: verdict of their receive unknown ({exc})")
                 continue
-            self._undelivered.extend(self._won_messages(records, outcome.won))
+            self._undelivered.extend(self._won_messages(records, outcome))
         held, self._ready, self._undelivered = self._ready + self._undelivered, [], []
         for message in held:
             reason = ("received by a handle whose receive failed and that was closed before "
                       "handing the message out")
             try:
-                self.manager.dead_letter(dataclasses.replace(
-                    message, message_class=MessageClass.NACK_RECEIVE_REJECTED,
-                    time_to_be_received=None,
-                    properties={**message.properties, "kmq.reason": reason}))
+                self._dead_letter_because(message, reason)
             except MessageQueueError as exc:
                 problems.append(f"lookup id {message.lookup_id}: not dead-lettered ({exc})")
         if problems:
             raise BrokerUnavailable(f"closing {self.format_name!r}: held messages may be lost: "
                                     + "; ".join(problems), queue=self.format_name)
+
+    def _dead_letter_because(self, message: Message, reason: str) -> None:
+        """Copy ``message`` to the dead-letter queue whatever its journal level (a kmq failure,
+        not an MSMQ one), class NACK_RECEIVE_REJECTED, ``kmq.reason`` saying why.
+
+        Raises:
+            BrokerUnavailable, BrokerError: the copy was not acknowledged.
+        """
+        self.manager.dead_letter(dataclasses.replace(
+            message, message_class=MessageClass.NACK_RECEIVE_REJECTED, time_to_be_received=None,
+            properties={**message.properties, "kmq.reason": reason}))
 
     def expire_due(self) -> int:
         """Dead-letter the messages whose time-to-be-received has elapsed (MSMQ's TTBR expiry).
@@ -838,32 +912,27 @@ class MessageQueue:
         dead-letter queue with class NACK_RECEIVE_TIMEOUT when its journal level has DEADLETTER,
         posts a NACK_RECEIVE_TIMEOUT to its admin queue when NEGATIVE_RECEIVE was requested, and
         closes the claim with COMPLETED. Receivers call this before every pick; ``kmq qm run``
-        calls it for every queue, so expiry happens even when nobody receives.
+        calls it for every queue, so expiry happens even when nobody receives. The same sweep
+        settles peek-locks and prefetched batches whose lease passed and moves messages
+        released too often to ``;poison`` (see :mod:`facade.peeklock`).
 
         Returns:
-            int: messages this call expired.
+            int: messages this call expired, dead-lettered as poison records, released or
+            dead-lettered after their lease, or moved to ``;poison``.
         """
         view = self._open_view()
         view.catch_up()
-        return self._expire(view) + len(self._dead_letter_poison(view))
+        return (self._expire(view) + len(self._dead_letter_poison(view))
+                + self._lock_housekeeping(view))
 
     def _expire(self, view: QueueView) -> int:
         now = _now_ms()
         due = view.state.next_expiry_ms()
         if due is None or due > now:
             return 0
-        expired = 0
-        for entry in view.state.expired(now):
-            if not view.is_pending(entry):
-                continue  # an earlier claim of this loop applied a receipt that removed it
-            try:
-                if self._system_action(view, entry, ReceiptAction.EXPIRE,
-                                       target=self.manager.dead_letter_topic,
-                                       reason="time-to-be-received elapsed") is not None:
-                    expired += 1
-            except MessageAlreadyReceived:
-                continue  # another process expired or received it first
-        return expired
+        done = self._system_actions(view, view.state.expired(now), ReceiptAction.EXPIRE,
+                                    self.manager.dead_letter_topic, "time-to-be-received elapsed")
+        return sum(1 for _, message in done if message is not None)
 
     def _dead_letter_poison(self, view: QueueView) -> list[int]:
         """Move records that are not valid envelopes to the dead-letter queue, never stopping.
@@ -871,17 +940,29 @@ class MessageQueue:
         Returns:
             list[int]: offsets this call moved.
         """
-        moved = []
-        for entry in view.state.poisoned():
+        done = self._system_actions(view, view.state.poisoned(), ReceiptAction.POISON,
+                                    self.manager.dead_letter_topic, _BAD_HEADERS)
+        return [offset for offset, _ in done]
+
+    def _system_actions(self, view: QueueView, entries: list[IndexEntry], action: ReceiptAction,
+                        target: str, reason: str) -> list[tuple[int, Message | None]]:
+        """Claim each of ``entries`` that is still pending with a system action (expiry, poison
+        records, ``;poison`` moves), skipping those another receipt removed first.
+
+        Returns:
+            list[tuple[int, Message | None]]: the offsets this process won, with the result of
+            :meth:`_system_action` for each.
+        """
+        done = []
+        for entry in entries:
             if not view.is_pending(entry):
                 continue  # an earlier claim of this loop applied a receipt that removed it
             try:
-                self._system_action(view, entry, ReceiptAction.POISON,
-                                    target=self.manager.dead_letter_topic, reason=_BAD_HEADERS)
+                done.append((entry.offset, self._system_action(view, entry, action,
+                                                               target=target, reason=reason)))
             except MessageAlreadyReceived:
-                continue
-            moved.append(entry.offset)
-        return moved
+                continue  # another process took it first
+        return done
 
     def _system_action(self, view: QueueView, entry: IndexEntry, action: ReceiptAction,
                        target: str | None = None, reason: str | None = None) -> Message | None:
@@ -895,15 +976,23 @@ class MessageQueue:
         if entry.offset not in outcome.won:
             raise MessageAlreadyReceived(f"message with lookup id {entry.offset} was removed by "
                                          "another receiver", queue=self.format_name)
-        result = self._perform(action, record, target, reason)
+        result = self._perform(action, record, target, reason,
+                               aborts=outcome.abort_count(entry.offset))
         view.claim(ReceiptAction.COMPLETED, completes=outcome.claim_id)
         return result
 
     def _perform(self, action: ReceiptAction, record: Any, target: str | None,
-                 reason: str | None) -> Message | None:
+                 reason: str | None, *, aborts: int = 0,
+                 settles_lock: bool = False) -> Message | None:
         """The outputs of a won system claim; recovery calls this again for claims a crashed
         process left without COMPLETED (copies keep their id, so a redone copy is a duplicate
         that queue views drop).
+
+        Args:
+            aborts (int): the message's abort count in the queue state (releases of peek-locks),
+                added to the envelope's in the subqueue or dead-letter copy.
+            settles_lock (bool): the claim took the message from a lock (``completes``): a
+                REJECT then dead-letters it whatever its journal level (an expired prefetch).
 
         Returns:
             Message | None: the message (MOVE: as written to the subqueue); None for poison.
@@ -916,12 +1005,16 @@ class MessageQueue:
         except EnvelopeError as exc:
             self._send_poison_to_dead_letter(record, str(exc))
             return None
+        message.abort_count += aborts
         outputs = self.manager.outputs
         if action is ReceiptAction.MOVE:
             moved = _copy(message, move_count=message.move_count + 1, lookup_id=None,
                           arrived_time=None)
             self.manager.write_system_copy(self._subqueue_destination(target or "").topics.data, moved)
             return moved
+        if settles_lock and action is ReceiptAction.REJECT:
+            self._dead_letter_because(message, reason or "taken from a lock")
+            return message
         message_class = (MessageClass.NACK_RECEIVE_TIMEOUT if action is ReceiptAction.EXPIRE
                          else MessageClass.NACK_RECEIVE_REJECTED)
         outputs.dead_letter(message, message_class)
@@ -948,7 +1041,8 @@ class MessageQueue:
                 continue  # its owner may still be working on it
             for offset in claim.offsets:
                 self._perform(claim.receipt.action, view.fetch(offset), claim.receipt.target,
-                              claim.receipt.reason)
+                              claim.receipt.reason, aborts=claim.abort_count(offset),
+                              settles_lock=claim.receipt.completes is not None)
             view.claim(ReceiptAction.COMPLETED, completes=claim.receipt.claim_id)
             done += 1
         return done

@@ -7,8 +7,19 @@ queue manager (this module does no Kafka I/O):
 * :meth:`QueueState.add` takes one :class:`IndexEntry` per data record, built from the record's
   headers (:meth:`IndexEntry.from_record`) without decoding Avro;
 * :meth:`QueueState.apply` takes one :class:`~facade.receipts.Receipt` per receipts record and
-  returns the verdict: **the first receipt that names an offset removes it**, later receipts
-  naming it lose it; a PURGE removes every offset below ``purge_below``.
+  returns the verdict: **the first receipt that names a pending offset takes it**, later
+  receipts naming it lose it; a PURGE removes every pending offset below ``purge_below``.
+
+A LOCK or PREFETCH takes offsets without removing them: it *holds* them (peek-lock receive,
+MSMQ's receive inside a transaction not committed yet). A held offset is not pending for
+receivers and a PURGE leaves it alone. It stays held until a receipt that names the lock in
+``completes`` settles it, the first such receipt winning it: COMPLETED removes it for good,
+RELEASE makes it pending again in its place in receive order with its abort count
+(PROPID_M_ABORT_COUNT) raised by one (not for PREFETCH, whose released messages were never
+handed out), a system action (EXPIRE, MOVE, REJECT, POISON) takes it over. A settle receipt
+for a lock that no longer holds the offset (already settled, a duplicate from a producer retry,
+another lock's) changes nothing and loses. Abort counts live in the state, derived from the log
+alone, while the message is pending or held.
 
 Verdicts depend only on the receipts log, never on how far the data log has been read, so every
 process reaches the same verdicts in whatever order it interleaves its reads of the two logs.
@@ -21,19 +32,21 @@ message id, correlation id and lookup id (the offset), cursor steps, TTBR expiry
 
 Memory: a pending message costs one :class:`IndexEntry` (slots) plus a few dict and list slots;
 a removed one costs one byte (its state code) until the floor passes it, plus its dedupe key
-while inside the dedupe window.
+while inside the dedupe window. A held offset keeps its entry (so a release needs no re-fetch)
+until its lock is settled; the ids of the last :data:`LOCK_MEMORY` locks are kept to ignore
+duplicated LOCK receipts.
 """
 
 from __future__ import annotations
 
 import heapq
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from facade.avro import HEADER_SIZE
 from facade.envelope import read_headers
@@ -41,7 +54,9 @@ from facade.receipts import Receipt, ReceiptAction
 
 __all__ = [
     "DEDUPE_WINDOW",
+    "LOCK_MEMORY",
     "ClaimOutcome",
+    "HeldLock",
     "IncompleteClaim",
     "IndexEntry",
     "OffsetState",
@@ -53,6 +68,10 @@ __all__ = [
 #: key is at most this many offsets earlier. Part of the protocol: every process must use the
 #: same value, or they disagree about duplicates. Worst case about 150 bytes per key held.
 DEDUPE_WINDOW = 1 << 18
+#: How many of the latest LOCK/PREFETCH claim ids a state remembers: a lock receipt whose
+#: claim id is among them is a duplicate (a producer retry) and takes nothing, even after the
+#: first copy was released. Part of the protocol, like :data:`DEDUPE_WINDOW`.
+LOCK_MEMORY = 1 << 14
 
 _PRIORITIES = 8  # MSMQ priorities 0 (lowest) to 7 (highest)
 _DEFAULT_PRIORITY = 3  # MSMQ_DEFAULT_PRIORITY, used when a record has no kmq.priority header
@@ -61,11 +80,13 @@ _DEFAULT_PRIORITY = 3  # MSMQ_DEFAULT_PRIORITY, used when a record has no kmq.pr
 _GAP = 0  # no record at this offset (e.g. a transaction marker)
 _PENDING = 1  # a pending message or poison record (it is in QueueState._entries)
 _DUPLICATE = 2  # a duplicate record, never pending
+_LOCKED = 3  # held by a LOCK or PREFETCH (see QueueState._held)
+_UNREAD = 4  # in a hold: the data record is not read yet
 _REMOVED = 16  # + action value: removed by a receipt with that action
 _REMOVED_OTHER = 255  # removed by an action number too large to store in one byte
-# bytes.translate table for a purge: anything not yet removed becomes "removed by PURGE".
+# bytes.translate table for a purge: anything not yet removed nor held becomes "removed by PURGE".
 _PURGE_CODE = _REMOVED + ReceiptAction.PURGE
-_PURGE_TABLE = bytes(_PURGE_CODE if c < _REMOVED else c for c in range(256))
+_PURGE_TABLE = bytes(_PURGE_CODE if c < _REMOVED and c != _LOCKED else c for c in range(256))
 
 # Codes below the floor are dropped once this many settled offsets have piled up (bytes).
 _TRIM_MIN = 1 << 16
@@ -205,12 +226,32 @@ class ClaimOutcome:
             records excluded). Unlike ``won``/``lost`` it depends on how far this process has
             read the data log; for the purging process, which read up to ``purge_below``, it is
             the number of messages MQPurgeQueue removed.
+        abort_counts (tuple[int, ...]): the abort count (PROPID_M_ABORT_COUNT: releases of a
+            peek-lock so far) of each won offset, parallel to ``won``, as it is once the
+            receipt is applied (a RELEASE: the raised count); empty when every count is 0.
+
+    For a receipt that settles a lock, ``won`` lists the offsets it settled and ``lost`` those
+    it named that the lock no longer holds (the lock was settled first by someone else).
     """
 
     claim_id: str
     won: tuple[int, ...]
     lost: tuple[int, ...]
     purged: int = 0
+    abort_counts: tuple[int, ...] = ()
+
+    def abort_count(self, offset: int) -> int:
+        """The abort count of a won offset (0 when it was not won or never released).
+
+        Args:
+            offset (int): a data offset.
+
+        Returns:
+            int: the count.
+        """
+        if not self.abort_counts or offset not in self.won:
+            return 0
+        return self.abort_counts[self.won.index(offset)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,11 +265,74 @@ class IncompleteClaim:
         receipt (Receipt): the claim (action, target, reason, time_ms, claimant...).
         offsets (tuple[int, ...]): the offsets it won, in the order it named them.
         receipt_offset (int): its offset in the receipts topic.
+        abort_counts (tuple[int, ...]): their abort counts when the claim won them, parallel to
+            ``offsets`` (a MOVE to ``;poison`` writes them into the copy); empty when all 0.
     """
 
     receipt: Receipt
     offsets: tuple[int, ...]
     receipt_offset: int
+    abort_counts: tuple[int, ...] = ()
+
+    def abort_count(self, offset: int) -> int:
+        """The abort count of one of :attr:`offsets` when the claim won it (0 otherwise)."""
+        if not self.abort_counts or offset not in self.offsets:
+            return 0
+        return self.abort_counts[self.offsets.index(offset)]
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLock:
+    """A LOCK or PREFETCH that still holds offsets (:meth:`QueueState.locks`).
+
+    Attributes:
+        receipt (Receipt): the lock receipt (claim id, action, claimant, time_ms, lease_ms).
+        offsets (tuple[int, ...]): the offsets it still holds, in the order it named them.
+        receipt_offset (int): its offset in the receipts topic.
+    """
+
+    receipt: Receipt
+    offsets: tuple[int, ...]
+    receipt_offset: int
+
+    @property
+    def claim_id(self) -> str:
+        """str: the lock's claim id, which settle receipts name in ``completes``."""
+        return self.receipt.claim_id
+
+    @property
+    def deadline_ms(self) -> int:
+        """int: when the lease passes, epoch ms: the lock receipt's own ``time_ms`` plus
+        ``lease_ms``. Anyone may settle the lock from then on (by their own clock)."""
+        return self.receipt.time_ms + (self.receipt.lease_ms or 0)
+
+
+class _Lock:
+    """A lock that holds offsets: its receipt and the offsets it still holds (named order)."""
+
+    __slots__ = ("offsets", "receipt", "receipt_offset")
+
+    def __init__(self, receipt: Receipt, receipt_offset: int):
+        self.receipt = receipt
+        self.receipt_offset = receipt_offset
+        self.offsets: dict[int, None] = {}
+
+    def public(self) -> HeldLock:
+        return HeldLock(self.receipt, tuple(self.offsets), self.receipt_offset)
+
+
+class _Hold:
+    """One held offset: its lock, what the offset is underneath (``code``: _PENDING with the
+    ``entry``, _DUPLICATE, _GAP, or _UNREAD while its data record is not read) and its abort
+    count, restored as it was when the lock is released."""
+
+    __slots__ = ("aborts", "code", "entry", "lock")
+
+    def __init__(self, lock: _Lock, entry: IndexEntry | None, code: int, aborts: int):
+        self.lock = lock
+        self.entry = entry
+        self.code = code
+        self.aborts = aborts
 
 
 class OffsetState(Enum):
@@ -236,6 +340,7 @@ class OffsetState(Enum):
 
     PENDING = "pending"  #: a message in the queue
     POISON = "poison"  #: a poison record waiting to be dead-lettered; not a message
+    LOCKED = "locked"  #: held by a LOCK or PREFETCH (peek-lock): in the queue, not receivable
     REMOVED = "removed"  #: removed by a receipt (or below the floor / log start)
     DUPLICATE = "duplicate"  #: a second copy of an earlier message; never in the queue
     UNKNOWN = "unknown"  #: no record here (a gap) or not read yet (offset >= data_offset)
@@ -246,13 +351,16 @@ class OffsetStatus:
     """Answer of :meth:`QueueState.status`.
 
     The queue API maps it to MSMQ errors: REMOVED and DUPLICATE to
-    MQ_ERROR_MESSAGE_ALREADY_RECEIVED, UNKNOWN and POISON to MQ_ERROR_MESSAGE_NOT_FOUND.
+    MQ_ERROR_MESSAGE_ALREADY_RECEIVED, UNKNOWN and POISON to MQ_ERROR_MESSAGE_NOT_FOUND, LOCKED
+    to MQ_ERROR_MESSAGE_LOCKED_UNDER_TRANSACTION.
 
     Attributes:
         state (OffsetState): see :class:`OffsetState`.
-        action (ReceiptAction | None): REMOVED only: the winning receipt's action; None when
-            the offset is below the floor or the log start, where that is no longer kept.
-        entry (IndexEntry | None): PENDING and POISON only: the entry.
+        action (ReceiptAction | None): REMOVED: the winning receipt's action (for a completed
+            lock, LOCK or PREFETCH); None when the offset is below the floor or the log start,
+            where that is no longer kept. LOCKED: LOCK or PREFETCH.
+        entry (IndexEntry | None): PENDING and POISON: the entry; LOCKED: the held message's
+            or poison record's entry once its data record is read, else None.
     """
 
     state: OffsetState
@@ -304,6 +412,20 @@ class _Lane:
     def index_after(self, offset: int) -> int:
         """Index of the first entry with an offset greater than ``offset``."""
         return bisect_right(self.entries, offset, lo=self.head, key=_offset_of)
+
+    def restore(self, entry: IndexEntry) -> None:
+        """Put a released entry back in its place (offset order); the caller made it pending.
+
+        If its removed copy is still in the list it simply counts as live again; otherwise it
+        is inserted, and ``version`` is bumped so scans in progress re-find their place.
+        """
+        entries = self.entries
+        index = bisect_left(entries, entry.offset, lo=self.head, key=_offset_of)
+        if index < len(entries) and entries[index].offset == entry.offset:
+            self.dead -= 1
+            return
+        entries.insert(index, entry)
+        self.version += 1
 
     def trim(self, pending: dict[int, IndexEntry]) -> None:
         """Advance the head past removed entries and compact when removed ones dominate."""
@@ -407,6 +529,21 @@ class QueueState:
         self._dedupe: OrderedDict[str, int] = OrderedDict()
         self._incomplete: dict[str, IncompleteClaim] = {}
         self._adds = 0
+        # Locks: held offset -> its hold; lock claim id -> the lock, for those still holding
+        # offsets; a lazy min-heap of (deadline_ms, receipts offset, claim id); the latest lock
+        # claim ids (duplicates take nothing).
+        self._held: dict[int, _Hold] = {}
+        self._locks: dict[str, _Lock] = {}
+        self._lock_deadlines: list[tuple[int, int, str]] = []
+        self._lock_ids: OrderedDict[str, None] = OrderedDict()
+        self._locked_count = 0  # held messages (poison records, duplicates and gaps excluded)
+        self._locked_bytes = 0
+        # Abort counts (> 0) of pending offsets, read or not, whatever their record is (so they
+        # depend on the receipts alone); held offsets keep theirs in _Hold.
+        self._aborts: dict[int, int] = {}
+        # Offsets not read yet, below the purge floor, pending again: a lock held them when a
+        # PURGE passed and released them since, so their arrival must not count as purged.
+        self._unpurged: set[int] = set()
 
     # ----------------------------------------------------------------------------------------
     # Positions
@@ -452,6 +589,12 @@ class QueueState:
         self._data_offset = offset + 1
         if removed is not None:
             self._codes.append(removed)
+            if removed == _LOCKED:  # a lock read ahead of the data holds it: keep the entry
+                hold = self._held[offset]
+                hold.code = _DUPLICATE if duplicate else _PENDING
+                if not duplicate:
+                    hold.entry = entry
+                    self._count_held(entry, 1)
         elif duplicate:
             self._codes.append(_DUPLICATE)
         else:
@@ -487,17 +630,31 @@ class QueueState:
         purged_to = min(offset, self._purge_floor)
         if purged_to > start:
             codes[start - base : purged_to - base] = bytes([_PURGE_CODE]) * (purged_to - start)
+            for gap in [o for o in self._unpurged if o < offset]:
+                codes[gap - base] = _GAP  # released after the purge: a plain gap
+                self._unpurged.discard(gap)
         heap = self._ahead_heap
         while heap and heap[0] < offset:
             gap = heapq.heappop(heap)
-            codes[gap - base] = self._ahead.pop(gap)
+            code = self._ahead.pop(gap, None)
+            if code is None:
+                continue  # released since it was claimed ahead: stays a gap
+            codes[gap - base] = code
+            if code == _LOCKED:
+                self._held[gap].code = _GAP
 
     def _arrival_code(self, offset: int) -> int | None:
-        """The removed code of a record arriving after a receipt named or purged it, else None."""
+        """The removed (or held) code of a record arriving after a receipt named or purged it,
+        else None."""
         heap = self._ahead_heap
-        if heap and heap[0] == offset:
+        while heap and heap[0] == offset:  # more than one copy after a release and a re-claim
             heapq.heappop(heap)
-            return self._ahead.pop(offset)
+        code = self._ahead.pop(offset, None)
+        if code is not None:
+            return code
+        if offset in self._unpurged:
+            self._unpurged.discard(offset)
+            return None
         return _PURGE_CODE if offset < self._purge_floor else None
 
     def _seen(self, key: str, offset: int) -> bool:
@@ -515,13 +672,21 @@ class QueueState:
             dedupe.move_to_end(key)
         return duplicate
 
-    def _index(self, entry: IndexEntry) -> None:
+    def _index(self, entry: IndexEntry, *, restore: bool = False) -> None:
+        """Make ``entry`` pending in every index; ``restore``: a released entry, which goes
+        back to its place in offset order rather than at the end."""
         offset = entry.offset
         self._entries[offset] = entry
         if entry.poison:
             self._poison[offset] = entry
+            if restore:  # keep offset order (poisoned() lists them so)
+                self._poison = dict(sorted(self._poison.items()))
             return
-        self._lanes[entry.priority].entries.append(entry)
+        lane = self._lanes[entry.priority]
+        if restore:
+            lane.restore(entry)
+        else:
+            lane.entries.append(entry)
         self._count += 1
         self._bytes += entry.size
         _index_add(self._by_id, entry.message_id, offset)
@@ -539,11 +704,16 @@ class QueueState:
     def apply(self, receipt: Receipt, receipt_offset: int) -> ClaimOutcome:
         """Apply the next receipt and return its verdict (arbitration of destructive receives).
 
-        Each offset the receipt names is won if no earlier receipt named it and no earlier
-        PURGE covered it; the winner removes it from the queue (whether or not its data record
-        has been read). A PURGE then removes every offset below ``purge_below``. A system claim
-        (EXPIRE, MOVE, REJECT, POISON) that won offsets stays in :meth:`incomplete_claims` until
-        a COMPLETED receipt names it. Offsets below the floor are settled: naming one loses.
+        Each offset the receipt names is won if it is pending when the receipt is applied (no
+        earlier receipt took it, or the lock that took it released it since) and no earlier
+        PURGE covered it; the winner removes it from the queue, or holds it for a LOCK or
+        PREFETCH (whether or not its data record has been read). A PURGE then removes every
+        pending offset below ``purge_below``, leaving held ones alone. A receipt that names a
+        lock in ``completes`` settles the offsets that lock still holds (see the module
+        docstring). A system claim (EXPIRE, MOVE, REJECT, POISON) that won offsets stays in
+        :meth:`incomplete_claims` until a COMPLETED receipt names it. A LOCK or PREFETCH whose
+        claim id is among the last :data:`LOCK_MEMORY` locks is a duplicate and loses
+        everything. Offsets below the floor are settled: naming one loses.
 
         Args:
             receipt (Receipt): the decoded receipt.
@@ -562,22 +732,120 @@ class QueueState:
             )
         self._receipts_offset = receipt_offset + 1
         action = receipt.action
-        if action is ReceiptAction.COMPLETED:
-            self._incomplete.pop(receipt.completes or "", None)
-            return ClaimOutcome(receipt.claim_id, (), ())
-        code = _removed_code(action)
+        named = tuple(dict.fromkeys(receipt.offsets))
+        if receipt.completes is not None and action.is_known:
+            lock = self._locks.get(receipt.completes)
+            if lock is not None:
+                return self._settle(receipt, receipt_offset, lock)
+            if action is ReceiptAction.COMPLETED:
+                self._incomplete.pop(receipt.completes, None)
+            # A lock settled already (or never taken): nothing to settle, every offset lost.
+            return ClaimOutcome(receipt.claim_id, (), named)
+        lock = None
+        if action.is_lock:
+            if receipt.claim_id in self._lock_ids:  # a duplicate of an earlier lock receipt
+                return ClaimOutcome(receipt.claim_id, (), named)
+            self._remember_lock(receipt.claim_id)
+            lock = _Lock(receipt, receipt_offset)
+        code = _LOCKED if lock is not None else _removed_code(action)
         won: list[int] = []
         lost: list[int] = []
-        for offset in dict.fromkeys(receipt.offsets):
-            (won if self._claim(offset, code) else lost).append(offset)
+        counts: list[int] = []
+        for offset in named:
+            aborts = self._take(offset, code, lock)
+            if aborts is None:
+                lost.append(offset)
+            else:
+                won.append(offset)
+                counts.append(aborts)
         purged = 0
         if receipt.purge_below is not None:
             purged = self._purge(receipt.purge_below)
+        abort_counts = tuple(counts) if any(counts) else ()
+        if won and lock is not None:
+            self._locks[receipt.claim_id] = lock
+            heapq.heappush(self._lock_deadlines,
+                           (lock.receipt.time_ms + (receipt.lease_ms or 0), receipt_offset,
+                            receipt.claim_id))
+        elif won and action.is_system:
+            self._incomplete[receipt.claim_id] = IncompleteClaim(
+                receipt, tuple(won), receipt_offset, abort_counts
+            )
+        return ClaimOutcome(receipt.claim_id, tuple(won), tuple(lost), purged, abort_counts)
+
+    def _remember_lock(self, claim_id: str) -> None:
+        ids = self._lock_ids
+        ids[claim_id] = None
+        if len(ids) > LOCK_MEMORY:
+            ids.popitem(last=False)
+
+    def _settle(self, receipt: Receipt, receipt_offset: int, lock: _Lock) -> ClaimOutcome:
+        """Apply a receipt that names ``lock`` in ``completes``: COMPLETED removes the offsets
+        it names (none: all) that the lock still holds, RELEASE makes them pending again, a
+        system action takes them over; offsets the lock does not hold are lost."""
+        action = receipt.action
+        held = lock.offsets
+        named = dict.fromkeys(receipt.offsets) if receipt.offsets else dict(held)
+        lock_action = lock.receipt.action
+        won: list[int] = []
+        lost: list[int] = []
+        counts: list[int] = []
+        for offset in named:
+            if offset not in held:
+                lost.append(offset)
+                continue
+            del held[offset]
+            hold = self._held.pop(offset)
+            won.append(offset)
+            if action is ReceiptAction.RELEASE:
+                # A released PREFETCH was never handed out: no aborted delivery to count.
+                aborts = hold.aborts + (lock_action is ReceiptAction.LOCK)
+                self._reinstate(offset, hold, aborts)
+            else:
+                aborts = hold.aborts
+                self._drop_hold(offset, hold, _removed_code(
+                    lock_action if action is ReceiptAction.COMPLETED else action))
+            counts.append(aborts)
+        if not held:
+            del self._locks[lock.receipt.claim_id]
+        abort_counts = tuple(counts) if any(counts) else ()
         if won and action.is_system:
             self._incomplete[receipt.claim_id] = IncompleteClaim(
-                receipt, tuple(won), receipt_offset
+                receipt, tuple(won), receipt_offset, abort_counts
             )
-        return ClaimOutcome(receipt.claim_id, tuple(won), tuple(lost), purged)
+        return ClaimOutcome(receipt.claim_id, tuple(won), tuple(lost), 0, abort_counts)
+
+    def _count_held(self, entry: IndexEntry | None, sign: int) -> None:
+        """Add (sign 1) or remove (-1) a held message in the locked count and bytes."""
+        if entry is not None and not entry.poison:
+            self._locked_count += sign
+            self._locked_bytes += sign * entry.size
+
+    def _drop_hold(self, offset: int, hold: _Hold, code: int) -> None:
+        """A held offset is removed for good with ``code``."""
+        if offset < self._data_offset:
+            self._codes[offset - self._base] = code
+            self._count_held(hold.entry, -1)
+        else:
+            self._ahead[offset] = code  # its heap slot is still there
+
+    def _reinstate(self, offset: int, hold: _Hold, aborts: int) -> None:
+        """A released offset is what it was before the lock took it: a pending message (back
+        in its place in receive order, with ``aborts``), a poison record, a duplicate, a gap;
+        or, not read yet, an offset that is pending when its record arrives."""
+        if offset >= self._data_offset:
+            del self._ahead[offset]  # its heap slot goes stale
+            if offset < self._purge_floor:
+                self._unpurged.add(offset)
+            if aborts:
+                self._aborts[offset] = aborts
+            return
+        self._codes[offset - self._base] = hold.code
+        if aborts:  # kept whatever the record is, so the count never depends on the data read
+            self._aborts[offset] = aborts
+        if hold.code == _PENDING:
+            self._count_held(hold.entry, -1)
+            self._index(hold.entry, restore=True)  # type: ignore[arg-type]
 
     def advance_receipts_to(self, next_offset: int) -> None:
         """Record that the receipts log has nothing more below ``next_offset`` (markers).
@@ -592,34 +860,57 @@ class QueueState:
             raise ValueError(f"receipts position {next_offset} is behind {self._receipts_offset}")
         self._receipts_offset = next_offset
 
-    def _claim(self, offset: int, code: int) -> bool:
-        """Remove ``offset`` with ``code`` unless already removed; True if this claim won."""
-        if offset < self._purge_floor or offset < self._base:
-            return False
+    def _take(self, offset: int, code: int, lock: _Lock | None) -> int | None:
+        """Take ``offset`` if it is pending: remove it with ``code``, or hold it for ``lock``
+        (``code`` _LOCKED).
+
+        Returns:
+            int | None: None if the offset was not pending (this claim loses it); else its
+            abort count, which moves into the hold for a lock.
+        """
+        if offset < self._base:
+            return None
         if offset >= self._data_offset:  # data not read yet: remember the claim
-            if offset in self._ahead:
-                return False
+            if offset in self._ahead or (
+                offset < self._purge_floor and offset not in self._unpurged
+            ):
+                return None
+            self._unpurged.discard(offset)
             self._ahead[offset] = code
             heapq.heappush(self._ahead_heap, offset)
-            return True
-        current = self._codes[offset - self._base]
-        if current >= _REMOVED:
-            return False
+            aborts = self._aborts.pop(offset, 0)
+            if lock is not None:
+                self._held[offset] = _Hold(lock, None, _UNREAD, aborts)
+                lock.offsets[offset] = None
+            return aborts
+        index = offset - self._base
+        current = self._codes[index]
+        if current >= _REMOVED or current == _LOCKED:
+            return None
+        entry = None
         if current == _PENDING:
-            self._unindex(self._entries[offset])
+            entry = self._entries[offset]
+            self._unindex(entry)
+        aborts = self._aborts.pop(offset, 0) if self._aborts else 0
         # Duplicates and gaps are won too: the verdict must not depend on the data read so far.
-        self._codes[offset - self._base] = code
-        return True
+        self._codes[index] = code
+        if lock is not None:
+            self._held[offset] = _Hold(lock, entry, current, aborts)
+            lock.offsets[offset] = None
+            self._count_held(entry, 1)
+        return aborts
 
     def _purge(self, below: int) -> int:
-        """Remove every not-yet-removed offset < ``below`` (MSMQ MQPurgeQueue).
+        """Remove every pending offset < ``below`` (MSMQ MQPurgeQueue); held ones stay held.
+
+        As in MSMQ, a message locked by a receive not settled yet is not purged; if its lock
+        releases it later it is pending again, below the purge floor, and a later purge
+        removes it.
 
         Returns:
             int: the number of pending messages (poison excluded) removed.
         """
-        if below <= self._purge_floor:
-            return 0
-        self._purge_floor = below
+        self._purge_floor = max(self._purge_floor, below)
         pending = self._entries
         before = self._count
         for lane in self._lanes:
@@ -634,6 +925,11 @@ class QueueState:
         if stop > 0:
             codes = self._codes
             codes[:stop] = codes[:stop].translate(_PURGE_TABLE)
+        if self._unpurged:
+            self._unpurged = {o for o in self._unpurged if o >= below}
+        if self._aborts:
+            for offset in [o for o in self._aborts if o < below]:
+                del self._aborts[offset]
         return before - self._count
 
     def _unindex(self, entry: IndexEntry, *, trim: bool = True) -> None:
@@ -739,16 +1035,15 @@ class QueueState:
             list[IndexEntry]: entries with ``expires_ms <= now_ms``, in offset order.
         """
         heap, pending = self._expiry, self._entries
-        found: list[IndexEntry] = []
+        found: dict[int, IndexEntry] = {}  # a released entry may be in the heap twice
         while heap and heap[0][0] <= now_ms:
             _, offset = heapq.heappop(heap)
             entry = pending.get(offset)
             if entry is not None:
-                found.append(entry)
-        for entry in found:  # still pending until the EXPIRE claim is applied
+                found[offset] = entry
+        for entry in found.values():  # still pending until the EXPIRE claim is applied
             heapq.heappush(heap, (entry.expires_ms, entry.offset))  # type: ignore[arg-type]
-        found.sort(key=_offset_of)
-        return found
+        return sorted(found.values(), key=_offset_of)
 
     def poisoned(self) -> list[IndexEntry]:
         """Return pending poison records, to claim with POISON and dead-letter.
@@ -792,6 +1087,103 @@ class QueueState:
             list[IncompleteClaim]: in receipts-topic order.
         """
         return sorted(self._incomplete.values(), key=attrgetter("receipt_offset"))
+
+    # ----------------------------------------------------------------------------------------
+    # Locks (peek-lock receive, prefetch) and abort counts
+    # ----------------------------------------------------------------------------------------
+
+    def locks(self) -> list[HeldLock]:
+        """Return the LOCK and PREFETCH claims that still hold offsets, oldest first.
+
+        Returns:
+            list[HeldLock]: in receipts-topic order.
+        """
+        return [lock.public() for lock in self._locks.values()]
+
+    def lock(self, claim_id: str) -> HeldLock | None:
+        """Return the lock with this claim id if it still holds offsets.
+
+        Args:
+            claim_id (str): the LOCK or PREFETCH receipt's claim id.
+
+        Returns:
+            HeldLock | None: what it holds now; None once it holds nothing (settled).
+        """
+        lock = self._locks.get(claim_id)
+        return None if lock is None else lock.public()
+
+    def expired_locks(self, now_ms: int) -> list[HeldLock]:
+        """Return the locks whose lease has passed, to settle (``kmq qm run``, receivers).
+
+        A lease passes at the lock receipt's own ``time_ms`` plus ``lease_ms``, compared with
+        the caller's clock: that only decides whether to *write* a settle receipt; which of
+        the holder's and the expirer's receipts wins is the log's order.
+
+        Args:
+            now_ms (int): the current time, epoch ms.
+
+        Returns:
+            list[HeldLock]: locks with ``deadline_ms <= now_ms``, oldest first.
+        """
+        heap, locks = self._lock_deadlines, self._locks
+        while heap and heap[0][2] not in locks:
+            heapq.heappop(heap)  # settled
+        due = [entry for entry in heap if entry[0] <= now_ms and entry[2] in locks]
+        return [locks[claim_id].public() for _, _, claim_id in sorted(due, key=itemgetter(1))]
+
+    def next_lock_deadline_ms(self) -> int | None:
+        """Return the earliest lease deadline of a lock that still holds offsets.
+
+        Returns:
+            int | None: epoch ms, or None without locks.
+        """
+        heap, locks = self._lock_deadlines, self._locks
+        while heap and heap[0][2] not in locks:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def abort_count(self, offset: int) -> int:
+        """Return how often the message at ``offset`` was released from a peek-lock
+        (PROPID_M_ABORT_COUNT on top of the envelope's), while it is pending or held.
+
+        Args:
+            offset (int): a data offset.
+
+        Returns:
+            int: the count; 0 for a message never released, or one no longer in the queue.
+        """
+        hold = self._held.get(offset)
+        return hold.aborts if hold is not None else self._aborts.get(offset, 0)
+
+    def retries_exhausted(self, retry_count: int) -> list[IndexEntry]:
+        """Return pending messages released more than ``retry_count`` times, to move to the
+        ``;poison`` subqueue instead of handing them out again (MSMQ 4.0 poison handling).
+
+        Args:
+            retry_count (int): the queue's ``receive_retry_count``.
+
+        Returns:
+            list[IndexEntry]: in offset order (only messages whose data record is read).
+        """
+        entries = self._entries
+        found = [entries[o] for o, n in self._aborts.items() if n > retry_count and o in entries]
+        return sorted((entry for entry in found if not entry.poison), key=_offset_of)
+
+    @property
+    def has_abort_counts(self) -> bool:
+        """bool: whether some pending offset was released from a peek-lock (the usual answer,
+        False, lets receivers skip the ``;poison`` check)."""
+        return bool(self._aborts)
+
+    @property
+    def has_locks(self) -> bool:
+        """bool: whether some LOCK or PREFETCH holds offsets (a release may put them back)."""
+        return bool(self._locks)
+
+    @property
+    def locked_count(self) -> int:
+        """int: messages held by locks (included in :meth:`pending_count`)."""
+        return self._locked_count
 
     # ----------------------------------------------------------------------------------------
     # Lookups
@@ -874,13 +1266,21 @@ class QueueState:
                 return OffsetStatus(state, entry=entry)
             if code == _DUPLICATE:
                 return _DUPLICATE_STATUS
+            if code == _LOCKED:
+                return self._held_status(offset)
             return _UNKNOWN if code == _GAP else _removed_status(code)
         code = self._ahead.get(offset)
+        if code == _LOCKED:
+            return self._held_status(offset)
         if code is not None:
             return _removed_status(code)
-        if offset < self._purge_floor:
+        if offset < self._purge_floor and offset not in self._unpurged:
             return OffsetStatus(OffsetState.REMOVED, ReceiptAction.PURGE)
         return _UNKNOWN
+
+    def _held_status(self, offset: int) -> OffsetStatus:
+        hold = self._held[offset]
+        return OffsetStatus(OffsetState.LOCKED, hold.lock.receipt.action, hold.entry)
 
     # ----------------------------------------------------------------------------------------
     # Statistics and retention
@@ -890,20 +1290,23 @@ class QueueState:
         """Count the messages in the queue (MQMgmtGetInfo PROPID_MGMT_QUEUE_MESSAGE_COUNT).
 
         Args:
-            now_ms (int | None): None counts every pending message (poison records excluded);
-                a time counts only those visible then (O(n) scan).
+            now_ms (int | None): None counts every message in the queue: pending ones and those
+                held by locks, which are still in the queue until completed and may come back
+                (poison records excluded); a time counts only those a receiver may get then
+                (held ones excluded; O(n) scan).
 
         Returns:
             int: the count.
         """
         if now_ms is None:
-            return self._count
+            return self._count + self._locked_count
         return sum(1 for _ in self.candidates(now_ms))
 
     @property
     def pending_bytes(self) -> int:
-        """int: bytes of the pending messages' record values (queue quota, PROPID_Q_QUOTA)."""
-        return self._bytes
+        """int: bytes of the record values of the messages in the queue, held ones included
+        (queue quota, PROPID_Q_QUOTA)."""
+        return self._bytes + self._locked_bytes
 
     def floor(self) -> int:
         """Return the lowest offset that may still be pending.
@@ -915,12 +1318,18 @@ class QueueState:
             int: the floor.
         """
         codes, base = self._codes, self._base
-        found = codes.find(_PENDING, self._floor - base)
+        start = self._floor - base
+        found = codes.find(_PENDING, start)
         if found < 0:
             self._floor = self._data_offset
             result = max(self._data_offset, self._purge_floor)
         else:
             self._floor = result = base + found
+        if self._held or self._unpurged:
+            # A held offset may come back (and keeps its code), as may one a release made
+            # pending before its record was read.
+            result = min(result, *self._held, *self._unpurged)
+            self._floor = min(self._floor, result)
         if self._floor - base >= _TRIM_MIN:
             del codes[: self._floor - base]
             self._base = self._floor

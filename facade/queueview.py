@@ -2,7 +2,8 @@
 
 Each process that peeks or receives holds one view per queue. The view reads both topics from
 the start (``assign()``, no consumer group), keeps the values of pending records so a won claim
-can be decoded without another fetch, and appends receipts to claim messages. A claim's outcome
+can be decoded without another fetch (and of records held by locks, which a release makes
+pending again), and appends receipts to claim messages. A claim's outcome
 is known once the view has read the receipts topic up to the claim's own offset: the first
 receipt naming an offset wins (see ``docs/design.md``).
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from facade.errors import BrokerUnavailable, EnvelopeError, MessageAlreadyReceived, MessageNotFound
 from facade.kafka import KafkaRecord, KafkaSession, PendingRecord, produce_async
 from facade.message import Delivery
-from facade.queuestate import ClaimOutcome, IndexEntry, QueueState
+from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState, OffsetStatus, QueueState
 from facade.receipts import Receipt, ReceiptAction, decode_receipt, encode_receipt, new_claim
 from facade.topics import QueueTopics
 
@@ -62,7 +63,8 @@ class QueueView:
         self.topics = topics
         self.claimant = claimant or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.state = QueueState()
-        self._values: dict[int, KafkaRecord] = {}
+        self._values: dict[int, KafkaRecord] = {}  # pending records
+        self._held_values: dict[int, KafkaRecord] = {}  # records held by locks
         self._awaiting: set[str] = set()
         #: Own receipts applied at their acknowledged offset before being read back.
         self._applied_ahead: dict[int, _OwnReceipt] = {}
@@ -215,6 +217,19 @@ class QueueView:
         """Whether ``entry`` still waits in the queue (no receipt removed it since it was picked)."""
         return entry.offset in self._values
 
+    def held_record(self, offset: int) -> KafkaRecord:
+        """The stored record of an offset a lock holds (to dead-letter or move it).
+
+        Raises:
+            MessageAlreadyReceived: no lock holds ``offset`` now, as far as this view has read.
+        """
+        try:
+            return self._held_values[offset]
+        except KeyError:
+            raise MessageAlreadyReceived(
+                f"message with lookup id {offset} is not locked in {self.topics.data!r}",
+                queue=self.topics.data) from None
+
     def fetch(self, offset: int, timeout: float = 10.0) -> KafkaRecord:
         """Read one data record by offset, even one already removed (recovery redoes claims).
 
@@ -242,8 +257,11 @@ class QueueView:
     def _add_data(self, record: KafkaRecord) -> None:
         entry = IndexEntry.from_record(record.offset, len(record.value or b""), record.headers)
         self.state.add(entry)
-        if self.state.status(record.offset).is_pending:
+        status = self.state.status(record.offset)
+        if status.is_pending:
             self._values[record.offset] = record
+        elif status.state is OffsetState.LOCKED:
+            self._held_values[record.offset] = record
 
     def _add_receipt(self, record: KafkaRecord) -> None:
         expected = self._applied_ahead.pop(record.offset, None)
@@ -266,6 +284,17 @@ class QueueView:
                 del self._applied_ahead[stale]
         self._apply_receipt(receipt, record.offset)
 
+    def _keep_as(self, offset: int, status: OffsetStatus) -> None:
+        """Keep an offset's record where its new status needs it: with the pending ones, with
+        the held ones, or nowhere."""
+        record = self._values.pop(offset, None) or self._held_values.pop(offset, None)
+        if record is None:
+            return
+        if status.is_pending:
+            self._values[offset] = record
+        elif status.state is OffsetState.LOCKED:
+            self._held_values[offset] = record
+
     def _skip_malformed(self, record: KafkaRecord, error: EnvelopeError) -> None:
         """Skip a receipts record that is not a receipt (written by something else than kmq).
 
@@ -279,8 +308,13 @@ class QueueView:
 
     def _apply_receipt(self, receipt: Receipt, receipt_offset: int) -> None:
         outcome = self.state.apply(receipt, receipt_offset)
-        for offset in outcome.won:
-            self._values.pop(offset, None)
+        if receipt.action.is_lock or receipt.completes is not None:
+            # Locks and settle receipts move records between pending, held and removed.
+            for offset in outcome.won:
+                self._keep_as(offset, self.state.status(offset))
+        else:
+            for offset in outcome.won:
+                self._values.pop(offset, None)
         if receipt.purge_below is not None:
             # A purge removes a range rather than naming offsets: free the records it removed.
             below = receipt.purge_below
@@ -298,7 +332,7 @@ class QueueView:
         """Append a receipt and wait for its verdict (:meth:`start_claim` then :meth:`settle`).
 
         Args:
-            action (ReceiptAction): RECEIVE, PURGE, EXPIRE, MOVE, REJECT or POISON.
+            action (ReceiptAction): any action (RECEIVE, PURGE, LOCK, RELEASE, COMPLETED...).
             offsets (tuple[int, ...]): data-topic offsets (lookup ids) to remove.
             **fields: further receipt fields (``purge_below``, ``target``, ``reason``...).
 
@@ -321,14 +355,18 @@ class QueueView:
         partition while appending to it also doubles the append's latency on some brokers
         (Tansu 0.6, ``docs/performance.md``). A claim that finds other receipts before its own
         fetches and reads them; the first peek, cursor move, lookup, count or purge resumes
-        fetching for good.
+        fetching for good. While the view knows of a lock that holds messages it does not pause:
+        a RELEASE puts messages back, and a paused view would not see it before its next
+        contended claim (a receiver waiting on a locked message would wait for the lease). A
+        view learns of other processes' locks only with receipts fetched, so it is fetching
+        then; its own locks need no fetching (it applies its own settle receipts).
 
         Raises:
             BrokerError: the producer refused the receipt (nothing was appended).
         """
         receipt = new_claim(action, offsets, self.claimant, **fields)
         self._awaiting.add(receipt.claim_id)
-        if self._receive_only:
+        if self._receive_only and not self.state.has_locks:
             self._pause_receipts()
         value = encode_receipt(receipt)
         try:
@@ -377,6 +415,12 @@ class QueueView:
             self._apply(self._reader.poll(0.05))
         self._awaiting.discard(claim_id)
         return self._outcomes.pop(claim_id)
+
+    def forget(self, pending: PendingClaim) -> None:
+        """Stop waiting for the verdict of a claim begun by :meth:`start_claim` (instead of
+        :meth:`settle`), e.g. a lock whose lease will settle it if it won."""
+        self._awaiting.discard(pending.receipt.claim_id)
+        self._outcomes.pop(pending.receipt.claim_id, None)
 
     def close(self) -> None:
         """Close the reader and flush the producer."""

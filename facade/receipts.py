@@ -2,12 +2,17 @@
 
 Kafka cannot delete one record, so kmq removes a message from a queue by appending a receipt
 to the queue's receipts topic (``<queue topic>.receipts``, one partition). The topic's single
-total order arbitrates between processes: the **first** receipt that names a data offset
-removes it, every later receipt that names it loses it (see ``docs/design.md``, "Destructive
-receive shared across processes: receipts", and :mod:`facade.queuestate`, which applies them).
+total order arbitrates between processes: the **first** receipt that names a pending data
+offset takes it, every later receipt that names it loses it (see ``docs/design.md``,
+"Destructive receive shared across processes: receipts", and :mod:`facade.queuestate`, which
+applies them). A LOCK or PREFETCH takes offsets without removing them: they are held until a
+receipt that names the lock in ``completes`` settles them (COMPLETED removes them, RELEASE gives
+them back, a system action takes them over); see "Receive modes" in ``docs/design.md``.
 
 A receipt is written as the Avro single-object encoding of ``kmq.Receipt``
-(``schemas/receipt.avsc``; framing in ``schemas/README.md``). Pure Python, no I/O.
+(``schemas/receipt.avsc``; framing in ``schemas/README.md``). Version 2 added ``lease_ms``; a
+receipt without a lease is still written with the version 1 schema, so that processes of the
+previous kmq version keep reading receipts of queues nobody locks. Pure Python, no I/O.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from facade import avro as _avro
 from facade.errors import EnvelopeError, InvalidParameter
 
 __all__ = [
+    "LOCK_ACTIONS",
     "RECEIPT_SCHEMA_NAME",
     "RECEIPT_VERSION",
     "SYSTEM_ACTIONS",
@@ -39,8 +45,10 @@ __all__ = [
 
 RECEIPT_SCHEMA_NAME = "kmq.Receipt"
 _RECEIPT = _avro.family("receipt.avsc")
-#: Version of the receipt schema this module writes (``kmq.version`` in the .avsc).
+#: Version of the receipt schema this module writes for receipts with a lease (``kmq.version``
+#: in the .avsc); the others are written with version 1 (see :func:`encode_receipt`).
 RECEIPT_VERSION: int = _RECEIPT.current.version or 1
+_RECEIPT_V1 = _RECEIPT.version(1)
 
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -54,10 +62,12 @@ _ONE_MS = _dt.timedelta(milliseconds=1)
 class ReceiptAction(IntEnum):
     """What a receipt does to the offsets it names.
 
-    Values are Avro ``int``\\ s, not an Avro enum, and numbers from 8 on are free for later
+    Values are Avro ``int``\\ s, not an Avro enum, and numbers from 11 on are free for later
     actions. A reader that meets a number it does not know still gets a member (named
-    ``UNKNOWN_<n>``): the removal rule only looks at ``offsets`` and ``purge_below``, so an older
-    process keeps arbitrating exactly like a newer one.
+    ``UNKNOWN_<n>``) and applies it as a removal of its ``offsets`` (plus ``purge_below``), so it
+    never hands out what a newer process claimed. (Such a reader treats a LOCK as a removal for
+    good and never sees a released message again: every process that receives from a queue
+    must know LOCK, RELEASE and PREFETCH before anyone locks on it.)
 
     Attributes:
         RECEIVE: a destructive receive (MQReceiveMessage, by position, id, correlation id or
@@ -71,6 +81,28 @@ class ReceiptAction(IntEnum):
         POISON: the record is not a valid kmq message; it is copied to a dead-letter topic.
             A system action.
         COMPLETED: bookkeeping: the outputs of the system claim ``completes`` are written.
+            When ``completes`` names a LOCK or PREFETCH instead, it removes for good the offsets
+            it names (none named: all) that the lock still holds: the holder completed a
+            peek-lock receive (MSMQ: the receive's transaction committed).
+        LOCK: a peek-lock receive: takes pending offsets like RECEIVE, but only holds them
+            under a lease of ``lease_ms`` (the message is locked, as under an uncommitted
+            transactional receive). Settled by COMPLETED, RELEASE or a system action naming it
+            in ``completes``.
+        RELEASE: gives back the offsets it names (none named: all) that the lock ``completes``
+            still holds: they are pending again, in their place in receive order, with their
+            abort count (PROPID_M_ABORT_COUNT) raised by one (MSMQ: the transaction aborted).
+            Written by the holder (abandon, clean close) or by anyone once the lease passed.
+        PREFETCH: a LOCK taken by a prefetching handle, which hands the messages out at most
+            once from memory: a RELEASE of it does not raise the abort count (released
+            messages were never handed out), and when its lease passes it is settled by a
+            REJECT that dead-letters what it still holds (it may have been handed out).
+
+    Why completion reuses COMPLETED rather than a new action: a lock is a claim whose outcome
+    is pending, like a system claim waiting for its outputs, and COMPLETED already means "the
+    claim named in ``completes`` is finished"; one settle rule ("a receipt naming a lock in
+    ``completes`` settles the offsets that lock still holds; the first to do so wins them")
+    then covers the holder's COMPLETED, anyone's RELEASE and a dead-lettering REJECT alike, and
+    a COMPLETED naming a system claim keeps its old meaning.
     """
 
     RECEIVE = 1
@@ -80,6 +112,9 @@ class ReceiptAction(IntEnum):
     REJECT = 5
     POISON = 6
     COMPLETED = 7
+    LOCK = 8
+    RELEASE = 9
+    PREFETCH = 10
 
     @classmethod
     def _missing_(cls, value: object) -> ReceiptAction | None:
@@ -103,36 +138,52 @@ class ReceiptAction(IntEnum):
         """bool: True for EXPIRE, MOVE, REJECT and POISON, which a COMPLETED receipt completes."""
         return self in SYSTEM_ACTIONS
 
+    @property
+    def is_lock(self) -> bool:
+        """bool: True for LOCK and PREFETCH, which hold offsets under a lease."""
+        return self in LOCK_ACTIONS
+
 
 #: Actions whose outputs (DLQ copy, NACK, subqueue copy) are written after the claim and
 #: confirmed by a COMPLETED receipt; recovery redoes the ones left without it.
 SYSTEM_ACTIONS = frozenset(
     {ReceiptAction.EXPIRE, ReceiptAction.MOVE, ReceiptAction.REJECT, ReceiptAction.POISON}
 )
-# Known actions that remove named offsets and must therefore name at least one.
-_OFFSET_ACTIONS = SYSTEM_ACTIONS | {ReceiptAction.RECEIVE}
+#: Actions that hold offsets under a lease until a receipt naming them in ``completes``
+#: settles them.
+LOCK_ACTIONS = frozenset({ReceiptAction.LOCK, ReceiptAction.PREFETCH})
+# Known actions that take named offsets and must therefore name at least one.
+_OFFSET_ACTIONS = SYSTEM_ACTIONS | LOCK_ACTIONS | {ReceiptAction.RECEIVE}
+# Known actions that may name a lock in ``completes`` (RELEASE and COMPLETED must name one).
+_SETTLE_ACTIONS = SYSTEM_ACTIONS | {ReceiptAction.COMPLETED, ReceiptAction.RELEASE}
 
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
-    """One record of a receipts topic: a claim on data offsets, a purge, or a completion.
+    """One record of a receipts topic: a claim on data offsets, a purge, a lock, or a receipt
+    that completes a claim or settles a lock.
 
     Args:
         claim_id (str): unique id of this receipt, 32 lowercase hex digits of a random UUID
             (:func:`new_claim` makes one).
         action (ReceiptAction | int): what the receipt does.
         offsets (Iterable[int]): data-topic offsets (lookup ids) claimed, each >= 0; stored as a
-            tuple in the given order. At least one for RECEIVE, EXPIRE, MOVE, REJECT and POISON;
-            none for COMPLETED.
+            tuple in the given order. At least one for RECEIVE, EXPIRE, MOVE, REJECT, POISON,
+            LOCK and PREFETCH. COMPLETED and RELEASE naming a lock: the offsets they settle
+            (empty = every offset the lock still holds); COMPLETED of a system claim: none.
         purge_below (int | None): PURGE only (required there): every data offset < this is
             removed, including offsets not written yet.
         claimant (str): who wrote it (queue manager, pid, random suffix), for diagnostics.
         time_ms (int): when it was written, epoch milliseconds (up to year 9999).
         transaction_id (str | None): the transaction the claim belongs to, if any.
-        completes (str | None): COMPLETED only (required there): the completed claim's id.
+        completes (str | None): COMPLETED and RELEASE (required there): the id of the claim
+            they complete or the lock they settle; EXPIRE, MOVE, REJECT, POISON (optional): the
+            lock whose offsets they take over. Not allowed on other actions.
         target (str | None): MOVE (required): the subqueue name; EXPIRE/REJECT/POISON: the
             dead-letter topic the records go to.
         reason (str | None): optional human-readable reason.
+        lease_ms (int | None): LOCK and PREFETCH (required there, >= 1): the lease in
+            milliseconds, counted from ``time_ms``; not allowed on other actions.
 
     Raises:
         InvalidParameter: a field is out of range or not allowed for the action; the message
@@ -149,6 +200,7 @@ class Receipt:
     completes: str | None = None
     target: str | None = None
     reason: str | None = None
+    lease_ms: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "action", _coerce_action(self.action))
@@ -160,6 +212,8 @@ class Receipt:
         _check_long(self.time_ms, "time_ms", _MAX_TIME_MS)
         if self.purge_below is not None:
             _check_long(self.purge_below, "purge_below")
+        if self.lease_ms is not None:
+            _check_long(self.lease_ms, "lease_ms", minimum=1)
         if self.action.is_known:
             self._check_action_fields()
 
@@ -172,13 +226,16 @@ class Receipt:
             raise _invalid(f"purge_below is only allowed on PURGE receipts, not {action.name}")
         if action in _OFFSET_ACTIONS and not self.offsets:
             raise _invalid(f"a {action.name} receipt must name at least one offset")
-        if action is ReceiptAction.COMPLETED:
-            if not self.completes:
-                raise _invalid("a COMPLETED receipt needs completes (the completed claim_id)")
-            if self.offsets:
-                raise _invalid("a COMPLETED receipt names no offsets; it only completes a claim")
-        elif self.completes is not None:
-            raise _invalid(f"completes is only allowed on COMPLETED receipts, not {action.name}")
+        if action in (ReceiptAction.COMPLETED, ReceiptAction.RELEASE) and not self.completes:
+            raise _invalid(f"a {action.name} receipt needs completes (the claim_id it "
+                           "completes or the lock it settles)")
+        if action not in _SETTLE_ACTIONS and self.completes is not None:
+            raise _invalid(f"completes is not allowed on {action.name} receipts")
+        if action.is_lock and self.lease_ms is None:
+            raise _invalid(f"a {action.name} receipt needs lease_ms (the lease in milliseconds)")
+        if not action.is_lock and self.lease_ms is not None:
+            raise _invalid(f"lease_ms is only allowed on LOCK and PREFETCH receipts, not "
+                           f"{action.name}")
         if action is ReceiptAction.MOVE and not self.target:
             raise _invalid("a MOVE receipt needs target (the subqueue name)")
 
@@ -209,9 +266,9 @@ def _coerce_offsets(value: object) -> tuple[int, ...]:
     return offsets
 
 
-def _check_long(value: object, name: str, maximum: int = _INT64_MAX) -> None:
-    if type(value) is not int or not 0 <= value <= maximum:
-        raise _invalid(f"{name} must be an int 0-{maximum}, got {value!r}")
+def _check_long(value: object, name: str, maximum: int = _INT64_MAX, minimum: int = 0) -> None:
+    if type(value) is not int or not minimum <= value <= maximum:
+        raise _invalid(f"{name} must be an int {minimum}-{maximum}, got {value!r}")
 
 
 def _check_text(value: object, name: str, *, optional: bool, allow_empty: bool = False) -> None:
@@ -252,7 +309,8 @@ def new_claim(
         offsets (Iterable[int]): data offsets claimed (empty for PURGE and COMPLETED).
         claimant (str): see :func:`make_claimant`.
         **kw: the other :class:`Receipt` fields (``purge_below``, ``transaction_id``,
-            ``completes``, ``target``, ``reason``, or ``time_ms`` to override the clock).
+            ``completes``, ``target``, ``reason``, ``lease_ms``, or ``time_ms`` to override the
+            clock).
 
     Returns:
         Receipt: the receipt, ready for :func:`encode_receipt`.
@@ -270,6 +328,10 @@ def encode_receipt(receipt: Receipt) -> bytes:
 
     Args:
         receipt (Receipt): the receipt (validated when it was built).
+
+    A receipt without ``lease_ms`` is written with the version 1 schema, which carries all
+    of its fields, so processes that only know version 1 still read it; a receipt with a lease
+    (LOCK, PREFETCH) needs version 2.
 
     Returns:
         bytes: the Avro single-object encoding of ``kmq.Receipt``.
@@ -292,8 +354,12 @@ def encode_receipt(receipt: Receipt) -> bytes:
         "target": receipt.target,
         "reason": receipt.reason,
     }
+    writer = _RECEIPT_V1
+    if receipt.lease_ms is not None:
+        record["lease_ms"] = receipt.lease_ms
+        writer = _RECEIPT.current
     try:
-        return _RECEIPT.encode(record)
+        return _RECEIPT.encode(record, writer)
     except (ValueError, TypeError, OverflowError) as exc:
         raise InvalidParameter(
             f"receipt cannot be encoded: {type(exc).__name__}: {exc}",
@@ -337,6 +403,7 @@ def decode_receipt(
             completes=r["completes"],
             target=r["target"],
             reason=r["reason"],
+            lease_ms=r["lease_ms"],
         )
     except _avro.DecodeFailure as exc:
         raise _receipt_error(str(exc), value, topic, partition, offset) from exc

@@ -45,6 +45,7 @@ from facade.message import Delivery
 from facade.topics import QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_REGISTRY_TOPIC, QueueTopics
 
 __all__ = [
+    "DEFAULT_RECEIVE_RETRY_COUNT",
     "REGISTRY_RECORD_VERSION",
     "QueueManagerRecord",
     "QueueProperties",
@@ -65,6 +66,11 @@ REFRESH_INTERVAL = 1.0
 MAX_QUEUE_LABEL_LENGTH = 124
 #: The ``version`` this module writes into registry records; it reads any version >= 1.
 REGISTRY_RECORD_VERSION = 1
+#: Default PROPID_Q_* extension ``receive_retry_count``: WCF's MSMQ binding default
+#: (``MsmqBindingBase.ReceiveRetryCount``), and the delivery-count limit of Kafka share groups.
+DEFAULT_RECEIVE_RETRY_COUNT = 5
+#: Largest ``receive_retry_count`` (the abort count is a 32-bit value, PROPID_M_ABORT_COUNT).
+MAX_RECEIVE_RETRY_COUNT = 2**32 - 2
 
 
 def _to_json(record: Any) -> bytes:
@@ -94,6 +100,12 @@ class QueueProperties:
         authenticate (bool): PROPID_Q_AUTHENTICATE: accept only signed messages.
         privacy_level (int): PROPID_Q_PRIV_LEVEL: 0 NONE, 1 OPTIONAL, 2 BODY.
         create_time (float), modify_time (float): epoch seconds.
+        receive_retry_count (int | None): MSMQ 4.0 poison-message handling (WCF's
+            ``ReceiveRetryCount``, with no retry cycles and ``ReceiveErrorHandling.Move``): a
+            message whose peek-lock was released (abandoned, or its lease expired) more than
+            this many times is moved to the ``;poison`` subqueue instead of being handed out
+            again, so it is delivered at most ``receive_retry_count + 1`` times. Default 5;
+            None = no limit. Records written before the property existed read as 5.
     """
 
     path_name: str
@@ -114,6 +126,7 @@ class QueueProperties:
     privacy_level: int = 0
     create_time: float = field(default_factory=time.time)
     modify_time: float = field(default_factory=time.time)
+    receive_retry_count: int | None = DEFAULT_RECEIVE_RETRY_COUNT
 
     @property
     def queue_number(self) -> int:
@@ -141,6 +154,12 @@ class QueueProperties:
         if self.privacy_level not in (0, 1, 2):
             raise InvalidParameter("privacy_level (PROPID_Q_PRIV_LEVEL) must be 0 NONE, 1 OPTIONAL or 2 BODY",
                                    queue=self.path_name)
+        retries = self.receive_retry_count
+        if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
+                                    or not 0 <= retries <= MAX_RECEIVE_RETRY_COUNT):
+            raise InvalidParameter(
+                f"receive_retry_count must be a number of releases 0-{MAX_RECEIVE_RETRY_COUNT} "
+                f"or None (no limit), not {retries!r}", queue=self.path_name)
         return self
 
     def with_changes(self, **changes: Any) -> QueueProperties:
@@ -268,6 +287,9 @@ def _decode_queue(doc: dict[str, Any], key: str | None) -> QueueProperties:
               for name in ("quota_kb", "journal_quota_kb")}
     times = {name: _seconds(doc, name) for name in ("create_time", "modify_time")}
     type_id = _check_type(doc, "type_id", (str,), optional=True)
+    # Added after version 1 records were written: absent means the default.
+    retries = (_check_type(doc, "receive_retry_count", (int,), optional=True)
+               if "receive_retry_count" in doc else DEFAULT_RECEIVE_RETRY_COUNT)
     path_name = text["path_name"]
     if key is not None and key != path_name:
         raise _Malformed(f"key {key!r} is not the record's path_name {path_name!r}")
@@ -276,7 +298,7 @@ def _decode_queue(doc: dict[str, Any], key: str | None) -> QueueProperties:
         QueueTopics(text["data_topic"], text["receipts_topic"])
         properties = QueueProperties(**text, **flags, **numbers, **quotas, type_id=type_id,
                                      instance=_guid(doc, "instance"),
-                                     **times)
+                                     receive_retry_count=retries, **times)
         properties.validate()
     except MessageQueueError as exc:  # FormatNameError, InvalidParameter
         raise _Malformed(str(exc)) from None

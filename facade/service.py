@@ -2,8 +2,11 @@
 
 MSMQ's service expires messages whose time-to-be-received elapsed even when no application
 receives from their queue. kmq's equivalent sweeps every queue of the queue manager on an
-interval: TTBR expiry into the dead-letter queue (with NACKs), and poison records out of the
-queue. Several services may run for one queue manager: receipts decide who handles each message.
+interval: TTBR expiry into the dead-letter queue (with NACKs), poison records out of the
+queue, peek-locks whose lease passed (released) and prefetched batches whose lease passed
+(dead-lettered), and messages released more often than the queue's ``receive_retry_count``
+(moved to ``;poison``). Several services may run for one queue manager: receipts decide who
+handles each message.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ class SweepReport:
     Attributes:
         queues (int): queues swept.
         expired (int): messages moved out because their TTBR elapsed, plus poison records moved
-            to the dead-letter queue.
+            to the dead-letter queue, plus messages whose lock's lease passed (released, or
+            dead-lettered for a prefetch) and messages moved to ``;poison``.
         seconds (float): how long the sweep took.
     """
 

@@ -57,6 +57,11 @@ def _create_path(path: str, public: bool) -> str:
     return path
 
 
+def _retry_limit(value: int) -> int | None:
+    """The CLI's -1 ("no limit") as QueueProperties' None."""
+    return None if value < 0 else value
+
+
 @app.command()
 def create(path: str = text_argument(
                ..., help=r"Path name (.\private$\orders, .\orders) or a bare NAME "
@@ -68,6 +73,10 @@ def create(path: str = text_argument(
            transactional: bool = typer.Option(False, help="Transactional queue."),
            journal: bool = typer.Option(False, help="Keep removed messages in the queue journal."),
            quota_kb: int = typer.Option(None, help="Queue quota in KB (default unlimited)."),
+           receive_retry_count: int = typer.Option(
+               None, min=-1,
+               help="Peek-lock releases after which a message goes to ;poison; -1 = no limit "
+                    "(default 5, facade.registry.DEFAULT_RECEIVE_RETRY_COUNT)."),
            as_json: bool = JsonOption) -> None:
     r"""Create a queue; a path without private$ is a public queue, published in the directory.
 
@@ -76,7 +85,9 @@ def create(path: str = text_argument(
     queue_path = _create_path(path, public)
     with _manager(as_json) as qm:
         queue = qm.create_queue(queue_path, label=label, transactional=transactional,
-                                journal=journal, quota_kb=quota_kb)
+                                journal=journal, quota_kb=quota_kb,
+                                **({} if receive_retry_count is None else
+                                   {"receive_retry_count": _retry_limit(receive_retry_count)}))
         props = queue.properties
     data = _queue_dict(props)
     if not props.private:
@@ -161,6 +172,9 @@ def set_properties(
                                              help="Journal quota in KB; 0 removes the quota."),
         base_priority: int = typer.Option(None, min=-32768, max=32767,
                                           help="Base priority (-32768..32767)."),
+        receive_retry_count: int = typer.Option(
+            None, min=-1,
+            help="Peek-lock releases after which a message goes to ;poison; -1 = no limit."),
         as_json: bool = JsonOption) -> None:
     r"""Change a queue's properties; only the options given change. Prints the result.
 
@@ -168,12 +182,15 @@ def set_properties(
     """
     changes = {name: value for name, value in (
         ("label", label), ("journal", journal), ("quota_kb", quota_kb),
-        ("journal_quota_kb", journal_quota_kb), ("base_priority", base_priority))
+        ("journal_quota_kb", journal_quota_kb), ("base_priority", base_priority),
+        ("receive_retry_count", receive_retry_count))
         if value is not None}
     if not changes:
         raise typer.BadParameter("nothing to change: give at least one of --label, "
                                  "--journal/--no-journal, --quota-kb, --journal-quota-kb, "
-                                 "--base-priority", param_hint="options")
+                                 "--base-priority, --receive-retry-count", param_hint="options")
+    if "receive_retry_count" in changes:
+        changes["receive_retry_count"] = _retry_limit(changes["receive_retry_count"])
     for name in ("quota_kb", "journal_quota_kb"):
         if changes.get(name) == 0:
             changes[name] = None  # unlimited

@@ -156,8 +156,9 @@ def _valid_records() -> list[bytes]:
                              (AcknowledgedQueue(r"DIRECT=OS:qm\private$\q", guid),),
                              reason="why", original_body=b"body")
     receipt = new_claim(ReceiptAction.RECEIVE, (1, 2, 3), "fuzz")
+    lock = new_claim(ReceiptAction.LOCK, (4,), "fuzz", lease_ms=30_000)  # receipt version 2
     return [encode_message(message).value, encode_acknowledgment(ack), encode_receipt(receipt),
-            _QUEUE.to_json(), _MANAGER.to_json()]
+            encode_receipt(lock), _QUEUE.to_json(), _MANAGER.to_json()]
 
 
 _RECORDS = _valid_records()

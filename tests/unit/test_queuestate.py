@@ -79,9 +79,20 @@ class Feeder:
         self.counter += 1
         return self.apply(Receipt(f"p{self.counter}", A.PURGE, purge_below=below, time_ms=NOW))
 
-    def complete(self, claim_id: str) -> ClaimOutcome:
+    def complete(self, claim_id: str, *offsets: int) -> ClaimOutcome:
         self.counter += 1
-        return self.apply(Receipt(f"d{self.counter}", A.COMPLETED, completes=claim_id))
+        return self.apply(Receipt(f"d{self.counter}", A.COMPLETED, offsets, completes=claim_id))
+
+    def lock(self, *offsets: int, lease: int = 1000, action: ReceiptAction = A.LOCK,
+             time_ms: int = NOW) -> ClaimOutcome:
+        self.counter += 1
+        return self.apply(Receipt(f"l{self.counter}", action, offsets, time_ms=time_ms,
+                                  lease_ms=lease))
+
+    def release(self, lock_id: str, *offsets: int) -> ClaimOutcome:
+        self.counter += 1
+        return self.apply(Receipt(f"u{self.counter}", A.RELEASE, offsets, completes=lock_id,
+                                  time_ms=NOW, reason="test"))
 
     def order(self, now: int = NOW) -> list[int]:
         return [e.offset for e in self.state.candidates(now)]
@@ -454,6 +465,238 @@ def test_settled_offsets_below_the_floor_are_dropped(monkeypatch: pytest.MonkeyP
 
 
 # ---------------------------------------------------------------------------------------------
+# Locks: peek-lock receive and prefetch
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_lock_holds_the_message_until_completed() -> None:
+    f = Feeder()
+    f.add(entry(0), entry(1), entry(2, 7))
+    lock = f.lock(2)
+    assert lock.won == (2,) and lock.abort_counts == ()
+    assert f.order() == [0, 1]  # held: not receivable, not peekable
+    assert f.state.pending_count() == 3 and f.state.locked_count == 1  # still in the queue
+    assert f.state.pending_bytes == 300
+    assert f.state.status(2) == OffsetStatus(OffsetState.LOCKED, A.LOCK, entry(2, 7))
+    assert f.state.by_lookup_id(2) is None and f.state.by_message_id(mid(2)) is None
+    assert f.claim(2).lost == (2,)  # nobody else gets it
+    assert f.lock(2).lost == (2,)
+    (held,) = f.state.locks()
+    assert held.claim_id == lock.claim_id and held.offsets == (2,)
+    assert held.deadline_ms == NOW + 1000 and f.state.next_lock_deadline_ms() == NOW + 1000
+    done = f.complete(lock.claim_id, 2)
+    assert done.won == (2,) and done.lost == ()
+    assert f.state.status(2) == OffsetStatus(OffsetState.REMOVED, A.LOCK)
+    assert f.state.pending_count() == 2 and f.state.locked_count == 0
+    assert f.state.locks() == [] and f.state.next_lock_deadline_ms() is None
+    assert f.state.incomplete_claims() == []
+
+
+def test_a_release_puts_the_message_back_in_its_place_with_its_abort_count() -> None:
+    f = Feeder()
+    f.add(entry(0, 3), entry(1, 3), entry(2, 3), entry(3, 5))
+    first = f.lock(3)
+    second = f.lock(1)
+    assert f.order() == [0, 2]
+    released = f.release(second.claim_id, 1)
+    assert released.won == (1,) and released.abort_counts == (1,)
+    assert f.order() == [0, 1, 2]  # back between 0 and 2, not at the end
+    assert f.state.abort_count(1) == 1 and f.state.status(1).state is OffsetState.PENDING
+    again = f.lock(1)
+    assert again.abort_counts == (1,) and f.state.abort_count(1) == 1
+    assert f.release(again.claim_id).abort_counts == (2,)  # no offsets named: all it holds
+    f.release(first.claim_id, 3)
+    assert f.order() == [3, 0, 1, 2]
+    received = f.claim(1)
+    assert received.abort_count(1) == 2 and received.abort_count(0) == 0
+    assert f.state.abort_count(1) == 0  # gone with the message
+
+
+def test_a_released_prefetch_keeps_its_abort_count() -> None:
+    """Prefetched messages released by a clean close were never handed out."""
+    f = Feeder()
+    f.add(entry(0), entry(1), entry(2))
+    batch = f.lock(0, 1, 2, action=A.PREFETCH)
+    assert f.complete(batch.claim_id, 0).won == (0,)
+    back = f.release(batch.claim_id, 1, 2)
+    assert back.won == (1, 2) and back.abort_counts == ()
+    assert f.order() == [1, 2] and f.state.abort_count(1) == 0
+    assert f.state.status(0) == OffsetStatus(OffsetState.REMOVED, A.PREFETCH)
+
+
+def test_settling_a_lock_that_no_longer_holds_the_offset_loses() -> None:
+    f = Feeder()
+    f.add(entry(0), entry(1))
+    lock = f.lock(0)
+    other = f.lock(1)
+    assert f.release(other.claim_id, 0).lost == (0,)  # another lock's offset
+    assert f.release("no-such-lock", 0) == ClaimOutcome(f"u{f.counter}", (), (0,))
+    assert f.complete(lock.claim_id, 0).won == (0,)
+    assert f.complete(lock.claim_id, 0).lost == (0,)  # duplicate from a producer retry
+    assert f.release(lock.claim_id, 0).lost == (0,)  # the holder's late release
+    assert f.state.status(0).action is A.LOCK
+
+
+@pytest.mark.parametrize("holder_first", [True, False])
+def test_holder_completion_and_expiry_release_race_in_log_order(holder_first: bool) -> None:
+    f = Feeder()
+    f.add(entry(0))
+    lock = f.lock(0, lease=10)
+    assert [h.claim_id for h in f.state.expired_locks(NOW + 9)] == []
+    assert [h.claim_id for h in f.state.expired_locks(NOW + 10)] == [lock.claim_id]
+    complete = Receipt("holder", A.COMPLETED, (0,), completes=lock.claim_id)
+    release = Receipt("expirer", A.RELEASE, (0,), completes=lock.claim_id,
+                      reason="lease expired")
+    first, second = (complete, release) if holder_first else (release, complete)
+    assert f.apply(first).won == (0,)
+    assert f.apply(second).lost == (0,)
+    assert f.state.expired_locks(NOW + 10) == []
+    if holder_first:
+        assert f.state.status(0).state is OffsetState.REMOVED and f.order() == []
+    else:
+        assert f.order() == [0] and f.state.abort_count(0) == 1
+
+
+def test_a_duplicated_lock_receipt_takes_nothing_even_after_a_release() -> None:
+    f = Feeder()
+    f.add(entry(0))
+    lock = Receipt("l", A.LOCK, (0,), time_ms=NOW, lease_ms=100)
+    assert f.apply(lock).won == (0,)
+    f.release("l", 0)
+    assert f.apply(lock) == ClaimOutcome("l", (), (0,))  # the producer's retry, applied later
+    assert f.order() == [0]
+
+
+def test_the_lock_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(queuestate, "LOCK_MEMORY", 2)
+    f = Feeder()
+    f.add(entry(0), entry(1))
+    first = Receipt("first", A.LOCK, (0,), lease_ms=5)
+    f.apply(first)
+    f.release("first")
+    f.apply(Receipt("b", A.LOCK, (1,), lease_ms=5))
+    f.apply(Receipt("c", A.LOCK, (1,), lease_ms=5))
+    assert f.apply(first).won == (0,)  # forgotten: only the last LOCK_MEMORY ids are kept
+
+
+def test_purge_leaves_locked_messages_alone() -> None:
+    f = Feeder()
+    f.add(entry(0), entry(1), entry(2))
+    lock = f.lock(1)
+    assert f.purge(3).purged == 2
+    assert f.state.status(1).state is OffsetState.LOCKED and f.state.pending_count() == 1
+    f.release(lock.claim_id, 1)
+    assert f.order() == [1]  # back, below the purge floor
+    f2 = Feeder()
+    f2.add(entry(0), entry(1))
+    lock = f2.lock(0)
+    f2.purge(2)
+    f2.release(lock.claim_id)
+    assert f2.purge(2).purged == 1  # a second MQPurgeQueue removes it
+    assert f2.order() == [] and f2.state.status(0).action is A.PURGE
+
+
+def test_lock_and_release_read_before_the_data_after_a_purge() -> None:
+    """Receipts may run ahead of the data: the held, purged-around, released offset is
+    pending when its record arrives, exactly as for a reader that read the data first."""
+    early = Feeder()
+    lock = early.lock(1, 3)
+    early.purge(5)
+    early.release(lock.claim_id, 1)
+    assert early.state.status(1) == OffsetStatus(OffsetState.UNKNOWN)
+    assert early.state.status(3).state is OffsetState.LOCKED
+    assert early.state.status(2) == OffsetStatus(OffsetState.REMOVED, A.PURGE)
+    assert early.state.floor() == 1
+    early.add(entry(0), entry(1), entry(3), entry(6))
+    assert early.order() == [1, 6]
+    assert early.state.status(3) == OffsetStatus(OffsetState.LOCKED, A.LOCK, entry(3))
+    assert early.state.abort_count(1) == 1
+    late = Feeder()
+    late.add(entry(0), entry(1), entry(3), entry(6))
+    lock = late.lock(1, 3)
+    late.purge(5)
+    late.release(lock.claim_id, 1)
+    assert late.order() == early.order()
+    assert [late.state.status(o) for o in range(8)] == [early.state.status(o) for o in range(8)]
+    assert late.state.pending_count() == early.state.pending_count() == 3
+
+
+def test_a_lock_settled_by_a_system_claim() -> None:
+    """An expired PREFETCH is dead-lettered by a REJECT naming it."""
+    f = Feeder()
+    f.add(entry(0), entry(1))
+    batch = f.lock(0, 1, action=A.PREFETCH)
+    reject = f.apply(Receipt("r", A.REJECT, (0, 1), completes=batch.claim_id, target="dlq"))
+    assert reject.won == (0, 1)
+    (claim,) = f.state.incomplete_claims()
+    assert claim.receipt.claim_id == "r" and claim.offsets == (0, 1)
+    assert f.state.status(0) == OffsetStatus(OffsetState.REMOVED, A.REJECT)
+    f.complete("r")
+    assert f.state.incomplete_claims() == [] and f.state.pending_count() == 0
+
+
+def test_retries_exhausted_and_the_move_keeps_the_count() -> None:
+    f = Feeder()
+    f.add(entry(0), entry(1), entry(2, poison=True))
+    for _ in range(3):
+        f.release(f.lock(0).claim_id)
+    f.release(f.lock(1).claim_id)
+    f.release(f.lock(2).claim_id)
+    assert [e.offset for e in f.state.retries_exhausted(2)] == [0]
+    assert [e.offset for e in f.state.retries_exhausted(0)] == [0, 1]  # not the poison record
+    move = f.claim(0, action=A.MOVE, target="poison")
+    (claim,) = f.state.incomplete_claims()
+    assert move.abort_counts == (3,) and claim.abort_count(0) == 3 and claim.abort_count(5) == 0
+
+
+def test_held_offsets_hold_the_floors() -> None:
+    f = Feeder(QueueState(dedupe_window=1))
+    f.add(*(entry(i) for i in range(5)))
+    lock = f.lock(1)
+    f.claim(0, 2, 3, 4)
+    assert f.state.floor() == 1 and f.state.retention_floor() == 1
+    f.complete(lock.claim_id)
+    assert f.state.floor() == 5
+
+
+def test_a_held_duplicate_below_the_floor_holds_it_back() -> None:
+    f = Feeder()
+    f.add(entry(0, key=1), entry(1, key=1), *(entry(i) for i in range(2, 12)))
+    f.claim(0, *range(2, 12))
+    assert f.state.floor() == 12  # 1 is a duplicate: not pending
+    lock = f.lock(1)  # receipts may name any offset: a duplicate is won
+    assert lock.won == (1,) and f.state.floor() == 1
+    f.release(lock.claim_id)
+    assert f.state.status(1) == OffsetStatus(OffsetState.DUPLICATE)
+    assert f.state.floor() == 12
+
+
+def test_held_offsets_keep_their_codes_when_the_floor_trims(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(queuestate, "_TRIM_MIN", 4)
+    f = Feeder()
+    f.add(entry(0, key=1), entry(1, key=1), entry(2), *(entry(i) for i in range(3, 12)))
+    lock = f.lock(1, 2)
+    f.claim(0, *range(3, 12))
+    assert f.state.floor() == 1
+    f.release(lock.claim_id)
+    assert f.state.status(1) == OffsetStatus(OffsetState.DUPLICATE)
+    assert f.order() == [2] and f.state.floor() == 2
+
+
+def test_a_released_entry_is_reinserted_after_its_lane_was_compacted() -> None:
+    f = Feeder()
+    f.add(*(entry(i, 3) for i in range(300)))
+    lock = f.lock(5)
+    it = f.state.candidates(NOW)
+    assert [next(it).offset for _ in range(3)] == [0, 1, 2]
+    f.claim(*(o for o in range(3, 250) if o != 5))  # compacts the lane: 5 is no longer in it
+    f.release(lock.claim_id)
+    assert [e.offset for e in it] == [5, *range(250, 300)]  # a scan in progress sees it
+    assert f.order() == [0, 1, 2, 5, *range(250, 300)]
+
+
+# ---------------------------------------------------------------------------------------------
 # Headers -> entries
 # ---------------------------------------------------------------------------------------------
 
@@ -518,6 +761,8 @@ def test_from_record_normalises_upper_case_ids() -> None:
 
 MODEL_NOW = 100
 WINDOW = 4
+UNIVERSE = 64  # the model's offsets: beyond every offset a scenario names
+RETRIES = 1  # receive_retry_count for the model's retries_exhausted check
 
 
 @dataclass(frozen=True)
@@ -544,33 +789,84 @@ class Rec:
 
 @dataclass
 class Model:
-    """The reference: recomputed from scratch over the log prefixes read so far."""
+    """The reference: recomputed from scratch over the log prefixes read so far.
+
+    Every offset of a small universe has an explicit state (pending with an abort count, held
+    by a lock, or removed by an action), so purges of offsets not written yet need no floor."""
 
     data: list[Rec] = field(default_factory=list)
     receipts: list[Receipt] = field(default_factory=list)
 
     def run(self) -> dict:
-        named: dict[int, int] = {}
-        purge_floor = 0
+        aborts = dict.fromkeys(range(UNIVERSE), 0)
+        holder: dict[int, str] = {}  # offset -> lock claim id
+        removed: dict[int, ReceiptAction] = {}
+        locks: dict[str, tuple[Receipt, dict[int, None]]] = {}
+        seen_locks: set[str] = set()
         verdicts = []
-        incomplete: dict[str, tuple[int, ...]] = {}
+        incomplete: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+
+        def counts(values: list[int]) -> tuple[int, ...]:
+            return tuple(values) if any(values) else ()
+
         for r in self.receipts:
-            if r.action is A.COMPLETED:
-                incomplete.pop(r.completes, None)  # type: ignore[arg-type]
-                verdicts.append(((), ()))
-                continue
-            won, lost = [], []
-            for o in dict.fromkeys(r.offsets):
-                if o < purge_floor or o in named:
-                    lost.append(o)
-                else:
+            named = tuple(dict.fromkeys(r.offsets))
+            if r.completes is not None:
+                if r.completes not in locks:
+                    if r.action is A.COMPLETED:
+                        incomplete.pop(r.completes, None)
+                    verdicts.append(((), named, ()))
+                    continue
+                lock, held = locks[r.completes]
+                won, lost, got = [], [], []
+                for o in named or tuple(held):
+                    if o not in held:
+                        lost.append(o)
+                        continue
+                    del held[o]
+                    del holder[o]
                     won.append(o)
-                    named[o] = r.action
+                    if r.action is A.RELEASE:
+                        aborts[o] += lock.action is A.LOCK
+                        got.append(aborts[o])
+                    else:
+                        removed[o] = lock.action if r.action is A.COMPLETED else r.action
+                        got.append(aborts[o])
+                        aborts[o] = 0
+                if not held:
+                    del locks[r.completes]
+                if won and r.action.is_system:
+                    incomplete[r.claim_id] = (tuple(won), counts(got))
+                verdicts.append((tuple(won), tuple(lost), counts(got)))
+                continue
+            if r.action.is_lock:
+                if r.claim_id in seen_locks:
+                    verdicts.append(((), named, ()))
+                    continue
+                seen_locks.add(r.claim_id)
+            won, lost, got = [], [], []
+            for o in named:
+                if o in removed or o in holder:
+                    lost.append(o)
+                    continue
+                won.append(o)
+                got.append(aborts[o])
+                if r.action.is_lock:
+                    holder[o] = r.claim_id
+                else:
+                    removed[o] = r.action
+                    aborts[o] = 0
             if r.purge_below is not None:
-                purge_floor = max(purge_floor, r.purge_below)
-            if won and r.action.is_system:
-                incomplete[r.claim_id] = tuple(won)
-            verdicts.append((tuple(won), tuple(lost)))
+                for o in range(min(r.purge_below, UNIVERSE)):
+                    if o not in removed and o not in holder:
+                        removed[o] = A.PURGE
+                        aborts[o] = 0
+            if won and r.action.is_lock:
+                locks[r.claim_id] = (r, dict.fromkeys(won))
+            elif won and r.action.is_system:
+                incomplete[r.claim_id] = (tuple(won), counts(got))
+            verdicts.append((tuple(won), tuple(lost), counts(got)))
+
         dups = set()
         for i, rec in enumerate(self.data):
             if rec.poison:
@@ -581,10 +877,11 @@ class Model:
             ):
                 dups.add(rec.offset)
 
-        def removed(o: int) -> bool:
-            return o in named or o < purge_floor
-
-        pending = [r for r in self.data if r.offset not in dups and not removed(r.offset)]
+        by_offset = {r.offset: r for r in self.data}
+        pending = [r for r in self.data
+                   if r.offset not in dups and r.offset not in removed and r.offset not in holder]
+        held_messages = [by_offset[o] for o in holder
+                         if o in by_offset and o not in dups and not by_offset[o].poison]
         messages = [r for r in pending if not r.poison]
         visible = [
             r
@@ -592,12 +889,15 @@ class Model:
             if (r.not_before is None or r.not_before <= MODEL_NOW)
             and (r.expires is None or r.expires > MODEL_NOW)
         ]
-        by_offset = {r.offset: r for r in self.data}
-        top = max([r.offset for r in self.data] + list(named) + [purge_floor, 0]) + 3
+        named_anywhere = [o for r in self.receipts for o in r.offsets]
+        purges = [min(r.purge_below, UNIVERSE) for r in self.receipts if r.purge_below is not None]
+        top = max([r.offset for r in self.data] + named_anywhere + purges + [0]) + 3
         status = {}
         for o in range(top):
-            if removed(o):
-                status[o] = (OffsetState.REMOVED, named.get(o, A.PURGE))
+            if o in removed:
+                status[o] = (OffsetState.REMOVED, removed[o])
+            elif o in holder:
+                status[o] = (OffsetState.LOCKED, locks[holder[o]][0].action)
             elif o in by_offset:
                 rec = by_offset[o]
                 state = (
@@ -619,23 +919,37 @@ class Model:
                 r.offset for r in messages if r.expires is not None and r.expires <= MODEL_NOW
             ),
             "poisoned": [r.offset for r in pending if r.poison],
-            "count": len(messages),
-            "bytes": sum(r.offset + 1 for r in messages),
+            "count": len(messages) + len(held_messages),
+            "locked": len(held_messages),
+            "bytes": sum(r.offset + 1 for r in messages + held_messages),
             "incomplete": incomplete,
             "status": status,
+            "aborts": {o: aborts[o] for o in range(top) if aborts[o]},
+            "locks": {c: tuple(held) for c, (_, held) in locks.items()},
+            "expired_locks": [
+                c for c, (lock, _) in locks.items()
+                if lock.time_ms + (lock.lease_ms or 0) <= MODEL_NOW
+            ],
+            "exhausted": sorted(r.offset for r in messages if aborts[r.offset] > RETRIES),
         }
 
 
 def observe(state: QueueState, verdicts: list[ClaimOutcome], top: int) -> dict:
     return {
-        "verdicts": [(v.won, v.lost) for v in verdicts],
+        "verdicts": [(v.won, v.lost, v.abort_counts) for v in verdicts],
         "candidates": [e.offset for e in state.candidates(MODEL_NOW)],
         "expired": [e.offset for e in state.expired(MODEL_NOW)],
         "poisoned": [e.offset for e in state.poisoned()],
         "count": state.pending_count(),
+        "locked": state.locked_count,
         "bytes": state.pending_bytes,
-        "incomplete": {c.receipt.claim_id: c.offsets for c in state.incomplete_claims()},
+        "incomplete": {c.receipt.claim_id: (c.offsets, c.abort_counts)
+                       for c in state.incomplete_claims()},
         "status": {o: (s.state, s.action) for o in range(top) for s in [state.status(o)]},
+        "aborts": {o: n for o in range(top) if (n := state.abort_count(o))},
+        "locks": {lock.claim_id: lock.offsets for lock in state.locks()},
+        "expired_locks": [lock.claim_id for lock in state.expired_locks(MODEL_NOW)],
+        "exhausted": [e.offset for e in state.retries_exhausted(RETRIES)],
     }
 
 
@@ -660,22 +974,40 @@ def data_logs(draw: st.DrawFn) -> list[Rec]:
 @st.composite
 def receipt_logs(draw: st.DrawFn, top: int) -> list[Receipt]:
     receipts: list[Receipt] = []
-    for i in range(draw(st.integers(0, 25))):
-        kind = draw(st.sampled_from(["claim"] * 6 + ["system"] * 2 + ["purge", "completed"]))
+    kinds = (["claim"] * 6 + ["system"] * 2 + ["purge", "completed"] + ["lock"] * 3
+             + ["prefetch", "release", "release", "complete_lock", "settle", "duplicate_lock"])
+    offsets_of = st.lists(st.integers(0, top), min_size=1, max_size=3).map(tuple)
+    for i in range(draw(st.integers(0, 30))):
+        kind = draw(st.sampled_from(kinds))
+        locks = [r for r in receipts if r.action.is_lock]
+        lock_id = draw(st.sampled_from([r.claim_id for r in locks] + ["none"]))
         if kind == "purge":
             receipts.append(Receipt(f"r{i}", A.PURGE, purge_below=draw(st.integers(0, top))))
         elif kind == "completed":
             system = [r.claim_id for r in receipts if r.action.is_system]
             target = draw(st.sampled_from(system)) if system else "none"
             receipts.append(Receipt(f"r{i}", A.COMPLETED, completes=target))
+        elif kind in ("lock", "prefetch"):
+            receipts.append(Receipt(
+                f"r{i}", A.LOCK if kind == "lock" else A.PREFETCH, draw(offsets_of),
+                time_ms=draw(st.sampled_from([0, 60])), lease_ms=draw(st.sampled_from([10, 80]))))
+        elif kind == "duplicate_lock" and locks:
+            receipts.append(draw(st.sampled_from(locks)))  # a producer retry: same claim id
+        elif kind in ("release", "complete_lock"):
+            offsets = draw(st.just(()) | offsets_of)
+            action = A.RELEASE if kind == "release" else A.COMPLETED
+            receipts.append(Receipt(f"r{i}", action, offsets, completes=lock_id))
+        elif kind == "settle":
+            action = draw(st.sampled_from([A.EXPIRE, A.MOVE, A.REJECT, A.POISON]))
+            receipts.append(Receipt(f"r{i}", action, draw(offsets_of), completes=lock_id,
+                                    target="t"))
         else:
-            offsets = tuple(draw(st.lists(st.integers(0, top), min_size=1, max_size=3)))
             action = (
                 A.RECEIVE
                 if kind == "claim"
                 else draw(st.sampled_from([A.EXPIRE, A.MOVE, A.REJECT, A.POISON]))
             )
-            receipts.append(Receipt(f"r{i}", action, offsets, target="t"))
+            receipts.append(Receipt(f"r{i}", action, draw(offsets_of), target="t"))
     return receipts
 
 

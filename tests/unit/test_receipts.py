@@ -19,7 +19,9 @@ from facade.envelope import decode_message, register_writer_schema
 from facade.errors import EnvelopeError, InvalidParameter
 from facade.message import Message, MessageId
 from facade.receipts import (
+    LOCK_ACTIONS,
     RECEIPT_SCHEMA_NAME,
+    RECEIPT_VERSION,
     SYSTEM_ACTIONS,
     Receipt,
     ReceiptAction,
@@ -34,8 +36,8 @@ T_MS = 1714564800123
 A = ReceiptAction
 
 
-def _schema_json() -> dict:
-    return json.loads((SCHEMAS / "receipt.avsc").read_text())
+def _schema_json(name: str = "receipt.avsc") -> dict:
+    return json.loads((SCHEMAS / name).read_text())
 
 
 def _raw(schema_json: dict | None = None, **overrides: object) -> bytes:
@@ -52,6 +54,7 @@ def _raw(schema_json: dict | None = None, **overrides: object) -> bytes:
         "completes": None,
         "target": None,
         "reason": None,
+        "lease_ms": None,
     } | overrides
     out = io.BytesIO()
     fastavro.schemaless_writer(out, fastavro.parse_schema(schema_json), record)
@@ -68,6 +71,12 @@ RECEIPTS = [
     Receipt("c6", A.REJECT, (9,), time_ms=T_MS, target="kmq.qm.system.deadletter", reason="x"),
     Receipt("c7", A.POISON, (10, 11), time_ms=T_MS, reason="kmq.id header missing"),
     Receipt("c8", A.COMPLETED, (), time_ms=T_MS, completes="c4"),
+    Receipt("c9", A.LOCK, (12,), time_ms=T_MS, lease_ms=30_000),
+    Receipt("c10", A.RELEASE, (12,), time_ms=T_MS, completes="c9", reason="lease expired"),
+    Receipt("c11", A.PREFETCH, (13, 14, 15), time_ms=T_MS, lease_ms=60_000),
+    Receipt("c12", A.COMPLETED, (13, 14), time_ms=T_MS, completes="c11"),
+    Receipt("c13", A.REJECT, (15,), time_ms=T_MS, completes="c11", target="dlq"),
+    Receipt("c14", A.RELEASE, (), time_ms=T_MS, completes="c9"),
 ]
 
 
@@ -114,6 +123,13 @@ def test_system_actions() -> None:
     assert A.EXPIRE.is_system and not A.RECEIVE.is_system and not A.COMPLETED.is_system
 
 
+def test_lock_actions() -> None:
+    assert LOCK_ACTIONS == {A.LOCK, A.PREFETCH}
+    assert (A.LOCK, A.RELEASE, A.PREFETCH) == (8, 9, 10)
+    assert A.LOCK.is_lock and A.PREFETCH.is_lock and not A.RELEASE.is_lock
+    assert not A.LOCK.is_system and not A.RELEASE.is_system
+
+
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [
@@ -133,13 +149,24 @@ def test_system_actions() -> None:
             "only allowed on PURGE",
         ),
         ({"claim_id": "c", "action": A.COMPLETED}, "needs completes"),
-        (
-            {"claim_id": "c", "action": A.COMPLETED, "completes": "d", "offsets": (1,)},
-            "names no offsets",
-        ),
+        ({"claim_id": "c", "action": A.RELEASE, "offsets": (1,)}, "needs completes"),
         (
             {"claim_id": "c", "action": A.RECEIVE, "offsets": (1,), "completes": "d"},
-            "only allowed on COMPLETED",
+            "completes is not allowed on RECEIVE",
+        ),
+        (
+            {"claim_id": "c", "action": A.LOCK, "offsets": (1,), "lease_ms": 5, "completes": "d"},
+            "completes is not allowed on LOCK",
+        ),
+        ({"claim_id": "c", "action": A.PURGE, "purge_below": 1, "completes": "d"}, "PURGE"),
+        ({"claim_id": "c", "action": A.LOCK, "offsets": (1,)}, "needs lease_ms"),
+        ({"claim_id": "c", "action": A.PREFETCH, "offsets": (1,)}, "needs lease_ms"),
+        ({"claim_id": "c", "action": A.LOCK, "lease_ms": 5}, "at least one offset"),
+        ({"claim_id": "c", "action": A.LOCK, "offsets": (1,), "lease_ms": 0}, "lease_ms must be"),
+        ({"claim_id": "c", "action": A.LOCK, "offsets": (1,), "lease_ms": 1.5}, "lease_ms"),
+        (
+            {"claim_id": "c", "action": A.RECEIVE, "offsets": (1,), "lease_ms": 5},
+            "lease_ms is only allowed on LOCK and PREFETCH",
         ),
         ({"claim_id": "c", "action": A.MOVE, "offsets": (1,)}, "needs target"),
         ({"claim_id": "c", "action": A.RECEIVE, "offsets": (1,), "time_ms": -5}, "time_ms"),
@@ -150,6 +177,39 @@ def test_system_actions() -> None:
 def test_invalid_receipts_are_rejected(kwargs: dict, fragment: str) -> None:
     with pytest.raises(InvalidParameter, match=re.escape(fragment)):
         Receipt(**kwargs)
+
+
+def test_receipts_without_a_lease_are_written_as_version_1() -> None:
+    """Processes that only know version 1 keep reading every receipt of a queue nobody locks."""
+    v1 = avro.family("receipt.avsc").version(1)
+    v2 = avro.family("receipt.avsc").current
+    assert RECEIPT_VERSION == 2 and v1.fingerprint != v2.fingerprint
+    # An old reader: a family that has only the frozen version 1 file.
+    old_reader = avro.SchemaFamily(SCHEMAS, "receipt.v1.avsc")
+    assert old_reader.current.version == 1 and len(old_reader.writers) == 1
+    for receipt in RECEIPTS:
+        value = encode_receipt(receipt)
+        if receipt.lease_ms is None:
+            assert value[2:10] == v1.fingerprint
+            assert old_reader.decode(value)["claim_id"] == receipt.claim_id
+        else:
+            assert value[2:10] == v2.fingerprint
+            with pytest.raises(avro.DecodeFailure, match="unknown writer schema"):
+                old_reader.decode(value)
+
+
+def test_version_1_records_decode_with_no_lease() -> None:
+    value = _raw(_schema_json("receipt.v1.avsc"), action=7, offsets=[], completes="x")
+    assert value[2:10] == avro.family("receipt.avsc").version(1).fingerprint
+    assert decode_receipt(value) == Receipt("a" * 32, A.COMPLETED, claimant="qm:1:00",
+                                            time_ms=T_MS, completes="x")
+
+
+def test_the_frozen_version_1_schema_is_the_previous_schema() -> None:
+    """The frozen file must keep its fingerprint: records already in Kafka name it."""
+    assert avro.family("receipt.avsc").version(1).fingerprint.hex(" ") == "72 2c f8 04 58 04 5c ab"
+    current = [f["name"] for f in _schema_json()["fields"]]
+    assert current == [f["name"] for f in _schema_json("receipt.v1.avsc")["fields"]] + ["lease_ms"]
 
 
 def test_unknown_action_from_a_newer_writer_is_kept() -> None:
@@ -178,6 +238,9 @@ def test_unknown_action_from_a_newer_writer_is_kept() -> None:
         (_raw(offsets=[-1]), "offsets"),
         (_raw(action=2, offsets=[]), "needs purge_below"),
         (_raw(claim_id=""), "claim_id"),
+        (_raw(action=8), "needs lease_ms"),
+        (_raw(action=8, lease_ms=0), "lease_ms must be"),
+        (_raw(action=9, offsets=[1]), "needs completes"),
     ],
 )
 def test_decode_errors_are_envelope_errors(value: bytes, fragment: str) -> None:
@@ -227,7 +290,9 @@ def test_encode_rejects_non_receipts_and_bad_text() -> None:
 def test_schema_name_and_readme_fingerprint() -> None:
     family = avro.family("receipt.avsc")
     assert family.current.name == RECEIPT_SCHEMA_NAME
-    assert family.current.fingerprint.hex(" ") in (SCHEMAS / "README.md").read_text()
+    readme = (SCHEMAS / "README.md").read_text()
+    assert family.current.fingerprint.hex(" ") in readme
+    assert family.version(1).fingerprint.hex(" ") in readme
 
 
 _chars = st.characters(exclude_categories=("Cs",))  # lone surrogates cannot be UTF-8
@@ -247,13 +312,18 @@ def receipts(draw: st.DrawFn) -> Receipt:
     offsets: tuple[int, ...] = ()
     if action is A.PURGE:
         kw["purge_below"] = draw(st.integers(0, 2**63 - 1))
-    elif action is A.COMPLETED:
+    elif action in (A.COMPLETED, A.RELEASE):
         kw["completes"] = draw(_text)
+        offsets = draw(st.just(()) | _offsets)
     else:
         offsets = draw(_offsets)
+    if action.is_lock:
+        kw["lease_ms"] = draw(st.integers(1, 2**63 - 1))
+    if action.is_system:
+        kw["completes"] = draw(st.none() | _text)
     if action is A.MOVE:
         kw["target"] = draw(_text)
-    elif action is not A.COMPLETED:
+    elif action not in (A.COMPLETED, A.RELEASE):
         kw["target"] = draw(st.none() | _text)
     return Receipt(draw(_text), action, offsets, **kw)
 

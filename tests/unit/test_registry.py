@@ -66,6 +66,14 @@ def test_unknown_fields_and_a_higher_version_are_read() -> None:
     assert decode_queue_record(KEY, _doc(version=_DROP)) == _properties()
 
 
+def test_receive_retry_count_defaults_to_5_and_records_without_it_read_as_5() -> None:
+    assert _properties().receive_retry_count == 5
+    assert decode_queue_record(KEY, _doc(receive_retry_count=_DROP)) == _properties()
+    for value in (None, 0, 12):
+        properties = _properties(receive_retry_count=value)
+        assert decode_queue_record(KEY, properties.to_json()).receive_retry_count == value
+
+
 @pytest.mark.parametrize("value, why", [
     (b"not json", "not JSON"),
     (b'{"version":1}', "field 'path_name' is missing"),
@@ -93,6 +101,9 @@ def test_unknown_fields_and_a_higher_version_are_read() -> None:
     (_doc(path_name="qm2\\private$\\orders"), "is not the record's path_name"),
     (_doc(queue_name="other"), "do not match path_name"),
     (_doc(private=False), "do not match path_name"),
+    (_doc(receive_retry_count="5"), "'receive_retry_count' must be int or null"),
+    (_doc(receive_retry_count=-1), "receive_retry_count must be a number of releases"),
+    (_doc(receive_retry_count=2**32), "receive_retry_count must be a number of releases"),
 ])
 def test_bad_queue_records_raise_envelope_error_naming_the_problem(value: bytes, why: str) -> None:
     with pytest.raises(EnvelopeError) as caught:

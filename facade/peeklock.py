@@ -1,0 +1,650 @@
+"""Peek-lock receive and prefetch for :class:`~facade.queue.MessageQueue` (issue 12).
+
+Two receive modes besides MSMQ's nontransactional receive, built on the receipts protocol
+(``docs/design.md``, "Receive modes"; ``schemas/README.md`` section 6):
+
+* **Peek-lock** (``receive(lock=True, lease=s)``): one LOCK receipt holds the message under a
+  lease of ``s`` seconds; :meth:`PeekLockReceives.complete` removes it for good with one
+  COMPLETED receipt (the journal copy and ACK_RECEIVE happen then, as at the commit of a
+  transactional receive); :meth:`PeekLockReceives.abandon`, a clean ``close()`` or the lease
+  passing gives it back (RELEASE) with its abort count (PROPID_M_ABORT_COUNT) raised. At least
+  once. A message released more often than the queue's ``receive_retry_count`` is moved to the
+  ``;poison`` subqueue instead of being handed out again (MSMQ 4.0 poison handling).
+* **Prefetch** (``QueueManager.open_queue(name, prefetch=k)``): one PREFETCH receipt holds up
+  to ``k`` messages; ``receive()`` hands them out one by one from memory, at most once. One
+  COMPLETED receipt settles the handed-out ones when the batch is used up (or taken again
+  because its lease is running out), and a clean ``close()`` RELEASEs the others, which never
+  raises their abort count. If the process dies, the batch's lease passes and whoever notices
+  dead-letters what it still holds, with a reason saying it may have been handed out: at most
+  ``k`` messages are lost to the application, none silently.
+
+Lease expiry is noticed by every receive and peek before its pick and by ``kmq qm run``
+(:meth:`MessageQueue.expire_due`): the clock decides whether to write a RELEASE (or, for a
+PREFETCH, a REJECT into the dead-letter queue); which settle receipt wins is the log's order.
+
+The methods live in a mixin of ``MessageQueue`` so that the nontransactional receive path in
+``facade/queue.py`` stays as it was. Not thread-safe, like the queue handle.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import TYPE_CHECKING, Any, cast
+
+from facade.errors import (
+    BrokerUnavailable,
+    EnvelopeError,
+    InvalidParameter,
+    LockLost,
+    MessageAlreadyReceived,
+    MessageQueueError,
+)
+from facade.message import Message, MessageClass
+from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
+from facade.queueview import PendingClaim, QueueView
+from facade.receipts import ReceiptAction
+
+if TYPE_CHECKING:
+    from facade.manager import Destination, QueueManager
+    from facade.registry import QueueProperties
+
+__all__ = [
+    "DEFAULT_LEASE",
+    "DEFAULT_PREFETCH_LEASE",
+    "MAX_PREFETCH",
+    "LockedMessage",
+    "PeekLockReceives",
+]
+
+log = logging.getLogger("kmq.queue")
+
+#: Seconds a peek-lock lasts unless ``receive(lock=True, lease=...)`` says otherwise (the lock
+#: duration of Kafka share groups and Azure Service Bus).
+DEFAULT_LEASE = 30.0
+#: Seconds a prefetched batch is held unless ``open_queue(prefetch_lease=...)`` says otherwise.
+DEFAULT_PREFETCH_LEASE = 60.0
+#: Longest lease accepted, in seconds (a week).
+MAX_LEASE = 7 * 86_400.0
+#: Most messages one prefetch may hold (offsets named by one PREFETCH receipt).
+MAX_PREFETCH = 1_000
+#: A prefetched message is handed out only while more than this share of the batch's lease is
+#: left; past it the batch is settled and a new one taken, so that the handed-out messages are
+#: completed well before anyone may consider the lease passed.
+_PREFETCH_MARGIN = 0.25
+_POISON_SUBQUEUE = "poison"
+
+
+class LockedMessage(Message):
+    """A message received under a peek-lock (``receive(lock=True)``): a :class:`Message` that
+    also carries its lock. Settle it with :meth:`complete` or :meth:`abandon` (the same as
+    ``queue.complete(message)`` / ``queue.abandon(message)``, which are the contract).
+
+    ``lookup_id`` is its lookup id and ``abort_count`` counts the earlier deliveries that were
+    released. A copy made with :func:`dataclasses.replace` is a plain message without the lock.
+
+    Attributes:
+        lock_token (str | None): the claim id of the LOCK receipt that holds the message.
+        lease_expires (datetime | None): when the lease passes (the LOCK receipt's time plus
+            the lease, UTC): from then on any process may release the message, after which
+            :meth:`complete` raises :class:`~facade.errors.LockLost`.
+    """
+
+    lock_token: str | None = None
+    lease_expires: dt.datetime | None = None
+    _queue: Any = None
+    #: A settle receipt of this message whose verdict could not be read (retried first), with
+    #: the view that wrote it.
+    _settling: tuple[QueueView, PendingClaim] | None = None
+
+    @classmethod
+    def adopt(cls, message: Message, token: str, lease_expires: dt.datetime,
+              queue: PeekLockReceives) -> LockedMessage:
+        """The decoded ``message`` as a locked message (no copy of its properties is checked
+        again: it was validated when decoded)."""
+        locked = object.__new__(cls)
+        locked.__dict__.update(message.__dict__)
+        locked.lock_token = token
+        locked.lease_expires = lease_expires
+        locked._queue = queue
+        return locked
+
+    def complete(self) -> None:
+        """Remove the message for good; see :meth:`PeekLockReceives.complete`.
+
+        Raises:
+            LockLost: the lock was settled by someone else first.
+            BrokerUnavailable: the verdict could not be read: call again.
+        """
+        self._handle().complete(self)
+
+    def abandon(self) -> bool:
+        """Give the message back to the queue; see :meth:`PeekLockReceives.abandon`.
+
+        Returns:
+            bool: True if this call released it, False if the lock was settled already.
+        """
+        return self._handle().abandon(self)
+
+    def _handle(self) -> PeekLockReceives:
+        if self._queue is None:
+            raise InvalidParameter("this message carries no peek-lock",
+                                   hint="receive it with receive(lock=True)")
+        return self._queue
+
+
+@dataclass
+class _Batch:
+    """The messages one PREFETCH holds for this handle."""
+
+    claim_id: str
+    deadline_ms: int  # the PREFETCH receipt's time plus its lease
+    margin_ms: int
+    waiting: list[Message]  # not handed out yet, in receive order
+    handed: list[int] = field(default_factory=list)  # offsets handed out (or dead-lettered)
+    completing: PendingClaim | None = None  # COMPLETED for ``handed``, verdict not read yet
+    releasing: PendingClaim | None = None  # RELEASE for the waiting ones, verdict not read yet
+
+
+class PeekLockReceives:
+    """Peek-lock receive, prefetch and lock housekeeping of a :class:`~facade.queue.MessageQueue`.
+
+    A mixin: it uses the queue handle's view, outputs and system actions.
+    """
+
+    manager: QueueManager
+    format_name: str
+
+    if TYPE_CHECKING:  # provided by MessageQueue
+        properties: QueueProperties
+
+        def _open_view(self) -> QueueView: ...
+        def _single(self) -> Destination: ...
+        def _wait(self, pick: Callable[[QueueView, int], IndexEntry | None], remove: bool,
+                  timeout: float | None,
+                  take: Callable[[QueueView, IndexEntry], Message | None] | None = None
+                  ) -> Message: ...
+        def _take_held(self, view: QueueView, limit: int) -> list[Message]: ...
+        def _deliver(self, message: Message) -> Message: ...
+        def _message(self, record: Any, lookup_id: int) -> Message: ...
+        def _send_poison_to_dead_letter(self, record: Any, reason: str) -> None: ...
+        def _system_actions(self, view: QueueView, entries: list[IndexEntry],
+                            action: ReceiptAction, target: str, reason: str
+                            ) -> list[tuple[int, Message | None]]: ...
+        def _perform(self, action: ReceiptAction, record: Any, target: str | None,
+                     reason: str | None, *, aborts: int = 0,
+                     settles_lock: bool = False) -> Message | None: ...
+
+    def _init_locks(self, prefetch: int, prefetch_lease: float) -> None:
+        """Set up the handle's lock bookkeeping.
+
+        Args:
+            prefetch (int): messages to prefetch per PREFETCH receipt; 0 = no prefetch.
+            prefetch_lease (float): seconds a prefetched batch is held.
+
+        Raises:
+            InvalidParameter: ``prefetch`` is not an int 0-:data:`MAX_PREFETCH`, or the lease
+                is not finite seconds in (0, :data:`MAX_LEASE`].
+        """
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) \
+                or not 0 <= prefetch <= MAX_PREFETCH:
+            raise InvalidParameter(f"prefetch must be a number of messages 0-{MAX_PREFETCH} "
+                                   f"(0 = none), not {prefetch!r}", hint="e.g. prefetch=10")
+        self._prefetch = prefetch
+        self._prefetch_lease_ms = _lease_ms(prefetch_lease, "prefetch_lease")
+        self._batch: _Batch | None = None
+        #: Peek-locked messages this handle handed out and nobody settled through it yet.
+        self._peek_locks: dict[tuple[str, int], LockedMessage] = {}
+
+    # -- peek-lock -------------------------------------------------------------------------
+
+    def _receive_locked(self, timeout: float | None, lease: float) -> LockedMessage:
+        """``receive(lock=True)``: the first message, held by a LOCK for ``lease`` seconds."""
+        lease_ms = _lease_ms(lease, "lease")
+        message = self._wait(_first, remove=True, timeout=timeout,
+                             take=lambda view, entry: self._take_locked(view, entry, lease_ms))
+        return cast(LockedMessage, message)
+
+    def _take_locked(self, view: QueueView, entry: IndexEntry,
+                     lease_ms: int) -> LockedMessage | None:
+        """Claim ``entry`` with a LOCK receipt and hand it out if the lock won.
+
+        Returns:
+            LockedMessage | None: the message; None if another receipt took it first, or it
+            went to ``;poison`` or the dead-letter queue instead.
+
+        Raises:
+            BrokerUnavailable: the verdict could not be read. Nothing is held: if the lock
+                won, its lease passes and the message is released and received again.
+        """
+        record = view.record(entry)
+        pending = view.start_claim(ReceiptAction.LOCK, (entry.offset,), lease_ms=lease_ms)
+        try:
+            outcome = view.settle(pending)
+        except BrokerUnavailable:
+            view.forget(pending)
+            raise
+        token = pending.receipt.claim_id
+        if not self._keep_receivable(view, outcome, token):
+            return None
+        try:
+            message = self._message(record, entry.offset)
+        except EnvelopeError as exc:
+            # Headers looked valid but the value is not an envelope: dead-letter it, then end
+            # the lock (if this process dies in between, the lease passes and it comes back).
+            self._send_poison_to_dead_letter(record, str(exc))
+            view.claim(ReceiptAction.COMPLETED, (entry.offset,), completes=token)
+            return None
+        message.abort_count += outcome.abort_count(entry.offset)
+        expires = _utc(pending.receipt.time_ms + lease_ms)
+        locked = LockedMessage.adopt(message, token, expires, self)
+        self._peek_locks[(token, entry.offset)] = locked
+        return locked
+
+    def complete(self, message: Message) -> None:
+        """Finish a peek-lock receive: remove the message for good (one COMPLETED receipt).
+
+        MSMQ: the commit of a transactional receive. The queue journal copy is written first
+        and ACK_RECEIVE is posted once the completion won, as at commit.
+
+        Args:
+            message (Message): a message from ``receive(lock=True)`` (a :class:`LockedMessage`).
+
+        Raises:
+            InvalidParameter: ``message`` was not received with ``lock=True``.
+            LockLost: the lock was settled by someone else first (usually: its lease passed and
+                another process released it, so the message is back in the queue and will be
+                delivered again); the text says where the message is now.
+            BrokerUnavailable: the journal copy or the verdict could not be written or read;
+                the lock is still yours if it has not expired: call ``complete`` again.
+        """
+        token, offset = _lock_of(message)
+        destination = self._single()
+        outputs = self.manager.outputs
+        outcome = self._settle_lock(
+            message, ReceiptAction.COMPLETED, None,
+            before=lambda: outputs.journal_removed(_plain(message), destination))
+        if offset not in outcome.won:
+            raise LockLost(self._lost_text(offset, token), lookup_id=offset,
+                           queue=self.format_name)
+        outputs.acknowledge(message, MessageClass.ACK_RECEIVE, destination)
+
+    def abandon(self, message: Message) -> bool:
+        """Give a peek-locked message back to the queue (one RELEASE receipt).
+
+        MSMQ: the abort of a transactional receive. It is pending again in its place in
+        receive order, with ``abort_count`` one higher; once released more often than the
+        queue's ``receive_retry_count`` it goes to ``;poison`` instead of being delivered.
+
+        Args:
+            message (Message): a message from ``receive(lock=True)``.
+
+        Returns:
+            bool: True if this call released it; False if its lock had been settled already
+            (its lease passed and someone released it, or it was completed).
+
+        Raises:
+            InvalidParameter: ``message`` was not received with ``lock=True``.
+            BrokerUnavailable: the verdict could not be read: call again (or let the lease
+                pass, which releases it too).
+        """
+        _, offset = _lock_of(message)
+        outcome = self._settle_lock(message, ReceiptAction.RELEASE, "abandoned by its receiver")
+        return offset in outcome.won
+
+    def _settle_lock(self, message: Message, action: ReceiptAction, reason: str | None,
+                     before: Callable[[], object] | None = None) -> ClaimOutcome:
+        """Write (or, after a failure, finish) the settle receipt of one peek-locked message."""
+        token, offset = _lock_of(message)
+        earlier: tuple[QueueView, PendingClaim] | None = getattr(message, "_settling", None)
+        if earlier is not None and earlier[1].receipt.action is not action:
+            self._verdict(message, *earlier)  # an earlier settle of the other kind first
+            earlier = None
+        if earlier is None:
+            if before is not None:
+                before()
+            view = self._open_view()
+            earlier = view, view.start_claim(action, (offset,), completes=token, reason=reason)
+            message._settling = earlier  # type: ignore[attr-defined]
+        outcome = self._verdict(message, *earlier)
+        self._peek_locks.pop((token, offset), None)
+        return outcome
+
+    @staticmethod
+    def _verdict(message: Message, view: QueueView, pending: PendingClaim) -> ClaimOutcome:
+        """The verdict of a settle receipt; kept on the message if it cannot be read yet."""
+        return _verdict(view, pending, lambda: setattr(message, "_settling", None))
+
+    def _lost_text(self, offset: int, token: str) -> str:
+        state = self._open_view().state
+        status = state.status(offset)
+        if status.is_pending:
+            where = (f"it is back in the queue (released {state.abort_count(offset)} time(s)) "
+                     "and will be delivered again")
+        elif status.state is OffsetState.LOCKED:
+            where = "another receiver holds it now"
+        else:
+            action = status.action.name if status.action is not None else "a receipt"
+            where = f"it was removed by {action}"
+        return (f"lock {token} on message with lookup id {offset} in {self.format_name!r} was "
+                f"lost before complete() (its lease passed and another process released it, "
+                f"or it was settled already): {where}")
+
+    # -- prefetch --------------------------------------------------------------------------
+
+    def _receive_prefetched(self, timeout: float | None) -> Message:
+        """``receive()`` on a handle opened with ``prefetch=k``: the next prefetched message,
+        taking a new batch of up to ``k`` with one PREFETCH receipt when needed."""
+        view = self._open_view()
+        held = self._take_held(view, 1)
+        if held:
+            return held[0]
+        batch = self._batch
+        if batch is not None and batch.waiting \
+                and _now_ms() < batch.deadline_ms - batch.margin_ms:
+            return self._hand_out_prefetched(batch)
+        self._settle_batch()  # used up, or its lease is running out
+        return self._wait(_first, remove=True, timeout=timeout, take=self._take_batch)
+
+    def _take_batch(self, view: QueueView, first: IndexEntry) -> Message | None:
+        """Claim ``first`` and the next candidates (up to ``prefetch``) with one PREFETCH."""
+        entries = [first] + [e for e in islice(view.state.candidates(_now_ms()), self._prefetch)
+                             if e.offset != first.offset][: self._prefetch - 1]
+        records = {e.offset: view.record(e) for e in entries}
+        lease_ms = self._prefetch_lease_ms
+        pending = view.start_claim(ReceiptAction.PREFETCH, tuple(records), lease_ms=lease_ms)
+        try:
+            outcome = view.settle(pending)
+        except BrokerUnavailable:
+            view.forget(pending)  # if it won, the lease passes and the batch is dead-lettered
+            raise
+        token = pending.receipt.claim_id
+        won = self._keep_receivable(view, outcome, token)
+        if not won:
+            return None
+        batch = _Batch(token, pending.receipt.time_ms + lease_ms,
+                       int(lease_ms * _PREFETCH_MARGIN), [])
+        for offset in won:
+            try:
+                message = self._message(records[offset], offset)
+            except EnvelopeError as exc:
+                self._send_poison_to_dead_letter(records[offset], str(exc))
+                batch.handed.append(offset)  # completed with the batch
+                continue
+            message.abort_count += outcome.abort_count(offset)
+            batch.waiting.append(message)
+        self._batch = batch
+        if not batch.waiting:
+            self._finish_batch()
+            return None
+        return self._hand_out_prefetched(batch)
+
+    def _hand_out_prefetched(self, batch: _Batch) -> Message:
+        """Hand out the batch's next message (journal copy, ACK_RECEIVE: a receive's outputs);
+        once the batch is used up, complete it at once so no handed-out message is left to the
+        lease."""
+        message = batch.waiting.pop(0)
+        batch.handed.append(message.lookup_id)  # type: ignore[arg-type]
+        try:
+            return self._deliver(message)  # an output failing holds it for the next receive
+        finally:
+            if not batch.waiting:
+                self._finish_batch()
+
+    def _finish_batch(self) -> None:
+        """Settle a used-up batch now; on failure leave it for the next receive or close()."""
+        try:
+            self._settle_batch()
+        except MessageQueueError as exc:
+            log.warning("prefetched batch on %s not completed yet (%s): retried at the next "
+                        "receive or close", self.format_name, exc)
+
+    def _settle_batch(self) -> None:
+        """COMPLETED for the batch's handed-out messages, RELEASE for the others.
+
+        Raises:
+            BrokerUnavailable, BrokerError: a receipt or its verdict failed; the batch stays
+                and the next call finishes it (no receipt is written twice).
+        """
+        batch = self._batch
+        if batch is None:
+            return
+        view = self._open_view()
+        if batch.handed and batch.completing is None:
+            batch.completing = view.start_claim(ReceiptAction.COMPLETED, tuple(batch.handed),
+                                                completes=batch.claim_id)
+        if batch.completing is not None:
+            outcome = _verdict(view, batch.completing, lambda: setattr(batch, "completing", None))
+            batch.handed = []
+            if outcome.lost:
+                log.warning("prefetched messages %s of %s were handed out, but the batch's "
+                            "lease passed before it was completed: they were also "
+                            "dead-lettered", list(outcome.lost), self.format_name)
+        if batch.waiting and batch.releasing is None:
+            waiting = tuple(cast(int, m.lookup_id) for m in batch.waiting)
+            batch.releasing = view.start_claim(ReceiptAction.RELEASE, waiting,
+                                               completes=batch.claim_id,
+                                               reason="prefetched and not handed out")
+        if batch.releasing is not None:
+            outcome = _verdict(view, batch.releasing, lambda: setattr(batch, "releasing", None))
+            batch.waiting = []
+            if outcome.lost:
+                log.warning("prefetched messages %s of %s were not handed out, but the batch's "
+                            "lease passed first: they went to the dead-letter queue",
+                            list(outcome.lost), self.format_name)
+        self._batch = None
+
+
+    # -- poison after too many releases ----------------------------------------------------
+
+    def _keep_receivable(self, view: QueueView, outcome: ClaimOutcome,
+                         token: str) -> tuple[int, ...]:
+        """The offsets a LOCK or PREFETCH won that may be handed out: those released more
+        often than ``receive_retry_count`` (a release applied while the claim was in flight)
+        are moved to ``;poison`` under the lock instead."""
+        if not outcome.abort_counts:
+            return outcome.won
+        limit = self._retry_limit()
+        if limit is None:
+            return outcome.won
+        over = tuple(o for o in outcome.won if outcome.abort_count(o) > limit)
+        if over:
+            self._settle_by_system(view, over, token, ReceiptAction.MOVE, _POISON_SUBQUEUE,
+                                   _poison_reason(limit))
+        return tuple(o for o in outcome.won if o not in over)
+
+    def _retry_limit(self) -> int | None:
+        """The queue's ``receive_retry_count`` (None: no limit, or not a queue that has one:
+        journals, subqueues and system queues never move messages to ``;poison``)."""
+        destination = self._single()
+        known = destination.properties
+        if known is None or destination.topics.data != known.data_topic:
+            return None
+        return self.properties.receive_retry_count  # fresh: it may have been changed
+
+    def _poison_exhausted(self, view: QueueView) -> int:
+        """Move pending messages released more often than ``receive_retry_count`` to
+        ``;poison`` (MOVE, with their abort count and ``move_count`` + 1).
+
+        Returns:
+            int: messages this call moved.
+        """
+        if not view.state.has_abort_counts:  # nothing was released: the usual case
+            return 0
+        limit = self._retry_limit()
+        if limit is None:
+            return 0
+        return len(self._system_actions(view, view.state.retries_exhausted(limit),
+                                        ReceiptAction.MOVE, _POISON_SUBQUEUE,
+                                        _poison_reason(limit)))
+
+    # -- lease expiry ----------------------------------------------------------------------
+
+    def _lock_housekeeping(self, view: QueueView) -> int:
+        """Before a pick (and in ``kmq qm run``'s sweep): settle locks whose lease passed and
+        move messages released too often to ``;poison``.
+
+        Returns:
+            int: messages released, dead-lettered or moved.
+        """
+        return self._settle_expired_locks(view) + self._poison_exhausted(view)
+
+    def _settle_expired_locks(self, view: QueueView) -> int:
+        """Settle every lock whose lease passed by this process's clock: RELEASE a LOCK (its
+        messages come back, abort count + 1), dead-letter what a PREFETCH still holds.
+
+        This handle's own batch is left to it (its next receive or close settles it exactly).
+
+        Returns:
+            int: offsets settled by this call.
+        """
+        now = _now_ms()
+        due = view.state.next_lock_deadline_ms()
+        if due is None or due > now:
+            return 0
+        own = self._batch.claim_id if self._batch is not None else None
+        settled = 0
+        for lock in view.state.expired_locks(now):
+            if lock.claim_id == own or view.state.lock(lock.claim_id) is None:
+                continue  # ours, or settled by a receipt an earlier claim of this loop read
+            lease = (lock.receipt.lease_ms or 0) / 1000
+            reason = (f"lease expired ({lease:g} s, taken by {lock.receipt.claimant})")[:1000]
+            if lock.receipt.action is ReceiptAction.PREFETCH:
+                settled += self._settle_by_system(
+                    view, lock.offsets, lock.claim_id, ReceiptAction.REJECT,
+                    self.manager.dead_letter_topic,
+                    f"prefetched, not settled before its {reason}: it may have been handed "
+                    "out once")
+            else:
+                outcome = view.claim(ReceiptAction.RELEASE, lock.offsets,
+                                     completes=lock.claim_id, reason=reason)
+                settled += len(outcome.won)
+        return settled
+
+    def _settle_by_system(self, view: QueueView, offsets: tuple[int, ...], token: str,
+                          action: ReceiptAction, target: str, reason: str) -> int:
+        """Take offsets a lock holds with a system claim naming it (MOVE to ``;poison``, REJECT
+        into the dead-letter queue), write the outputs, then COMPLETED. Like every system claim
+        it is redone by ``kmq qm run`` if this process dies before COMPLETED.
+
+        Returns:
+            int: offsets this claim took.
+        """
+        records = {}
+        for offset in offsets:  # before the claim: a won offset's record leaves the view
+            try:
+                records[offset] = view.held_record(offset)
+            except MessageAlreadyReceived:
+                pass  # not read by this view: fetched below if the claim wins it
+        outcome = view.claim(action, offsets, completes=token, target=target, reason=reason)
+        for offset in outcome.won:
+            record = records.get(offset) or view.fetch(offset)
+            self._perform(action, record, target, reason, aborts=outcome.abort_count(offset),
+                          settles_lock=True)
+        if outcome.won:
+            view.claim(ReceiptAction.COMPLETED, completes=outcome.claim_id)
+        return len(outcome.won)
+
+    # -- close -----------------------------------------------------------------------------
+
+    def _release_locks(self) -> None:
+        """On close: settle the prefetched batch (COMPLETED for what was handed out, RELEASE
+        for the rest) and release the peek-locks handed out through this handle and not
+        settled (their abort count goes up: they were delivered and not completed).
+
+        Raises:
+            BrokerUnavailable: some could not be settled; the error names them (their lease
+                passes and they come back, or for a batch go to the dead-letter queue).
+        """
+        problems = []
+        if self._batch is not None:
+            try:
+                self._settle_batch()
+            except MessageQueueError as exc:
+                problems.append(f"prefetched batch {self._batch.claim_id}: not settled ({exc}); "
+                                "its lease will pass and what it holds will be dead-lettered")
+                self._batch = None
+        for message in list(self._peek_locks.values()):
+            try:
+                self._settle_lock(message, ReceiptAction.RELEASE,
+                                  "released when its receiver closed the queue")
+            except MessageQueueError as exc:
+                problems.append(f"lookup id {message.lookup_id}: not released ({exc}); it comes "
+                                "back when its lease passes")
+        self._peek_locks.clear()
+        if problems:
+            raise BrokerUnavailable(f"closing {self.format_name!r}: " + "; ".join(problems),
+                                    queue=self.format_name)
+
+
+def _first(view: QueueView, now_ms: int) -> IndexEntry | None:
+    return view.state.peek_first(now_ms)
+
+
+def _verdict(view: QueueView, pending: PendingClaim, done: Callable[[], object]) -> ClaimOutcome:
+    """The verdict of a settle receipt written earlier; ``done`` forgets the pending receipt
+    once it is known or the broker refused it (then it is not in the log and may be written
+    again). On BrokerUnavailable it stays: the receipt may be in the log, and the next attempt
+    reads its verdict rather than writing a second receipt."""
+    try:
+        outcome = view.settle(pending)
+    except BrokerUnavailable:
+        raise
+    except MessageQueueError:
+        done()
+        raise
+    done()
+    return outcome
+
+
+def _lock_of(message: Message) -> tuple[str, int]:
+    """The lock token and lookup id of a peek-locked message.
+
+    Raises:
+        InvalidParameter: not a message received with ``lock=True``.
+    """
+    token = getattr(message, "lock_token", None)
+    if not isinstance(token, str) or message.lookup_id is None:
+        raise InvalidParameter("this message was not received with receive(lock=True): it has "
+                               "no peek-lock to complete or abandon",
+                               hint="pass the message object that receive(lock=True) returned")
+    return token, message.lookup_id
+
+
+def _plain(message: Message) -> Message:
+    """The message without its lock (for journal copies)."""
+    plain = object.__new__(Message)
+    plain.__dict__.update({k: v for k, v in message.__dict__.items()
+                           if k in Message.__dataclass_fields__})
+    return plain
+
+
+def _lease_ms(seconds: float, name: str) -> int:
+    """A lease in milliseconds.
+
+    Raises:
+        InvalidParameter: not finite seconds in (0, :data:`MAX_LEASE`].
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+            or not math.isfinite(seconds) or not 0 < seconds <= MAX_LEASE:
+        raise InvalidParameter(f"{name} must be seconds > 0 and at most {MAX_LEASE:g}, "
+                               f"not {seconds!r}", hint=f"e.g. {name}=30.0")
+    return max(1, round(seconds * 1000))
+
+
+def _poison_reason(limit: int) -> str:
+    return f"released more than receive_retry_count ({limit}) times"
+
+
+def _utc(epoch_ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(epoch_ms / 1000, dt.timezone.utc)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
