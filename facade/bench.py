@@ -291,38 +291,30 @@ class _Raw:
     def consume(self, topic: str, n: int, commit: bool) -> float:
         """msg/s reading ``n`` records after an untimed first one; ``commit`` commits each
         record synchronously (the raw equivalent of a destructive receive)."""
-        consumer = Consumer({**client_logging(), "bootstrap.servers": self.bootstrap,
-                             "group.id": f"kmq-bench-{uuid.uuid4().hex}",
-                             "enable.auto.commit": False, "fetch.wait.max.ms": 2,
-                             "session.timeout.ms": 6000})
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        try:
-            got = 0
-            start = 0.0
-            deadline = time.monotonic() + _TIMEOUT
-            while got <= n:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"raw consume read {got} of {n + 1} records")
-                record = consumer.poll(1.0)
-                if record is None or record.error():
-                    continue
-                if commit:
-                    consumer.commit(record, asynchronous=False)
-                if got == 0:
-                    start = time.perf_counter()
-                got += 1
-            return n / (time.perf_counter() - start)
-        finally:
-            consumer.close()
+        def handle(consumer: Consumer, record: Any) -> None:
+            if commit:
+                consumer.commit(record, asynchronous=False)
+        return self._timed_read(topic, n, 1, handle, {"fetch.wait.max.ms": 2})
 
     def consume_decoded(self, topic: str, n: int, batch: int) -> float:
         """msg/s reading ``n`` envelopes (after an untimed first one) ``batch`` at a time and
         decoding each with fastavro: the raw equivalent of a batch receive, without commits."""
         template = _envelope_template()
         schema, prefix = template["_schema"], template["_prefix"]
+
+        def handle(_consumer: Consumer, record: Any) -> None:
+            body = io.BytesIO(record.value())
+            body.seek(len(prefix))
+            fastavro.schemaless_reader(body, schema)
+        return self._timed_read(topic, n, batch, handle, {})
+
+    def _timed_read(self, topic: str, n: int, batch: int,
+                    handle: Callable[[Consumer, Any], None], extra: dict[str, Any]) -> float:
+        """msg/s of reading ``n`` records of ``topic`` ``batch`` at a time, ``handle`` called
+        on each; the first record is read untimed."""
         consumer = Consumer({**client_logging(), "bootstrap.servers": self.bootstrap,
                              "group.id": f"kmq-bench-{uuid.uuid4().hex}",
-                             "enable.auto.commit": False, "session.timeout.ms": 6000})
+                             "enable.auto.commit": False, "session.timeout.ms": 6000, **extra})
         consumer.assign([TopicPartition(topic, 0, 0)])
         try:
             got, start = 0, 0.0
@@ -330,12 +322,14 @@ class _Raw:
             while got <= n:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"raw consume read {got} of {n + 1} records")
-                for record in consumer.consume(min(batch, n + 1 - got), 1.0):
-                    if record.error():
+                # One at a time through poll(), as a raw per-record consumer would; consume()
+                # only for batches.
+                records = ([consumer.poll(1.0)] if batch == 1
+                           else consumer.consume(min(batch, n + 1 - got), 1.0))
+                for record in records:
+                    if record is None or record.error():
                         continue
-                    body = io.BytesIO(record.value())
-                    body.seek(len(prefix))
-                    fastavro.schemaless_reader(body, schema)
+                    handle(consumer, record)
                     if got == 0:
                         start = time.perf_counter()
                     got += 1
