@@ -850,18 +850,42 @@ class MessageQueue(PeekLockReceives):
         Raises:
             BrokerUnavailable: a held claim's verdict still cannot be read.
         """
+        self._resolve_unsettled(view)
+        return self._deliver_all(limit)
+
+    def _resolve_unsettled(self, view: QueueView, *, closing: bool = False) -> list[str]:
+        """Read the verdicts of claims whose receive raised; what they won joins the messages
+        held for the next receive. A receipt the broker refused removed nothing: dropped.
+
+        Args:
+            view (QueueView): this handle's view.
+            closing (bool): keep going past a verdict that still cannot be read (the claim is
+                given up and described in the result) instead of raising.
+
+        Returns:
+            list[str]: the claims given up (only when ``closing``).
+
+        Raises:
+            BrokerUnavailable: a verdict still cannot be read (not ``closing``; the claim stays).
+        """
+        unknown = []
         while self._unsettled:
             records, pending = self._unsettled[0]
             try:
                 outcome = view.settle(pending)
-            except BrokerUnavailable:
-                raise
+            except BrokerUnavailable as exc:
+                if not closing:
+                    raise
+                ids = ", ".join(str(entry.offset) for entry, _ in records)
+                unknown.append(f"lookup ids {ids}: verdict of their receive unknown ({exc})")
+                del self._unsettled[0]
+                continue
             except MessageQueueError:
                 del self._unsettled[0]  # refused by the broker: the receipt removed nothing
                 continue
             del self._unsettled[0]
             self._undelivered.extend(self._won_messages(records, outcome))
-        return self._deliver_all(limit)
+        return unknown
 
     def _release_held(self) -> None:
         """On close: dead-letter what this handle won but never handed out (its receive failed
@@ -871,17 +895,7 @@ class MessageQueue(PeekLockReceives):
             MessageQueueError: a held message could not be dead-lettered, or a held claim's
                 verdict could not be read; the error names the lookup ids.
         """
-        view = self._view
-        problems = []
-        while self._unsettled and view is not None:
-            records, pending = self._unsettled.pop(0)
-            try:
-                outcome = view.settle(pending)
-            except MessageQueueError as exc:
-                ids = ", ".join(str(entry.offset) for entry, _ in records)
-                problems.append(f"lookup ids {ids}: verdict of their receive unknown ({exc})")
-                continue
-            self._undelivered.extend(self._won_messages(records, outcome))
+        problems = [] if self._view is None else self._resolve_unsettled(self._view, closing=True)
         held, self._ready, self._undelivered = self._ready + self._undelivered, [], []
         for message in held:
             reason = ("received by a handle whose receive failed and that was closed before "
