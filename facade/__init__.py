@@ -1,8 +1,14 @@
 """kmq's client API: MSMQ semantics on Kafka topics.
 
-The names here are the public API; implementation modules stay importable for advanced use
-(``facade.formatnames``, ``facade.envelope``, ``facade.config``), but ``facade.<name>`` is what
-applications should use.
+The names here are the public API::
+
+    from facade import QueueManager, MessageQueue, Cursor, QueueProperties, Message
+
+with the message property enums (``Delivery``, ``Acknowledgment``, ``MessageClass``...), the
+format-name types and parsers, the configuration and every error (``MessageQueueError`` and its
+subclasses). Implementation modules stay importable for advanced use (``facade.formatnames``,
+``facade.envelope``, ``facade.config``), but ``facade.<name>`` is what applications should use;
+the package ships ``py.typed``, so type checkers read the annotations.
 
 Names are imported on first use (PEP 562 ``__getattr__``), so ``import facade.cli`` (the ``kmq``
 command line) does not pay for the whole API before it parses its arguments; the block under
@@ -39,15 +45,20 @@ if typing.TYPE_CHECKING:
         TransientQueueError,
         UnsupportedFormatNameOperation,
     )
+    from facade.cursor import Cursor
+    from facade.destination import Destination
     from facade.formatnames import (
         FormatName,
         QueuePath,
+        SystemQueue,
         parse_format_name,
         parse_path_name,
         parse_queue_reference,
         path_to_format_name,
     )
+    from facade.manager import QueueManager
     from facade.message import (
+        AcknowledgedQueue,
         Acknowledgment,
         AcknowledgmentInfo,
         AuthLevel,
@@ -62,9 +73,13 @@ if typing.TYPE_CHECKING:
         PrivacyLevel,
         SenderIdType,
     )
+    from facade.peeklock import LockedMessage
+    from facade.queue import MessageQueue
+    from facade.registry import QueueProperties
 
 __all__ = [
     "AccessDenied",
+    "AcknowledgedQueue",
     "Acknowledgment",
     "AcknowledgmentInfo",
     "AuthLevel",
@@ -72,7 +87,9 @@ __all__ = [
     "BrokerError",
     "BrokerUnavailable",
     "ConfigurationError",
+    "Cursor",
     "Delivery",
+    "Destination",
     "DirectoryObjectNotFound",
     "DirectorySettings",
     "DirectoryUnavailable",
@@ -86,21 +103,26 @@ __all__ = [
     "JournalLevel",
     "KmqConfig",
     "LockLost",
+    "LockedMessage",
     "Message",
     "MessageAlreadyReceived",
     "MessageClass",
     "MessageId",
     "MessageLockedUnderTransaction",
     "MessageNotFound",
+    "MessageQueue",
     "MessageQueueError",
     "PrivacyLevel",
     "QueueExists",
+    "QueueManager",
     "QueueNotFound",
     "QueuePath",
     "QueuePathNameError",
+    "QueueProperties",
     "QueueQuotaExceeded",
     "ReceiveTimeout",
     "SenderIdType",
+    "SystemQueue",
     "TransactionUsage",
     "TransientQueueError",
     "UnsupportedFormatNameOperation",
@@ -113,16 +135,29 @@ __all__ = [
 #: Public name -> the module defining it.
 _MODULES = {
     **dict.fromkeys(("DirectorySettings", "KmqConfig"), "facade.config"),
-    **dict.fromkeys(("FormatName", "QueuePath", "parse_format_name", "parse_path_name",
-                     "parse_queue_reference", "path_to_format_name"), "facade.formatnames"),
-    **dict.fromkeys(("Acknowledgment", "AcknowledgmentInfo", "AuthLevel", "BodyType", "Delivery",
-                     "EncryptionAlgorithm", "HashAlgorithm", "JournalLevel", "Message",
-                     "MessageClass", "MessageId", "PrivacyLevel", "SenderIdType"),
+    "Cursor": "facade.cursor",
+    "Destination": "facade.destination",
+    "LockedMessage": "facade.peeklock",
+    "MessageQueue": "facade.queue",
+    "QueueManager": "facade.manager",
+    "QueueProperties": "facade.registry",
+    **dict.fromkeys(("FormatName", "QueuePath", "SystemQueue", "parse_format_name",
+                     "parse_path_name", "parse_queue_reference", "path_to_format_name"),
+                    "facade.formatnames"),
+    **dict.fromkeys(("AcknowledgedQueue", "Acknowledgment", "AcknowledgmentInfo", "AuthLevel",
+                     "BodyType", "Delivery", "EncryptionAlgorithm", "HashAlgorithm",
+                     "JournalLevel", "Message", "MessageClass", "MessageId", "PrivacyLevel",
+                     "SenderIdType"),
                     "facade.message"),
 }
 
 
 def __getattr__(name: str) -> typing.Any:
+    """Import a public name on first use (PEP 562).
+
+    Raises:
+        AttributeError: ``name`` is not public (not in ``__all__``).
+    """
     if name not in __all__:
         raise AttributeError(f"module 'facade' has no attribute {name!r}")
     value = getattr(importlib.import_module(_MODULES.get(name, "facade.errors")), name)
@@ -131,4 +166,5 @@ def __getattr__(name: str) -> typing.Any:
 
 
 def __dir__() -> list[str]:
+    """The module's names, public ones included before their first use (for ``dir()``)."""
     return sorted(set(globals()) | set(__all__))

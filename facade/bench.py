@@ -208,7 +208,7 @@ def describe_broker(bootstrap_servers: str) -> dict[str, Any]:
 
 
 def _produce(producer: Producer, topic: str, value: bytes,
-             headers: list[tuple[str, bytes]] | None = None) -> None:
+             headers: list[tuple[str, str | bytes | None]] | None = None) -> None:
     while True:
         try:
             producer.produce(topic, value, headers=headers)
@@ -262,7 +262,7 @@ class _Raw:
         schema, prefix = template.pop("_schema"), template.pop("_prefix")
         guid = uuid.uuid4().bytes
 
-        def record(seq: int) -> tuple[bytes, list[tuple[str, bytes]]]:
+        def record(seq: int) -> tuple[bytes, list[tuple[str, str | bytes | None]]]:
             envelope = dict(template, id=guid + seq.to_bytes(4, "little"),
                             sent_time=time.time_ns() // 1_000_000, body=payload)
             out = io.BytesIO()
@@ -293,7 +293,7 @@ class _Raw:
         record synchronously (the raw equivalent of a destructive receive)."""
         def handle(consumer: Consumer, record: Any) -> None:
             if commit:
-                consumer.commit(record, asynchronous=False)
+                consumer.commit(message=record, asynchronous=False)
         return self._timed_read(topic, n, 1, handle, {"fetch.wait.max.ms": 2})
 
     def consume_decoded(self, topic: str, n: int, batch: int) -> float:

@@ -377,7 +377,8 @@ def _apply_environment(config: KmqConfig, env: Mapping[str, str]) -> KmqConfig:
         )
     for variable, name in _DIRECTORY_STRING_VARIABLES:
         if env.get(variable):
-            directory = replace(directory, **{name: env[variable]})
+            string_setting: dict[str, Any] = {name: env[variable]}  # all str-typed fields
+            directory = replace(directory, **string_setting)
     if env.get("KMQ_DIRECTORY_TIMEOUT"):
         directory = replace(
             directory,

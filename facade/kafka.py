@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -689,11 +689,13 @@ class TopicReader:
                     continue
                 raise kafka_error_to_queue_error(error, "read topic", msg.topic())
             _, timestamp = msg.timestamp()
+            # A consumed record without an error has all three (the stubs allow None).
+            topic, offset = cast(str, msg.topic()), cast(int, msg.offset())
             records.append(KafkaRecord(
-                msg.topic(), msg.partition(), msg.offset(), timestamp, msg.key(), msg.value(),
-                tuple(msg.headers() or ()),
+                topic, cast(int, msg.partition()), offset, timestamp, msg.key(), msg.value(),
+                tuple(cast("list[tuple[str, bytes]]", msg.headers() or ())),
             ))
-            self._next[msg.topic()] = msg.offset() + 1
+            self._next[topic] = offset + 1
         if records:
             self._idle_since = None
         elif timeout > 0 or batch:
@@ -946,7 +948,8 @@ def produce_async(producer: Producer, topic: str, value: bytes | None, *, key: b
     """
     pending = PendingRecord(producer, topic, operation)
     with map_kafka_errors(operation, topic):
-        producer.produce(topic, value=value, key=key, headers=headers,
+        producer.produce(topic, value=value, key=key,
+                         headers=None if headers is None else list[Any](headers),
                          on_delivery=pending._delivered)
     return pending
 

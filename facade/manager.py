@@ -13,10 +13,11 @@ import ipaddress
 import threading
 import uuid
 import weakref
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from facade.config import KmqConfig
+from facade.destination import Destination
 from facade.envelope import encode_message
 from facade.errors import (
     DirectoryObjectNotFound,
@@ -53,26 +54,13 @@ from facade.sender import Sender
 from facade.sequence import MessageIdAllocator
 from facade.topics import QueueTopics, queue_topics, system_topics
 
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
+
+    from facade.directory import Directory, PublicQueueEntry
+    from facade.queue import MessageQueue
+
 __all__ = ["Destination", "QueueManager"]
-
-
-@dataclass(frozen=True)
-class Destination:
-    """One concrete queue a format name resolves to.
-
-    Attributes:
-        format_name (str): canonical format name of this queue (PROPID_M_DEST_QUEUE).
-        topics (QueueTopics): its Kafka topics.
-        properties (QueueProperties | None): registry properties (None for system queues).
-        read_only (bool): journals and dead-letter queues: applications may only read/delete.
-        is_subqueue (bool): a subqueue: messages get there only by being moved.
-    """
-
-    format_name: str
-    topics: QueueTopics
-    properties: QueueProperties | None
-    read_only: bool
-    is_subqueue: bool = False
 
 
 class QueueManager:
@@ -96,10 +84,10 @@ class QueueManager:
         self.guid = uuid.UUID(record.guid)
         self.registry = registry or Registry(session)
         self.ids = MessageIdAllocator.on_kafka(session, self.name, self.guid)
-        self._producers: dict[Delivery, Any] = {}
+        self._producers: dict[Delivery, Producer] = {}
         self._lock = threading.Lock()
-        self._open_queues: weakref.WeakSet = weakref.WeakSet()
-        self._directory: Any = None
+        self._open_queues: weakref.WeakSet[MessageQueue] = weakref.WeakSet()
+        self._directory: Directory | None = None
         # Its own lock: opening an LDAP directory may take seconds, and must not hold up
         # producer creation.
         self._directory_lock = threading.Lock()
@@ -152,7 +140,7 @@ class QueueManager:
     # -- directory -----------------------------------------------------------------------------
 
     @property
-    def directory(self) -> Any:
+    def directory(self) -> Directory:
         """The directory of public objects (:class:`~facade.directory.Directory`), opened on
         first use, so direct and private names work without one.
 
@@ -185,7 +173,8 @@ class QueueManager:
                      journal_quota_kb: int | None = None, base_priority: int = 0,
                      type_id: str | None = None, authenticate: bool = False,
                      privacy_level: int = 0,
-                     receive_retry_count: int | None = DEFAULT_RECEIVE_RETRY_COUNT) -> Any:
+                     receive_retry_count: int | None = DEFAULT_RECEIVE_RETRY_COUNT
+                     ) -> MessageQueue:
         """Create a queue (MSMQ ``MQCreateQueue`` / ``MessageQueue.Create``).
 
         Args:
@@ -222,10 +211,10 @@ class QueueManager:
         attributes; the queue manager is published first if needed.
         """
         _check_enforceable_queue(authenticate=authenticate, privacy_level=privacy_level)
-        queue_path = self._local_path(path)
-        topics = queue_topics(self.name, queue_path.queue_name, private=queue_path.private)
+        queue_path, queue_name = self._local_path(path)
+        topics = queue_topics(self.name, queue_name, private=queue_path.private)
         properties = QueueProperties(
-            path_name=str(queue_path), queue_manager=self.name, queue_name=queue_path.queue_name,
+            path_name=str(queue_path), queue_manager=self.name, queue_name=queue_name,
             private=queue_path.private, data_topic=topics.data, receipts_topic=topics.receipts,
             type_id=type_id, label=label, transactional=transactional, journal=journal,
             quota_kb=quota_kb, journal_quota_kb=journal_quota_kb, base_priority=base_priority,
@@ -305,7 +294,7 @@ class QueueManager:
                       key=lambda p: p.path_name)
 
     def open_queue(self, path_or_format_name: str, *, prefetch: int = 0,
-                   prefetch_lease: float = DEFAULT_PREFETCH_LEASE) -> Any:
+                   prefetch_lease: float = DEFAULT_PREFETCH_LEASE) -> MessageQueue:
         """Open a queue, list or set of queues by path name or format name (``MQOpenQueue``).
 
         A ``DL=`` name or a multiple-element name can only be sent to; a distribution list is
@@ -488,9 +477,11 @@ class QueueManager:
                                 "properties", queue=path_or_format_name)
         return destination.properties
 
-    def _local_path(self, path: str) -> QueuePath:
+    def _local_path(self, path: str) -> tuple[QueuePath, str]:
+        """The path of a queue to create here, and its queue name."""
         queue_path = parse_path_name(path)
-        if queue_path.system_queue is not None or queue_path.journal or queue_path.subqueue:
+        if queue_path.queue_name is None or queue_path.system_queue is not None \
+                or queue_path.journal or queue_path.subqueue:
             raise UnsupportedFormatNameOperation(
                 f"{path!r} names a journal, subqueue or system queue: those exist with their queue",
                 queue=path, hint="create the parent queue instead")
@@ -498,7 +489,7 @@ class QueueManager:
             raise UnsupportedFormatNameOperation(
                 f"{path!r} belongs to queue manager {queue_path.machine!r}, not {self.name!r}",
                 queue=path, hint=f"use .\\... or {self.name}\\...")
-        return queue_path.with_machine(self.name)
+        return queue_path.with_machine(self.name), queue_path.queue_name
 
     def _ensure_system_queues(self) -> None:
         names = []
@@ -563,7 +554,7 @@ class QueueManager:
 
     # -- producers -----------------------------------------------------------------------------
 
-    def producer(self, delivery: Delivery) -> Any:
+    def producer(self, delivery: Delivery) -> Producer:
         """The shared producer for a delivery mode (created on first use)."""
         with self._lock:
             if delivery not in self._producers:
@@ -604,7 +595,7 @@ PUBLISHED_PROPERTIES = ("label", "type_id", "transactional", "journal", "quota_k
                         "journal_quota_kb", "base_priority", "authenticate", "privacy_level")
 
 
-def public_entry(properties: QueueProperties) -> Any:
+def public_entry(properties: QueueProperties) -> PublicQueueEntry:
     """The directory entry publishing a public queue (same GUID as PROPID_Q_INSTANCE)."""
     from facade.directory import PublicQueueEntry
 
@@ -615,7 +606,8 @@ def public_entry(properties: QueueProperties) -> Any:
                             queue_name=properties.queue_name, **values)
 
 
-def _unique_queue_number(properties: QueueProperties, existing: Any) -> QueueProperties:
+def _unique_queue_number(properties: QueueProperties,
+                         existing: Iterable[QueueProperties]) -> QueueProperties:
     """A private queue whose ``PRIVATE=`` number no other private queue of its manager has."""
     taken = {p.queue_number for p in existing
              if p.private and p.queue_manager == properties.queue_manager}

@@ -118,7 +118,11 @@ if hasattr(os, "register_at_fork"):  # pragma: no branch - always true on POSIX
 # computed once, not per message (uuid.UUID computes both in Python each time).
 #: ``str(guid)``, memoised (the canonical lowercase 8-4-4-4-12 text).
 guid_text = functools.lru_cache(maxsize=256)(str)
-_guid_bytes_le = functools.lru_cache(maxsize=256)(lambda guid: guid.bytes_le)
+
+
+@functools.lru_cache(maxsize=256)
+def _guid_bytes_le(guid: uuid.UUID) -> bytes:
+    return guid.bytes_le
 
 
 @dataclass(frozen=True, slots=True)
@@ -911,7 +915,7 @@ _COERCE: dict[str, Callable[[object], object]] = {name: c for name, _kind, c in 
 
 #: (field, default object, check) in field order: :meth:`Message.validate` checks a property
 #: only when it does not hold its default object (defaults are valid by construction).
-_PROPERTY_CHECKS: tuple[tuple[str, object, Callable[[object], None]], ...] = tuple(
+_PROPERTY_CHECKS: tuple[tuple[str, object, Callable[[object], object]], ...] = tuple(
     (name, _DEFAULTS[name], check) for name, check in (
         ("body", lambda v: _check_bytes(v, "body", "PROPID_M_BODY", optional=False)),
         ("label", _check_label),

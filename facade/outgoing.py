@@ -586,7 +586,7 @@ def decode_row(row: Sequence[Any]) -> StoredRecord:
         row_id, topic, key, value, headers, message_id, deadline_ms, purpose, created_ms = row
     except (TypeError, ValueError):
         raise EnvelopeError(f"an outgoing record row has {_length(row)} columns, not 9") from None
-    where = dict(topic=topic if is_topic_name(topic) else None,
+    where: dict[str, Any] = dict(topic=topic if is_topic_name(topic) else None,
                  raw=value if isinstance(value, bytes) else None)
     try:
         if not isinstance(row_id, int) or not is_topic_name(topic):

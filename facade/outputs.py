@@ -24,7 +24,7 @@ import dataclasses
 import datetime as dt
 import logging
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from facade.envelope import acknowledgment_message, encode_message
 from facade.errors import MessageQueueError, UnsupportedFormatNameOperation
@@ -195,7 +195,7 @@ class SystemOutputs:
         return True
 
 
-def _kept(message: Message, **changes: object) -> Message:
+def _kept(message: Message, **changes: Any) -> Message:
     """A copy for a journal or dead-letter queue: it stays there for inspection, so it no
     longer expires (its time-to-be-received applied to the original queue only)."""
     return dataclasses.replace(message, time_to_be_received=None, **changes)

@@ -161,7 +161,8 @@ class PeekLockReceives:
     format_name: str
 
     if TYPE_CHECKING:  # provided by MessageQueue
-        properties: QueueProperties
+        @property
+        def properties(self) -> QueueProperties: ...
 
         def _open_view(self) -> QueueView: ...
         def _single(self) -> Destination: ...

@@ -23,8 +23,15 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from facade.envelope import decode_message, encode_message
-from facade.formatnames import FormatName, QueuePath, parse_format_name
+from facade.envelope import EncodedRecord, decode_message, encode_message
+from facade.formatnames import (
+    DirectFormatName,
+    FormatName,
+    PrivateFormatName,
+    PublicFormatName,
+    QueuePath,
+    parse_format_name,
+)
 from facade.errors import (
     BrokerError,
     BrokerUnavailable,
@@ -229,7 +236,7 @@ class MessageQueue(PeekLockReceives):
             check_enforceable(sent)  # signing, encryption, transactions: refused, never ignored
             sent_messages.append(sent)
         outputs = manager.outputs
-        accepted: list[tuple[Destination, Message, Any, Callable[[], None] | None]] = []
+        accepted: list[tuple[Destination, Message, EncodedRecord, Callable[[], object] | None]] = []
         refused = []  # over quota and not dead-lettered: the sender must hear of it
         batched: dict[str, int] = {}  # bytes this batch adds to each queue with a quota
         for sent in sent_messages:
@@ -241,8 +248,9 @@ class MessageQueue(PeekLockReceives):
                 if self._over_quota(destination, size, batched):
                     if not outputs.dead_letter(copy, MessageClass.NACK_Q_EXCEED_QUOTA):
                         refused.append((sent.id, destination.format_name))
+                    quota_kb = destination.properties.quota_kb if destination.properties else None
                     outputs.acknowledge(copy, MessageClass.NACK_Q_EXCEED_QUOTA, destination,
-                                        reason=f"queue quota of {destination.properties.quota_kb} KB reached")
+                                        reason=f"queue quota of {quota_kb} KB reached")
                     continue
                 journal = None
                 if not journaled:
@@ -380,8 +388,10 @@ class MessageQueue(PeekLockReceives):
             if self._prefetch:
                 return self._receive_prefetched_many(max_messages, timeout)
             self._batch_size = max_messages
-            return self._wait_for(self._take_receive_batch,
-                                  lambda view, now: view.state.peek_first(now), True, timeout)
+            batch: list[Message] = self._wait_for(
+                self._take_receive_batch, lambda view, now: view.state.peek_first(now), True,
+                timeout)
+            return batch
 
     def _receive_prefetched_many(self, max_messages: int, timeout: float | None) -> list[Message]:
         """receive_many on a prefetching handle: its receives, the first waiting ``timeout``."""
@@ -534,14 +544,16 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             MessageAlreadyReceived: someone removed the message first.
-            MessageNotFound: no message with that lookup id.
+            MessageNotFound: no message with that lookup id, or its record is not a valid
+                envelope (it went to the dead-letter queue as poison instead).
             FormatNameError: invalid subqueue name.
         """
         # Resolve first: a bad subqueue name fails before anything is claimed.
         self._subqueue_destination(subqueue)
         view = self._open_view()
         entry = self._pending_by_lookup_id(view, lookup_id)
-        return self._system_action(view, entry, ReceiptAction.MOVE, target=subqueue)
+        return self._acted_on(self._system_action(view, entry, ReceiptAction.MOVE,
+                                                  target=subqueue), lookup_id)
 
     def mark_rejected(self, lookup_id: int, reason: str = "rejected by the receiving application") -> Message:
         """Reject a message (MSMQ ``MQMarkMessageRejected``, poison-message handling).
@@ -552,12 +564,23 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             MessageAlreadyReceived: someone removed the message first.
-            MessageNotFound: no message with that lookup id.
+            MessageNotFound: no message with that lookup id, or its record is not a valid
+                envelope (it went to the dead-letter queue as poison instead).
         """
         view = self._open_view()
         entry = self._pending_by_lookup_id(view, lookup_id)
-        return self._system_action(view, entry, ReceiptAction.REJECT,
-                                   target=self.manager.dead_letter_topic, reason=reason[:1000])
+        return self._acted_on(self._system_action(
+            view, entry, ReceiptAction.REJECT, target=self.manager.dead_letter_topic,
+            reason=reason[:1000]), lookup_id)
+
+    def _acted_on(self, message: Message | None, lookup_id: int) -> Message:
+        """The message a system action took; a poison record (None) is reported, not
+        returned as a message the caller would take for the one it named."""
+        if message is None:
+            raise MessageNotFound(f"the record with lookup id {lookup_id} is not a valid kmq "
+                                  "message: it went to the dead-letter queue as poison",
+                                  queue=self.format_name)
+        return message
 
     def cursor(self) -> Cursor:
         """A cursor over this queue (``MQCreateCursor``): peek_current, peek_next,
@@ -664,7 +687,8 @@ class MessageQueue(PeekLockReceives):
         lock, prefetch) does not hand out messages held by failed receives."""
         timeout = _seconds(timeout)
         with self._lock:
-            return self._wait_locked(pick, remove, timeout, take)
+            message: Message = self._wait_locked(pick, remove, timeout, take)
+            return message
 
     def _wait_locked(self, pick: Callable[[QueueView, int], IndexEntry | None], remove: bool,
                      timeout: float | None,
@@ -1037,6 +1061,10 @@ class MessageQueue(PeekLockReceives):
 
     def _subqueue_destination(self, subqueue: str) -> Destination:
         parent = parse_format_name(self._single().format_name)
+        if not isinstance(parent, (PrivateFormatName, PublicFormatName, DirectFormatName)):
+            raise UnsupportedFormatNameOperation(
+                f"{self.format_name!r} has no subqueues", queue=self.format_name,
+                hint="move messages only within an application queue")
         return self.manager.resolve(parent.with_subqueue(subqueue))
 
     def recover_claims(self, grace: float = 30.0) -> int:

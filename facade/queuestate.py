@@ -1042,7 +1042,7 @@ class QueueState:
             if entry is not None:
                 found[offset] = entry
         for entry in found.values():  # still pending until the EXPIRE claim is applied
-            heapq.heappush(heap, (entry.expires_ms, entry.offset))  # type: ignore[arg-type]
+            heapq.heappush(heap, (entry.expires_ms, entry.offset))  # type: ignore[misc]
         return sorted(found.values(), key=_offset_of)
 
     def poisoned(self) -> list[IndexEntry]:
@@ -1269,11 +1269,11 @@ class QueueState:
             if code == _LOCKED:
                 return self._held_status(offset)
             return _UNKNOWN if code == _GAP else _removed_status(code)
-        code = self._ahead.get(offset)
-        if code == _LOCKED:
+        ahead = self._ahead.get(offset)
+        if ahead == _LOCKED:
             return self._held_status(offset)
-        if code is not None:
-            return _removed_status(code)
+        if ahead is not None:
+            return _removed_status(ahead)
         if offset < self._purge_floor and offset not in self._unpurged:
             return OffsetStatus(OffsetState.REMOVED, ReceiptAction.PURGE)
         return _UNKNOWN

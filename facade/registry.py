@@ -36,13 +36,16 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from facade.errors import BrokerUnavailable, EnvelopeError, InvalidParameter, MessageQueueError
 from facade.formatnames import parse_path_name
 from facade.kafka import KafkaRecord, KafkaSession, produce_and_wait
 from facade.message import Delivery
 from facade.topics import QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_REGISTRY_TOPIC, QueueTopics
+
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
 
 __all__ = [
     "DEFAULT_RECEIVE_RETRY_COUNT",
@@ -285,7 +288,7 @@ def _decode_queue(doc: dict[str, Any], key: str | None) -> QueueProperties:
     numbers = {name: _check_type(doc, name, (int,)) for name in ("base_priority", "privacy_level")}
     quotas = {name: _check_type(doc, name, (int,), optional=True)
               for name in ("quota_kb", "journal_quota_kb")}
-    times = {name: _seconds(doc, name) for name in ("create_time", "modify_time")}
+    times: dict[str, Any] = {name: _seconds(doc, name) for name in ("create_time", "modify_time")}
     type_id = _check_type(doc, "type_id", (str,), optional=True)
     # Added after version 1 records were written: absent means the default.
     retries = (_check_type(doc, "receive_retry_count", (int,), optional=True)
@@ -321,8 +324,12 @@ def _decode_manager(doc: dict[str, Any], key: str | None) -> QueueManagerRecord:
     return QueueManagerRecord(name, _guid(doc, "guid"), _seconds(doc, "create_time"))
 
 
-def _decoded(kind: str, build: Any, key: str | None, value: object, topic: str,
-             partition: int | None, offset: int | None) -> Any:
+_Decoded = TypeVar("_Decoded")
+
+
+def _decoded(kind: str, build: Callable[[dict[str, Any], str | None], _Decoded],
+             key: str | None, value: object, topic: str,
+             partition: int | None, offset: int | None) -> _Decoded:
     """``build(document, key)``, with a refusal turned into an EnvelopeError saying where."""
     try:
         return build(_document(value), key)
@@ -354,7 +361,7 @@ def decode_registry_key(key: object, *, topic: str = QUEUE_REGISTRY_TOPIC,
         EnvelopeError: no key, an empty key, or one that is not UTF-8.
     """
     kind = "queue" if topic == QUEUE_REGISTRY_TOPIC else "queue-manager"
-    where = dict(key=key, topic=topic, partition=partition, offset=offset, raw=key)
+    where: dict[str, Any] = dict(key=key, topic=topic, partition=partition, offset=offset, raw=key)
     if not isinstance(key, (bytes, bytearray, memoryview)) or not key:
         raise _refused(kind, "the key is missing or empty", **where)
     try:
@@ -436,7 +443,7 @@ class Registry:
 
     def __init__(self, session: KafkaSession):
         self._session = session
-        self._producer = None
+        self._producer: Producer | None = None
         self._lock = threading.RLock()
         self._reader: Any = None
         self._refreshed = float("-inf")
@@ -577,7 +584,8 @@ class Registry:
 
     def _apply(self, record: KafkaRecord) -> None:
         """Apply one registry record to the view; a malformed one is skipped, logged, counted."""
-        where = dict(topic=record.topic, partition=record.partition, offset=record.offset)
+        where: dict[str, Any] = dict(topic=record.topic, partition=record.partition,
+                                     offset=record.offset)
         try:
             key = decode_registry_key(record.key, **where)
             if record.topic == QUEUE_REGISTRY_TOPIC:

@@ -158,7 +158,7 @@ class Sender:
 
     def submit(self, destination: Destination, copy: Message, record: EncodedRecord,
                tracker: SendTracker | None,
-               on_delivered: Callable[[], None] | None = None) -> None:
+               on_delivered: Callable[[], object] | None = None) -> None:
         """Produce one copy. RECOVERABLE copies are stored in the outgoing queue first.
 
         The same as :meth:`submit_many` with one copy.
@@ -166,7 +166,7 @@ class Sender:
         self.submit_many([(destination, copy, record, on_delivered)], tracker)
 
     def submit_many(self, copies: list[tuple[Destination, Message, EncodedRecord,
-                                            Callable[[], None] | None]],
+                                            Callable[[], object] | None]],
                     tracker: SendTracker | None) -> None:
         """Produce copies in order: ``(destination, copy, record, on_delivered)`` each.
 
@@ -285,7 +285,7 @@ class Sender:
 
     def _produce(self, destination: Destination, copy: Message, record: EncodedRecord,
                  deadline_ms: int, row: int | None, tracker: SendTracker | None,
-                 on_delivered: Callable[[], None] | None) -> None:
+                 on_delivered: Callable[[], object] | None) -> None:
         ttrq_ms = _ttrq_ms(copy)
         if row is None and tracker is None and on_delivered is None and not _wants_verdict(copy):
             # Fire and forget: an EXPRESS copy nobody waits for, that asked for no ACK/NACK and
@@ -346,7 +346,7 @@ class Sender:
                                  headers=record.headers, on_delivery=on_delivery)
 
     def _settle(self, destination: Destination, copy: Message, row: int | None,
-                error: str | None, on_delivered: Callable[[], None] | None,
+                error: str | None, on_delivered: Callable[[], object] | None,
                 refused: Refusal | None = None) -> None:
         outputs = self.manager.outputs
         try:

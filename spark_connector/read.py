@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from facade.config import KmqConfig
 from facade.errors import InvalidParameter
-from facade.kafka import KafkaSession, TopicReader
+from facade.kafka import KafkaRecord, KafkaSession, TopicReader
 from facade.queuestate import OffsetStatus
 from spark_connector._view import DEFAULT_STALL_TIMEOUT, TopicView, data_records, in_view
 from spark_connector.decode import ON_ERROR_CHOICES, decode_messages
@@ -371,7 +371,7 @@ class _TopicTracker:
         self.next_offset = self.view.feed_from
         self._statuses: dict[int, OffsetStatus] = {}
         self._reader: TopicReader = session.reader()
-        self._records = iter(())
+        self._records: Iterator[list[KafkaRecord]] = iter(())
 
     def keep(self, offset: int) -> bool:
         """Whether the record at ``offset`` (asked in increasing order) is in the view."""

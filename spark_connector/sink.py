@@ -711,15 +711,18 @@ class _PartitionWriter:
         if admin is None:
             self.summary.acknowledgments_skipped += len(targets)
             return
+        sent_id = sent.id
+        if sent_id is None:  # stamped before it was written: a bug if not
+            raise InvalidParameter("a sent message has no id: it cannot be acknowledged")
         for index, target in enumerate(targets):
             guid = uuid.UUID(target.queue_guid) if target.queue_guid else None
             info = AcknowledgmentInfo(
-                original_id=sent.id, message_class=MessageClass.ACK_REACH_QUEUE,
+                original_id=sent_id, message_class=MessageClass.ACK_REACH_QUEUE,
                 queues=(AcknowledgedQueue(target.format_name, guid),))
             ack = dataclasses.replace(
                 acknowledgment_message(info, label=sent.label),
                 # Deterministic like the message's own id, so a replayed ACK is a duplicate.
-                id=_ack_id(sent.id, index),
+                id=_ack_id(sent_id, index),
                 sent_time=dt.datetime.now(dt.UTC), source_machine_id=self.machine_guid,
                 destination_format_name=sent.admin_queue)
             for admin_target in admin.targets:
@@ -772,11 +775,11 @@ class KmqBatchWriter(DataSourceWriter):
         assert self.plan.write_id is not None
         return _PartitionWriter(self.plan, _batch_scope(self.plan.write_id)).run(iterator)
 
-    def commit(self, messages: list[KmqCommitMessage | None]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Every task succeeded: log the totals (nothing else to commit: records are stored)."""
         _log_totals(f"kmq batch write {self.plan.write_id}", messages)
 
-    def abort(self, messages: list[KmqCommitMessage | None]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """A task failed for good. Records of the tasks that succeeded stay in the queues.
 
         Re-running the job with the same ``write_id`` (and the same input) sends them again
@@ -809,11 +812,11 @@ class KmqStreamWriter(DataSourceStreamWriter):
         """Send this partition's rows of the current micro-batch (see KmqBatchWriter.write)."""
         return _PartitionWriter(self.plan, _stream_scope()).run(iterator)
 
-    def commit(self, messages: list[KmqCommitMessage | None], batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """The micro-batch is complete: log its totals. Spark then records it in the commit log."""
         _log_totals(f"kmq micro-batch {batchId}", messages)
 
-    def abort(self, messages: list[KmqCommitMessage | None], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """The micro-batch failed. Records already produced stay in the queues.
 
         When the query restarts from its checkpoint, Spark replays the batch and its records
@@ -866,8 +869,9 @@ def writer_options(schema: Any, format_name: str, *, config: KmqConfig | None = 
     """
     check_schema(schema)
     defaults = normalize_defaults(message_defaults)
-    overrides = {key: value for key, value in (("bootstrap_servers", bootstrap_servers),
-                                               ("queue_manager", queue_manager)) if value}
+    overrides: dict[str, Any] = {key: value for key, value in (
+        ("bootstrap_servers", bootstrap_servers),
+        ("queue_manager", queue_manager)) if value}
     if config is None:
         config = KmqConfig.load(**overrides)
     elif overrides:

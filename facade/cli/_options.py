@@ -73,7 +73,7 @@ def _positive_seconds(value: float | None) -> float | None:
     return _check_seconds(value, positive=True)
 
 
-def seconds_option(default: float, *param_decls: str, help: str,  # noqa: A002 (typer's name)
+def seconds_option(default: float | None, *param_decls: str, help: str,  # noqa: A002 (typer's name)
                    positive: bool = False) -> Any:
     """A typer option taking a duration in seconds (float).
 

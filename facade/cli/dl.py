@@ -56,9 +56,11 @@ def list_dict(entry: DistributionListEntry) -> dict[str, Any]:
 def member_dict(entry: DirectoryObject) -> dict[str, str]:
     """A top-level member: its kind, the name to give ``dl add/remove`` and its format name
     (a queue alias's is its target's)."""
-    if entry.kind == "public queue":
+    from facade.directory.objects import PublicQueueEntry, QueueAliasEntry
+
+    if isinstance(entry, PublicQueueEntry):
         return {"kind": entry.kind, "name": entry.path_name, "format_name": entry.format_name}
-    if entry.kind == "queue alias":
+    if isinstance(entry, QueueAliasEntry):
         return {"kind": entry.kind, "name": f"alias:{entry.name}",
                 "format_name": entry.recipient_format_name}
     return {"kind": entry.kind, "name": f"dl:{entry.name}", "format_name": entry.format_name}

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 from rich.table import Table
@@ -86,8 +87,7 @@ def create(path: str = text_argument(
     with _manager(as_json) as qm:
         queue = qm.create_queue(queue_path, label=label, transactional=transactional,
                                 journal=journal, quota_kb=quota_kb,
-                                **({} if receive_retry_count is None else
-                                   {"receive_retry_count": _retry_limit(receive_retry_count)}))
+                                **_retry_setting(receive_retry_count))
         props = queue.properties
     data = _queue_dict(props)
     if not props.private:
@@ -180,7 +180,7 @@ def set_properties(
 
     Example: kmq queue set '.\private$\orders' --label Orders --journal --quota-kb 1024
     """
-    changes = {name: value for name, value in (
+    changes: dict[str, Any] = {name: value for name, value in (
         ("label", label), ("journal", journal), ("quota_kb", quota_kb),
         ("journal_quota_kb", journal_quota_kb), ("base_priority", base_priority),
         ("receive_retry_count", receive_retry_count))
@@ -215,7 +215,14 @@ def delete(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
     emit({"deleted": queue}, as_json, lambda d: f"deleted {d['deleted']}")
 
 
-def _flag_names(value: str | None, kind: type, option: str) -> Any:
+def _retry_setting(receive_retry_count: int | None) -> dict[str, Any]:
+    """``receive_retry_count=`` for create_queue when the option was given (else its default)."""
+    if receive_retry_count is None:
+        return {}
+    return {"receive_retry_count": _retry_limit(receive_retry_count)}
+
+
+def _flag_names(value: str | None, kind: type[enum.Flag], option: str) -> Any:
     """``POSITIVE_ARRIVAL|NEGATIVE_RECEIVE`` (or commas, any case) as a ``kind`` flag value."""
     if value is None:
         return None
@@ -246,11 +253,11 @@ def send(queue: str = QueueArg,
              help="Read the body from a file; '-' reads standard input."),
          label: str = text_option("", help="Message label (<= 250 characters)."),
          priority: int = typer.Option(3, min=0, max=7, help="Priority 0-7."),
-         time_to_be_received: float = seconds_option(
+         time_to_be_received: float | None = seconds_option(
              None, "--time-to-be-received", "--ttbr",
              help="TTBR: seconds the message may wait in the queue, then it expires (default "
                   "forever)"),
-         time_to_reach_queue: float = seconds_option(
+         time_to_reach_queue: float | None = seconds_option(
              None, "--time-to-reach-queue", "--ttrq",
              help="TTRQ: seconds the message may take to reach the queue (default forever)"),
          acknowledge: str = text_option(
@@ -282,7 +289,7 @@ def send(queue: str = QueueArg,
     """
     from facade.message import Acknowledgment, Delivery, JournalLevel, Message, MessageId
 
-    data = _body(body, body_file)
+    data = _body(cast("bytes | None", body), body_file)  # bytes_option delivers bytes
     acks = _flag_names(acknowledge, Acknowledgment, "--acknowledge")
     journal_level = _flag_names(journal, JournalLevel, "--journal")
     correlation = None

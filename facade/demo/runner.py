@@ -271,7 +271,7 @@ class _Workload:
 
     def _planned_copies(self, entries: list[ChangelogEntry]) -> Counter:
         """Copies each receiving queue will get, from the routes (orders the drains)."""
-        topology, copies = self.topology, Counter()
+        topology, copies = self.topology, Counter[str]()
         members = [*topology.distribution_queues, topology.security]
         for index, entry in enumerate(entries):
             route = plan_route(index, entry)

@@ -37,6 +37,7 @@ Receiving: a :class:`ReceiverPool` of a few threads drains the queues one at a t
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -226,7 +227,7 @@ def delete_topology(qm: Any, topology: Topology) -> list[str]:
         list[str]: what could not be deleted, with the reason (empty when all went).
     """
     steps = _directory_steps(qm.directory, topology)
-    steps += [(path, lambda p=path: qm.delete_queue(p)) for path in topology.paths.values()]
+    steps += [(path, functools.partial(qm.delete_queue, path)) for path in topology.paths.values()]
     return _run_steps(steps)
 
 
@@ -246,7 +247,7 @@ def delete_directory_objects(config: Any, topology: Topology) -> list[str]:
     try:
         steps = _directory_steps(directory, topology)
         guids = [public.removeprefix("PUBLIC=") for public in topology.public.values()]
-        steps += [(f"public queue {guid}", lambda g=guid: directory.delete_public_queue(g))
+        steps += [(f"public queue {guid}", functools.partial(directory.delete_public_queue, guid))
                   for guid in guids]
         return _run_steps(steps)
     finally:

@@ -342,7 +342,8 @@ class Directory:
                                    "the directory")
         with self.store.write() as conn:
             entry = self._public_queue(conn, _as_uuid(guid))
-            entry.security.require(self.principal, AccessRight.SET_PROPERTIES, entry.path_name)
+            _stored_security(entry).require(self.principal, AccessRight.SET_PROPERTIES,
+                                            entry.path_name)
             modification: dict[str, Any] = {}
             for name, value in changes.items():
                 ldap_value = property_value(name, value)
@@ -467,7 +468,8 @@ class Directory:
         target = _alias_target(recipient_format_name)
         with self.store.write() as conn:
             entry = self._alias(conn, reference)
-            entry.security.require(self.principal, AccessRight.SET_PROPERTIES, entry.name)
+            _stored_security(entry).require(self.principal, AccessRight.SET_PROPERTIES,
+                                            entry.name)
             self._ops.modify(conn, entry.dn, {Attr.RECIPIENT_FORMAT_NAME: [(ldap3.MODIFY_REPLACE, [target])]})
             return replace(entry, recipient_format_name=target)
 
@@ -564,7 +566,8 @@ class Directory:
             if same_object(member, container):
                 raise InvalidParameter(f"distribution list {container.name!r} cannot contain "
                                        "itself", queue=container.name)
-            require_membership_change(container.security, member.security, self.principal,
+            require_membership_change(_stored_security(container), _stored_security(member),
+                                      self.principal,
                                       adding=True, container_name=container.name,
                                       member_name=display_name(member))
             if dn_key(member.dn) in {dn_key(m) for m in container.members}:
@@ -586,7 +589,8 @@ class Directory:
         with self.store.write() as conn:
             container = self._list(conn, list_reference)
             member = self._member(conn, member_reference)
-            require_membership_change(container.security, member.security, self.principal,
+            require_membership_change(_stored_security(container), _stored_security(member),
+                                      self.principal,
                                       adding=False, container_name=container.name,
                                       member_name=display_name(member))
             stored = [m for m in container.members if dn_key(m) == dn_key(member.dn)]
@@ -642,7 +646,7 @@ class Directory:
         """:meth:`expand` read from the store (no cache)."""
         root = self._list(conn, reference)
         if check_send:
-            root.security.require(self.principal, AccessRight.WRITE_MESSAGE, root.name)
+            _stored_security(root).require(self.principal, AccessRight.WRITE_MESSAGE, root.name)
         recipients: list[Recipient] = []
         visited = {dn_key(root.dn)}
         for dn in root.members:
@@ -650,7 +654,7 @@ class Directory:
             if member is None:
                 continue
             if check_send:
-                member.security.require(self.principal, AccessRight.WRITE_MESSAGE,
+                _stored_security(member).require(self.principal, AccessRight.WRITE_MESSAGE,
                                         display_name(member))
             self._expand_into(conn, member, visited, recipients)
         return recipients
@@ -661,7 +665,8 @@ class Directory:
         Raises:
             AccessDenied: the caller lacks it.
         """
-        entry.security.require(self.principal, AccessRight.WRITE_MESSAGE, display_name(entry))
+        _stored_security(entry).require(self.principal, AccessRight.WRITE_MESSAGE,
+                                        display_name(entry))
 
     def _expand_into(self, conn: ldap3.Connection, member: DirectoryObject, visited: set[str],
                      recipients: list[Recipient]) -> None:
@@ -684,7 +689,7 @@ class Directory:
     def security(self, reference: str) -> SecurityDescriptor:
         """The security descriptor of a directory object (any member reference form)."""
         with self.store.read() as conn:
-            return self._object(conn, reference).security
+            return _stored_security(self._object(conn, reference))
 
     def set_security(self, reference: str, descriptor: SecurityDescriptor) -> SecurityDescriptor:
         """Replace an object's owner and access list.
@@ -696,9 +701,9 @@ class Directory:
         with self.store.write() as conn:
             entry = self._object(conn, reference)
             name = display_name(entry)
-            entry.security.require(self.principal, AccessRight.CHANGE_PERMISSIONS, name)
-            if descriptor.owner.casefold() != entry.security.owner.casefold():
-                entry.security.require(self.principal, AccessRight.TAKE_OWNERSHIP, name)
+            _stored_security(entry).require(self.principal, AccessRight.CHANGE_PERMISSIONS, name)
+            if descriptor.owner.casefold() != _stored_security(entry).owner.casefold():
+                _stored_security(entry).require(self.principal, AccessRight.TAKE_OWNERSHIP, name)
             self._ops.modify(conn, entry.dn, {
                 Attr.OWNER: [(ldap3.MODIFY_REPLACE, [descriptor.owner])],
                 Attr.SECURITY_DESCRIPTOR: [(ldap3.MODIFY_REPLACE, descriptor.to_values())],
@@ -719,7 +724,7 @@ class Directory:
 
     def _unpublish(self, conn: ldap3.Connection, entry: DirectoryObject) -> None:
         """Delete an entry (DELETE right needed) after taking it out of every list."""
-        entry.security.require(self.principal, AccessRight.DELETE, display_name(entry))
+        _stored_security(entry).require(self.principal, AccessRight.DELETE, display_name(entry))
         self._ops.remove_from_lists(conn, entry.dn)
         self._ops.delete(conn, entry.dn)
 
@@ -890,3 +895,17 @@ def _alias_target(text: str) -> str:
         raise InvalidParameter(f"{text!r} cannot be sent to (journal, dead-letter queue or "
                                "subqueue), so it cannot be an alias's target", queue=text)
     return str(fn)
+
+
+def _stored_security(entry: Any) -> SecurityDescriptor:
+    """The security descriptor of an entry read from the store (it always has one: reading an
+    entry without one fails in its ``from_attrs``); None only on an entry not stored yet.
+
+    Raises:
+        ValueError: ``entry`` was never stored (a bug in the caller).
+    """
+    security: SecurityDescriptor | None = entry.security
+    if security is None:
+        raise ValueError(f"directory entry {entry!r:.200} has no security descriptor: "
+                         "it was not read from the directory")
+    return security

@@ -62,11 +62,12 @@ class LabelPattern:
                     pieces.append("")
                 continue
             if char == "\\":
-                char = next(chars, None)
-                if char is None:
+                quoted = next(chars, None)
+                if quoted is None:
                     raise InvalidParameter(
                         f"label pattern {text!r} ends in a backslash that quotes nothing",
                         hint=r"write \\ for a literal backslash and \* for a literal star")
+                char = quoted
             pieces[-1] += char
         return cls(text, tuple(pieces))
 

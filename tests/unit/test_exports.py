@@ -38,3 +38,45 @@ def test_nothing_imported_but_exported() -> None:
         for alias in node.names
     }
     assert imported == set(facade.__all__)
+
+
+#: Issue 13's contract: the names an application imports from ``facade`` alone.
+_CONTRACT = ("QueueManager", "MessageQueue", "Cursor", "QueueProperties", "Message",
+             "Destination", "LockedMessage", "MessageId", "FormatName", "QueuePath", "KmqConfig")
+
+
+def test_the_issue_names_are_public_and_the_real_classes() -> None:
+    from facade.cursor import Cursor
+    from facade.manager import QueueManager
+    from facade.queue import MessageQueue
+    from facade.registry import QueueProperties
+
+    assert set(_CONTRACT) <= set(facade.__all__)
+    assert (facade.QueueManager, facade.MessageQueue, facade.Cursor, facade.QueueProperties) == (
+        QueueManager, MessageQueue, Cursor, QueueProperties)
+
+
+def test_every_message_enum_is_exported() -> None:
+    import enum
+
+    import facade.message
+
+    enums = {name for name, obj in vars(facade.message).items()
+             if isinstance(obj, type) and issubclass(obj, enum.Enum) and not name.startswith("_")
+             and obj.__module__ == "facade.message"}
+    assert enums and enums <= set(facade.__all__)
+
+
+def test_dir_lists_every_public_name_before_first_use() -> None:
+    assert set(facade.__all__) <= set(dir(facade))
+
+
+def test_unknown_names_raise_attribute_error() -> None:
+    import pytest
+
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        facade.NoSuchName  # noqa: B018
+
+
+def test_the_package_ships_its_type_marker() -> None:
+    assert (Path(facade.__file__).parent / "py.typed").is_file()

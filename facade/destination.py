@@ -1,0 +1,33 @@
+"""One concrete queue a name resolves to: its canonical format name, topics and properties.
+
+Below the queue manager on purpose: the modules the manager wires (queue, sender, system
+outputs, resolution) name a destination without importing the manager.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from facade.registry import QueueProperties
+from facade.topics import QueueTopics
+
+__all__ = ["Destination"]
+
+
+@dataclass(frozen=True)
+class Destination:
+    """One concrete queue a format name resolves to.
+
+    Attributes:
+        format_name (str): canonical format name of this queue (PROPID_M_DEST_QUEUE).
+        topics (QueueTopics): its Kafka topics.
+        properties (QueueProperties | None): registry properties (None for system queues).
+        read_only (bool): journals and dead-letter queues: applications may only read/delete.
+        is_subqueue (bool): a subqueue: messages get there only by being moved.
+    """
+
+    format_name: str
+    topics: QueueTopics
+    properties: QueueProperties | None
+    read_only: bool
+    is_subqueue: bool = False
