@@ -48,18 +48,53 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from facade.errors import IllegalCursorAction, MessageAlreadyReceived, ReceiveTimeout
-from facade.queue import _seconds
 from facade.queuestate import IndexEntry, OffsetState
+from facade.queueview import QueueView
+from facade.timeouts import receive_timeout
 
 if TYPE_CHECKING:
     from facade.message import Message
-    from facade.queue import MessageQueue
-from facade.queueview import QueueView
 
-__all__ = ["Cursor"]
+__all__ = ["Cursor", "CursorSource"]
+
+
+class CursorSource(Protocol):
+    """The opened queue a cursor walks (:class:`facade.queue.MessageQueue`): its view of the
+    queue and the receive steps it shares with ``receive`` and ``peek``, so a cursor removes,
+    expires and dead-letters exactly as the queue handle does."""
+
+    format_name: str
+
+    def _open_view(self) -> QueueView:
+        """The handle's view of its one queue, opened on first use.
+
+        Raises:
+            UnsupportedFormatNameOperation: the handle names several queues.
+        """
+        ...
+
+    def _decode(self, view: QueueView, entry: IndexEntry) -> Message | None:
+        """A pending entry's message, for a peek; None if it was poison (dead-lettered)."""
+        ...
+
+    def _take(self, view: QueueView, entry: IndexEntry) -> Message | None:
+        """Claim ``entry`` with a RECEIVE receipt; the message if the claim won, else None."""
+        ...
+
+    def _dead_letter_poison(self, view: QueueView) -> list[int]:
+        """Move records that are not valid envelopes to the dead-letter queue."""
+        ...
+
+    def _expire(self, view: QueueView) -> int:
+        """Expire the messages whose time-to-be-received has passed."""
+        ...
+
+    def _lock_housekeeping(self, view: QueueView) -> int:
+        """Release expired peek-locks and prefetched batches."""
+        ...
 
 #: Seconds between polls while an action waits for a message (as ``MessageQueue`` does).
 _WAIT_SLICE = 0.05
@@ -92,7 +127,7 @@ class Cursor:
                     message = cursor.peek_next(timeout=5)
 
     Args:
-        queue (MessageQueue): the opened queue; a single queue, not a multiple-element format
+        queue (CursorSource): the opened queue (a :class:`~facade.queue.MessageQueue`); a single queue, not a multiple-element format
             name. The cursor uses the queue's view and does not own it: closing the cursor
             leaves the queue open; closing the queue first is fine too (the next action reopens
             the view, reading the queue afresh).
@@ -102,7 +137,7 @@ class Cursor:
             to); open one queue to read it.
     """
 
-    def __init__(self, queue: MessageQueue):
+    def __init__(self, queue: CursorSource):
         self._queue = queue
         self._where = _Where.BEFORE_FIRST
         #: ``(-priority, lookup id)`` of the current (ON) or last received (AFTER) message.
@@ -149,7 +184,7 @@ class Cursor:
             BrokerUnavailable: the view could not read the queue up to its end in time; check
                 that the Kafka broker is running, then retry.
         """
-        timeout = _seconds(timeout)
+        timeout = receive_timeout(timeout)
         self._check_open("peek_current")
         view = self._queue._open_view()
         if self._where is not _Where.ON:
@@ -187,7 +222,7 @@ class Cursor:
             BrokerUnavailable: the broker did not answer while reading the queue; check that it
                 is running, then retry.
         """
-        timeout = _seconds(timeout)
+        timeout = receive_timeout(timeout)
         self._check_open("peek_next")
         if self._where is _Where.BEFORE_FIRST:
             raise IllegalCursorAction(
@@ -229,7 +264,7 @@ class Cursor:
             BrokerUnavailable: the receipt was not acknowledged or read back in time; whether
                 the message was removed is unknown until the broker answers again.
         """
-        timeout = _seconds(timeout)
+        timeout = receive_timeout(timeout)
         self._check_open("receive_current")
         if self._where is _Where.BEFORE_FIRST:
             raise IllegalCursorAction(

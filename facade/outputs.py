@@ -41,7 +41,8 @@ from facade.message import (
 )
 
 if TYPE_CHECKING:
-    from facade.manager import Destination, QueueManager
+    from facade.destination import Destination
+    from facade.interfaces import OutputsHost
 
 __all__ = ["SystemOutputs", "acknowledgment_requested"]
 
@@ -70,10 +71,10 @@ class SystemOutputs:
     """Posts acknowledgments and writes dead-letter and journal copies for one queue manager.
 
     Args:
-        manager (QueueManager): the queue manager doing the posting.
+        manager (OutputsHost): the queue manager doing the posting.
     """
 
-    def __init__(self, manager: QueueManager):
+    def __init__(self, manager: OutputsHost):
         self.manager = manager
         self._journal_views: dict[str, QueueView] = {}
 

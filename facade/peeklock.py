@@ -51,7 +51,8 @@ from facade.queueview import PendingClaim, QueueView
 from facade.receipts import ReceiptAction
 
 if TYPE_CHECKING:
-    from facade.manager import Destination, QueueManager
+    from facade.destination import Destination
+    from facade.queuehost import QueueHost
     from facade.registry import QueueProperties
 
 __all__ = [
@@ -157,7 +158,7 @@ class PeekLockReceives:
     A mixin: it uses the queue handle's view, outputs and system actions.
     """
 
-    manager: QueueManager
+    manager: QueueHost
     format_name: str
 
     if TYPE_CHECKING:  # provided by MessageQueue

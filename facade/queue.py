@@ -16,13 +16,13 @@ import datetime as dt
 import functools
 import itertools
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from facade.cursor import Cursor
 from facade.envelope import EncodedRecord, decode_message, encode_message
 from facade.formatnames import (
     DirectFormatName,
@@ -53,10 +53,11 @@ from facade.queueview import PendingClaim, QueueView
 from facade.sender import SendTracker
 from facade.receipts import ReceiptAction
 from facade.resolution import elements_of, is_dynamic, needs_directory
+from facade.timeouts import receive_timeout
 
 if TYPE_CHECKING:
-    from facade.cursor import Cursor
-    from facade.manager import Destination, QueueManager
+    from facade.destination import Destination
+    from facade.queuehost import QueueHost
     from facade.registry import QueueProperties
 
 __all__ = ["MessageQueue"]
@@ -74,7 +75,7 @@ class MessageQueue(PeekLockReceives):
     """An opened queue. Get one from :meth:`QueueManager.open_queue` or ``create_queue``.
 
     Args:
-        manager (QueueManager): the owning queue manager.
+        manager (QueueHost): the owning queue manager.
         reference (FormatName | QueuePath): what it was opened with, parsed.
         destinations (list[Destination]): the queue(s) it resolves to now (several for a
             distribution list or multiple-element format name, which can only be sent to).
@@ -90,7 +91,7 @@ class MessageQueue(PeekLockReceives):
             what is sent through this handle).
     """
 
-    def __init__(self, manager: QueueManager, reference: FormatName | QueuePath,
+    def __init__(self, manager: QueueHost, reference: FormatName | QueuePath,
                  destinations: list[Destination], *, prefetch: int = 0,
                  prefetch_lease: float = DEFAULT_PREFETCH_LEASE):
         self.manager = manager
@@ -345,7 +346,7 @@ class MessageQueue(PeekLockReceives):
         if lock:
             return self._receive_locked(timeout, lease)
         if self._prefetch:
-            return self._receive_prefetched(_seconds(timeout))
+            return self._receive_prefetched(receive_timeout(timeout))
         return self._wait(lambda view, now: view.state.peek_first(now), remove=True, timeout=timeout)
 
     def peek(self, timeout: float | None = None) -> Message:
@@ -380,7 +381,7 @@ class MessageQueue(PeekLockReceives):
         """
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
             raise InvalidParameter(f"max_messages must be an int >= 1, not {max_messages!r}")
-        timeout = _seconds(timeout)
+        timeout = receive_timeout(timeout)
         with self._lock:
             held = self._take_held(self._open_view(), max_messages)
             if held:
@@ -422,7 +423,7 @@ class MessageQueue(PeekLockReceives):
         Raises:
             InvalidParameter: a bad ``timeout``.
         """
-        timeout = _seconds(timeout)
+        timeout = receive_timeout(timeout)
         while True:
             try:
                 yield self.receive(timeout=timeout)
@@ -449,14 +450,14 @@ class MessageQueue(PeekLockReceives):
         Returns:
             concurrent.futures.Future[Message]: ``future.result()`` gives the message.
         """
-        timeout = _seconds(timeout)
+        timeout = receive_timeout(timeout)
         return self._submit(lambda: self.receive(timeout=timeout), callback)
 
     def begin_peek(self, timeout: float | None = None,
                    callback: Callable[[Future[Message]], object] | None = None) -> Future[Message]:
         """Start a peek in the background (``BeginPeek``/``PeekCompleted``); see
         :meth:`begin_receive`."""
-        timeout = _seconds(timeout)
+        timeout = receive_timeout(timeout)
         return self._submit(lambda: self.peek(timeout=timeout), callback)
 
     async def receive_async(self, timeout: float | None = None) -> Message:
@@ -585,8 +586,6 @@ class MessageQueue(PeekLockReceives):
     def cursor(self) -> Cursor:
         """A cursor over this queue (``MQCreateCursor``): peek_current, peek_next,
         receive_current. See :class:`facade.cursor.Cursor`."""
-        from facade.cursor import Cursor
-
         return Cursor(self)
 
     def purge(self) -> int:
@@ -685,7 +684,7 @@ class MessageQueue(PeekLockReceives):
 
         ``take`` claims a picked entry (default :meth:`_take`, a RECEIVE); a custom one (peek-
         lock, prefetch) does not hand out messages held by failed receives."""
-        timeout = _seconds(timeout)
+        timeout = receive_timeout(timeout)
         with self._lock:
             message: Message = self._wait_locked(pick, remove, timeout, take)
             return message
@@ -736,7 +735,7 @@ class MessageQueue(PeekLockReceives):
 
     def _by(self, find: Callable[[Any], IndexEntry | None], remove: bool,
             timeout: float | None, what: str) -> Message:
-        timeout = _seconds(timeout)
+        timeout = receive_timeout(timeout)
         view = self._open_view()
         view.catch_up()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -1123,21 +1122,6 @@ class MessageQueue(PeekLockReceives):
 
 def _copy(message: Message, **changes: Any) -> Message:
     return dataclasses.replace(message, **changes)
-
-
-def _seconds(timeout: float | None) -> float | None:
-    """Check a receive or peek timeout: None (wait forever) or finite seconds >= 0.
-
-    Raises:
-        InvalidParameter: negative, NaN, infinite or not a number.
-    """
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
-            or not math.isfinite(timeout) or timeout < 0:
-        raise InvalidParameter(f"timeout must be seconds >= 0 (or None to wait forever), "
-                               f"not {timeout!r}", hint="pass e.g. timeout=5.0")
-    return float(timeout)
 
 
 def _now() -> dt.datetime:

@@ -29,8 +29,9 @@ from facade.formatnames import (
 )
 
 if TYPE_CHECKING:
+    from facade.destination import Destination
     from facade.directory.objects import PublicQueueEntry
-    from facade.manager import Destination, QueueManager
+    from facade.interfaces import ResolverHost
 
 __all__ = ["Resolver", "elements_of", "is_dynamic"]
 
@@ -57,10 +58,11 @@ class Resolver:
     """Resolves references for one queue manager, through its registry and directory.
 
     Args:
-        manager (QueueManager): supplies ``resolve`` (registry lookups) and ``directory``.
+        manager (ResolverHost): supplies ``resolve`` (registry lookups), ``registry`` and
+            ``directory`` (the queue manager).
     """
 
-    def __init__(self, manager: QueueManager):
+    def __init__(self, manager: ResolverHost):
         self.manager = manager
         #: Recipient format-name text -> parsed name (parsing is pure; lists repeat them).
         self._parsed: dict[str, FormatName] = {}

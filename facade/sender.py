@@ -34,9 +34,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from facade._process import pid_alive
+from facade.destination import Destination
 from facade.envelope import EncodedRecord, decode_message
 from facade.errors import (
     AccessDenied,
@@ -51,6 +52,7 @@ from facade.errors import (
 from facade.kafka import Refusal, is_fatal, map_kafka_errors, poll_producer, refusal
 from facade.message import Delivery, JournalLevel, Message, MessageClass
 from facade.outgoing import OutgoingQueue, OutgoingRecord, StoredRecord
+from facade.interfaces import QueueResolver, SystemQueueWriter
 from facade.topics import QueueTopics
 from facade.topicsettings import (
     KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
@@ -61,9 +63,11 @@ from facade.topicsettings import (
 )
 
 if TYPE_CHECKING:
-    from facade.manager import Destination, QueueManager
+    from facade.config import KmqConfig
+    from facade.kafka import KafkaSession
+    from facade.outputs import SystemOutputs
 
-__all__ = ["LONG_LIVED", "SendTracker", "Sender"]
+__all__ = ["LONG_LIVED", "SendTracker", "Sender", "SenderHost"]
 
 log = logging.getLogger("kmq.sender")
 
@@ -127,14 +131,40 @@ class SendTracker:
         return self.pending <= 0 or self._done.wait(timeout)
 
 
+class SenderHost(QueueResolver, SystemQueueWriter, Protocol):
+    """What a :class:`Sender` needs from its queue manager: its name and configuration (the
+    outgoing queue's file), its Kafka session (producers), the system outputs (ACK/NACK,
+    dead-letter copies), resolution of stored copies and the system-queue writer."""
+
+    @property
+    def name(self) -> str:
+        """The queue manager's name."""
+        ...
+
+    @property
+    def config(self) -> KmqConfig:
+        """The resolved configuration (``home`` holds the outgoing queue)."""
+        ...
+
+    @property
+    def session(self) -> KafkaSession:
+        """The queue manager's Kafka clients."""
+        ...
+
+    @property
+    def outputs(self) -> SystemOutputs:
+        """The queue manager's acknowledgments, dead-letter and journal copies."""
+        ...
+
+
 class Sender:
     """Produces message copies for one queue manager and settles their outcome.
 
     Args:
-        manager (QueueManager): the owning queue manager (outputs, producers' configuration).
+        manager (SenderHost): the owning queue manager (outputs, producers' configuration).
     """
 
-    def __init__(self, manager: QueueManager):
+    def __init__(self, manager: SenderHost):
         self.manager = manager
         self.outgoing = OutgoingQueue(manager.config.home / "outgoing" / f"{manager.name}.sqlite")
         self._producers: OrderedDict[tuple[Delivery, int], Any] = OrderedDict()
@@ -601,8 +631,6 @@ def _with_reason(copy: Message, reason: str) -> dict[str, str]:
 
 def _vanished(topic: str, copy: Message) -> Destination:
     """The destination of a copy whose queue no longer exists, for its DLQ copy and NACK."""
-    from facade.manager import Destination
-
     return Destination(copy.destination_queue or topic, QueueTopics(topic), None, read_only=False)
 
 

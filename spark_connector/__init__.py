@@ -14,7 +14,8 @@ the envelopes (:data:`~spark_connector.schema.MESSAGE_SCHEMA`). :func:`decode_me
 any DataFrame with Spark's Kafka-source schema; :func:`kafka_source_options` gives the options
 for reading kmq topics with ``format("kafka")`` yourself.
 
-Writing (``write_messages``, ``write_stream``) lives in :mod:`spark_connector.sink`.
+Writing (``write_messages``, ``write_stream``) lives in :mod:`spark_connector.write`, the
+writers it plans in :mod:`spark_connector.sink`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from spark_connector.read import kafka_source_available, kafka_source_options, r
 from spark_connector.resolve import QueueTarget, Resolution, resolve
 from spark_connector.schema import KAFKA_SOURCE_SCHEMA, MESSAGE_SCHEMA
 from spark_connector.session import local_session
-from spark_connector.sink import write_messages, write_stream
+from spark_connector.write import write_messages, write_stream
 
 __all__ = [
     "KAFKA_SOURCE_SCHEMA",

@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from facade.config import KmqConfig
+from facade.destination import Destination
 from facade.envelope import decode_message
 from facade.errors import EnvelopeError, QueueNotFound
 from facade.formatnames import parse_queue_reference
 from facade.kafka import KafkaRecord
-from facade.manager import Destination, QueueManager
+from facade.manager import QueueManager
 from facade.message import MessageClass
 from facade.queueview import QueueView
 from facade.receipts import ReceiptAction

@@ -4,34 +4,74 @@ One streaming query reads every source of :class:`~facade.demo.report.ReportSour
 queues' journals, the dead-letter queue, the admin queue) through
 ``spark_connector.read_queue``, unions them with a ``source`` column, and runs once with
 ``trigger(availableNow=True)`` into an in-memory table. Batch aggregations over that table give
-the report: messages per queue and class, top senders, acknowledgment classes and latency
-percentiles (sent time to the journal copy's record time, i.e. to the receive).
+the report's figures (:class:`SparkFigures`): messages per queue and class, top senders,
+acknowledgment classes and latencies (sent time to the journal copy's record time, i.e. to the
+receive). :func:`facade.demo.report.spark_report` turns them into the report; this module does
+not import the report module (no import cycle).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import reduce
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from facade.demo.report import Report, ReportSources
-
-__all__ = ["run_report_job"]
+__all__ = ["SparkFigures", "run_report_job"]
 
 #: The changelog maintainer, a message property the demo sets.
 _SENDER_PROPERTY = "debian.maintainer"
 
 
-def run_report_job(sources: ReportSources, *, timeout: float = 600.0) -> Report:
+class _Sources(Protocol):
+    """What the job reads from :class:`~facade.demo.report.ReportSources`."""
+
+    @property
+    def config(self) -> Any:
+        """The run's KmqConfig."""
+        ...
+
+    @property
+    def report_dir(self) -> Path:
+        """Where the report's files (and the job's checkpoint) go."""
+        ...
+
+    @property
+    def all_queues(self) -> Mapping[str, str]:
+        """Source label -> format name."""
+        ...
+
+
+@dataclass
+class SparkFigures:
+    """The aggregations of one report job (see :class:`~facade.demo.report.Report`).
+
+    Attributes:
+        queue_classes (list[dict]): ``{"queue", "class", "count"}`` rows.
+        top_senders (list[dict]): ``{"sender", "messages"}``, most first.
+        acknowledgments (dict[str, int]): admin-queue messages per class.
+        latencies (list[float]): milliseconds from sent time to the journal copy (the receive).
+    """
+
+    queue_classes: list[dict[str, Any]]
+    top_senders: list[dict[str, Any]]
+    acknowledgments: dict[str, int]
+    latencies: list[float]
+
+
+def run_report_job(sources: _Sources, *, top_senders: int,
+                   timeout: float = 600.0) -> SparkFigures:
     """Run the report's streaming query and aggregate its output.
 
     Args:
         sources (ReportSources): what to read, and the configuration to resolve it with.
+        top_senders (int): how many senders to rank.
         timeout (float): seconds the streaming query may run.
 
     Returns:
-        Report: with ``engine="spark"``.
+        SparkFigures: the aggregations.
 
     Raises:
         RuntimeError: the query did not finish within ``timeout``, or failed (its exception is
@@ -39,7 +79,6 @@ def run_report_job(sources: ReportSources, *, timeout: float = 600.0) -> Report:
     """
     from pyspark.sql import SparkSession
 
-    from facade.demo.report import ENGINE_SPARK, TOP_SENDERS, Report, percentiles
     from spark_connector import local_session
 
     owned = SparkSession.getActiveSession() is None  # stop only a session this job started
@@ -47,24 +86,15 @@ def run_report_job(sources: ReportSources, *, timeout: float = 600.0) -> Report:
     try:
         table = _stream_into_memory(spark, sources, timeout)
         rows = spark.table(table)
-        return Report(
-            engine=ENGINE_SPARK,
-            queue_classes=_queue_classes(rows),
-            top_senders=_top_senders(rows, TOP_SENDERS),
-            acknowledgments=_acknowledgments(rows),
-            latency_ms={"sent_to_received": percentiles(_latencies(rows))},
-            notes=["computed by a Spark Structured Streaming job (spark_connector.read_queue "
-                   "over the journals, the dead-letter queue and the admin queue, "
-                   "trigger availableNow)",
-                   "latency is sent time to the journal copy's record time (the receive); the "
-                   "time a copy reached its queue is not kept in the journal"],
-        )
+        return SparkFigures(queue_classes=_queue_classes(rows),
+                            top_senders=_top_senders(rows, top_senders),
+                            acknowledgments=_acknowledgments(rows), latencies=_latencies(rows))
     finally:
         if owned:
             spark.stop()
 
 
-def _stream_into_memory(spark: Any, sources: ReportSources, timeout: float) -> str:
+def _stream_into_memory(spark: Any, sources: _Sources, timeout: float) -> str:
     """Run the union of every source once (availableNow) into a memory table; its name."""
     from pyspark.sql import functions as F
 

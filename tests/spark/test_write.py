@@ -40,8 +40,8 @@ from spark_connector.sink import (
     KmqBatchWriter,
     message_from_row,
     normalize_defaults,
-    write_messages,
 )
+from spark_connector.write import write_messages
 from tests.support.kafka import BrokerEndpoint
 
 pytestmark = pytest.mark.integration
@@ -293,7 +293,8 @@ _COPY_JOB = textwrap.dedent(r'''
     from pyspark.sql import SparkSession
 
     from spark_connector.datasource import KmqDataSource
-    from spark_connector.sink import KmqStreamWriter, write_stream
+    from spark_connector.sink import KmqStreamWriter
+    from spark_connector.write import write_stream
 
 
     class CrashingWriter(KmqStreamWriter):

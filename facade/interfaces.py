@@ -1,0 +1,146 @@
+"""What the modules below the queue manager need from it, as small protocols.
+
+The queue manager (:class:`facade.manager.QueueManager`) builds the resolver, the system
+outputs, the sender and every opened queue, and hands itself to them. They name it only
+through these protocols, so no module below the manager imports it (the layers are stated in
+``docs/design.md``, "Layers", and checked by ``tests/unit/test_layers.py``). A test or another
+host can give them anything that has these members.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from facade.destination import Destination
+    from facade.directory import Directory
+    from facade.formatnames import FormatName, QueuePath, SystemQueue
+    from facade.kafka import KafkaSession
+    from facade.message import Message, MessageId
+    from facade.registry import Registry
+
+__all__ = ["IdAllocator", "OutputsHost", "QueueResolver", "ResolverHost", "SystemQueueWriter"]
+
+
+class IdAllocator(Protocol):
+    """Hands out message ids (PROPID_M_MSGID) unique to one queue manager, across its
+    processes (:class:`facade.sequence.MessageIdAllocator`)."""
+
+    def new(self) -> MessageId:
+        """A fresh id.
+
+        Raises:
+            BrokerUnavailable: a new block of ids could not be leased.
+        """
+        ...
+
+
+class QueueResolver(Protocol):
+    """Resolves path names and format names to the queues they name (the queue manager, over
+    its registry and directory)."""
+
+    def resolve(self, reference: FormatName | QueuePath) -> Destination:
+        """The one queue a path name or single-queue format name names.
+
+        Raises:
+            QueueNotFound, DirectoryObjectNotFound, DirectoryUnavailable,
+            UnsupportedFormatNameOperation: as :meth:`facade.manager.QueueManager.resolve`.
+        """
+        ...
+
+    def resolve_topic(self, topic: str, message: Message) -> Destination:
+        """The destination a stored copy on ``topic`` was produced for.
+
+        Raises:
+            QueueNotFound: the queue no longer exists or no longer uses ``topic``.
+        """
+        ...
+
+    def destinations(self, reference: FormatName | QueuePath, *,
+                     for_send: bool = False) -> list[Destination]:
+        """Every queue ``reference`` names (lists expanded, duplicates dropped).
+
+        Raises:
+            as :meth:`facade.resolution.Resolver.destinations`.
+        """
+        ...
+
+
+class SystemQueueWriter(Protocol):
+    """Writes what the queue manager itself produces: dead-letter, journal and
+    acknowledgment copies (MSMQ's system queues), with ``acks=all``."""
+
+    @property
+    def guid(self) -> uuid.UUID:
+        """The queue manager's GUID (PROPID_M_SRC_MACHINE_ID of what it writes)."""
+        ...
+
+    @property
+    def dead_letter_topic(self) -> str:
+        """The Kafka topic of the nontransactional dead-letter queue."""
+        ...
+
+    def system_topic(self, queue: SystemQueue) -> str:
+        """The Kafka data topic of one of the queue manager's system queues."""
+        ...
+
+    def write_system_copy(self, topic: str, message: Message, timeout: float = 30.0) -> None:
+        """Write ``message`` to ``topic`` and wait for the broker (seconds).
+
+        Raises:
+            BrokerUnavailable, BrokerError: the copy was not acknowledged.
+        """
+        ...
+
+    def dead_letter(self, message: Message, *, transactional: bool = False,
+                    timeout: float = 30.0) -> None:
+        """Write ``message`` (its class already the reason) to DEADLETTER, or DEADXACT.
+
+        Raises:
+            BrokerUnavailable, BrokerError: the copy was not acknowledged.
+        """
+        ...
+
+    def poison_message(self, raw: bytes | None, reason: str, source: Destination | str,
+                       where: str) -> Message:
+        """A record that is not a valid envelope, wrapped as a NACK_RECEIVE_REJECTED message."""
+        ...
+
+
+class ResolverHost(Protocol):
+    """What :class:`facade.resolution.Resolver` reads: the registry, the directory and the
+    single-queue resolution of the queue manager."""
+
+    @property
+    def registry(self) -> Registry:
+        """The queue and queue-manager registries."""
+        ...
+
+    @property
+    def directory(self) -> Directory:
+        """The directory of public objects, opened on first use.
+
+        Raises:
+            DirectoryUnavailable: workgroup mode, or it cannot be reached.
+        """
+        ...
+
+    def resolve(self, reference: FormatName | QueuePath) -> Destination:
+        """As :meth:`QueueResolver.resolve`."""
+        ...
+
+
+class OutputsHost(QueueResolver, SystemQueueWriter, Protocol):
+    """What :class:`facade.outputs.SystemOutputs` needs: resolution of admin queues, the
+    system-queue writer, message ids and the Kafka session (to read journal sizes)."""
+
+    @property
+    def ids(self) -> IdAllocator:
+        """The queue manager's message-id allocator."""
+        ...
+
+    @property
+    def session(self) -> KafkaSession:
+        """The queue manager's Kafka clients."""
+        ...

@@ -1,0 +1,47 @@
+"""What an opened queue (:class:`facade.queue.MessageQueue` and its peek-lock mixin) needs from
+its queue manager, as one protocol built from the small ones of :mod:`facade.interfaces`.
+
+The queue manager opens queues and hands itself to them; through this protocol the queue
+modules stay below it (no import of :mod:`facade.manager`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from facade.interfaces import OutputsHost
+from facade.sender import SenderHost
+
+if TYPE_CHECKING:
+    from facade.registry import QueueProperties
+    from facade.sender import Sender
+
+__all__ = ["QueueHost"]
+
+
+class QueueHost(SenderHost, OutputsHost, Protocol):
+    """The queue manager as an opened queue uses it: what the sender and the system outputs
+    use (resolution, the system-queue writer, message ids, the Kafka session, the outputs),
+    plus the sender itself and queue properties."""
+
+    @property
+    def sender(self) -> Sender:
+        """Produces sent copies and settles their outcome."""
+        ...
+
+    def get_properties(self, path_or_format_name: str) -> QueueProperties:
+        """A queue's properties (``MQGetQueueProperties``).
+
+        Raises:
+            QueueNotFound: no such queue.
+        """
+        ...
+
+    def set_properties(self, path_or_format_name: str, **changes: Any) -> QueueProperties:
+        """Change a queue's properties (``MQSetQueueProperties``).
+
+        Raises:
+            QueueNotFound: no such queue.
+            InvalidParameter: an unknown property or a value outside its range.
+        """
+        ...
