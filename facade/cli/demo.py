@@ -63,11 +63,11 @@ at the end (--keep leaves it running).
 
 Example: kmq demo --limit 2000
 """
-    from facade.demo.runner import DemoOptions, run_demo
+    with fail_on_errors(as_json):  # also a missing extra (python-debian: kmq[demo])
+        from facade.demo.runner import DemoOptions, run_demo
 
-    options = DemoOptions(corpus=corpus, limit=limit, report_dir=report_dir, keep=keep,
-                          receivers=receivers)
-    with fail_on_errors(as_json):
+        options = DemoOptions(corpus=corpus, limit=limit, report_dir=report_dir, keep=keep,
+                              receivers=receivers)
         result = run_demo(options, err_console)
     emit(result.summary, as_json, render_summary)
     if result.exit_code:

@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from debian.changelog import Changelog
+from facade.errors import ConfigurationError
+
+try:
+    from debian.changelog import Changelog
+except ImportError as exc:  # python-debian comes with the demo extra, not with kmq itself
+    raise ConfigurationError("the demo's changelog corpus needs python-debian, which is not "
+                             "installed", hint="pip install 'kmq[demo]'") from exc
 
 __all__ = [
     "DEFAULT_CORPUS",

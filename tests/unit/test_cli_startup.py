@@ -4,35 +4,21 @@ issue's report; checked here by what is imported, not by a deadline)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.imports import modules_after
 
 _HEAVY = ("confluent_kafka", "ldap3", "fastavro", "facade.bench", "facade.manager",
           "facade.kafka", "facade.directory", "facade.config", "facade.message")
 
 
-def _modules_after(code: str) -> set[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", f"{code}\nimport sys, json\n"
-                           "print(json.dumps(sorted(sys.modules)))"],
-                          env=env, capture_output=True, text=True, timeout=120, check=True)
-    return set(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
 def test_importing_the_cli_loads_nothing_heavy() -> None:
-    loaded = _modules_after("import facade.cli")
+    loaded = modules_after("import facade.cli")
     assert not [name for name in _HEAVY if name in loaded]
 
 
 def test_help_loads_nothing_heavy() -> None:
-    loaded = _modules_after("from typer.testing import CliRunner\nfrom facade.cli import app\n"
-                            "assert CliRunner().invoke(app, ['--help']).exit_code == 0\n"
-                            "assert CliRunner().invoke(app, ['send', '--help']).exit_code == 0")
+    loaded = modules_after("from typer.testing import CliRunner\nfrom facade.cli import app\n"
+                           "assert CliRunner().invoke(app, ['--help']).exit_code == 0\n"
+                           "assert CliRunner().invoke(app, ['send', '--help']).exit_code == 0")
     assert not [name for name in _HEAVY if name in loaded]
 
 
@@ -44,5 +30,5 @@ def test_bench_scenario_names_match_the_bench() -> None:
 
 
 def test_the_package_loads_its_names_on_first_use() -> None:
-    loaded = _modules_after("import facade\nassert facade.Message.__name__ == 'Message'")
+    loaded = modules_after("import facade\nassert facade.Message.__name__ == 'Message'")
     assert "facade.message" in loaded and "facade.manager" not in loaded
