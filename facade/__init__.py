@@ -35,6 +35,7 @@ if typing.TYPE_CHECKING:
         QueuePathNameError,
         QueueQuotaExceeded,
         ReceiveTimeout,
+        TransactionAborted,
         TransactionUsage,
         TransientQueueError,
         UnsupportedFormatNameOperation,
@@ -62,6 +63,7 @@ if typing.TYPE_CHECKING:
         PrivacyLevel,
         SenderIdType,
     )
+    from facade.transaction import MessageQueueTransaction, TransactionStatus
 
 __all__ = [
     "AccessDenied",
@@ -93,6 +95,7 @@ __all__ = [
     "MessageLockedUnderTransaction",
     "MessageNotFound",
     "MessageQueueError",
+    "MessageQueueTransaction",
     "PrivacyLevel",
     "QueueExists",
     "QueueNotFound",
@@ -101,6 +104,8 @@ __all__ = [
     "QueueQuotaExceeded",
     "ReceiveTimeout",
     "SenderIdType",
+    "TransactionAborted",
+    "TransactionStatus",
     "TransactionUsage",
     "TransientQueueError",
     "UnsupportedFormatNameOperation",
@@ -119,6 +124,7 @@ _MODULES = {
                      "EncryptionAlgorithm", "HashAlgorithm", "JournalLevel", "Message",
                      "MessageClass", "MessageId", "PrivacyLevel", "SenderIdType"),
                     "facade.message"),
+    **dict.fromkeys(("MessageQueueTransaction", "TransactionStatus"), "facade.transaction"),
 }
 
 
