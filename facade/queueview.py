@@ -166,7 +166,8 @@ class QueueView:
     def _rewind(self, topic: str, expected: int, found: int) -> bool:
         """Handle a record that follows a gap: read the topic again from the gap, unless the gap
         is the markers of transactions whose records this view applied (Kafka's only holes in
-        an uncompacted log), or has lasted :data:`GAP_PATIENCE` seconds (then it is real).
+        an uncompacted log) and a second fetch from the gap skipped it too, or the gap has
+        lasted :data:`GAP_PATIENCE` seconds (then it is real).
 
         Kafka's log has no holes below the high watermark but transaction markers (kmq's queue
         topics are not compacted). Tansu 0.6, though, sometimes hands a tailing consumer a record
@@ -180,9 +181,10 @@ class QueueView:
         """
         key = (topic, expected)
         due = self._markers_due.get(topic, 0)
-        if found - expected <= due:
+        if found - expected <= due and key in self._gaps:
+            # Markers were due here, and a second fetch from the gap skipped it too.
             self._markers_due[topic] = due - (found - expected)
-            self._gaps.pop(key, None)
+            del self._gaps[key]
             return False
         now = time.monotonic()
         first = self._gaps.setdefault(key, now)

@@ -185,7 +185,10 @@ class TransactionalProducer:
         if self._producer is None:
             producer = self._session.producer(
                 Delivery.RECOVERABLE, transactional_id=self.transactional_id,
-                extra={"transaction.timeout.ms": int(KAFKA_TRANSACTION_TIMEOUT * 1000)})
+                # linger.ms 0: the records of a commit are all handed over before it, so
+                # waiting for more only delays the commit.
+                extra={"transaction.timeout.ms": int(KAFKA_TRANSACTION_TIMEOUT * 1000),
+                       "linger.ms": 0})
             try:
                 producer.init_transactions(timeout)
             except KafkaException as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import textwrap
 from pathlib import Path
 
@@ -335,3 +336,53 @@ def test_a_mover_killed_inside_its_transactions_moves_each_message_once_in_order
     got = _drain(b, count)
     assert [int(m.body) for m in got] == list(range(count))
     assert qm.open_queue(a.format_name).count() == 0
+
+
+def test_lists_deliver_exactly_once_inside_a_transaction(qm: QueueManager) -> None:
+    """Seed 001: DL1={Q1} and DL2={Q1} in one transaction give Q1 each message exactly once
+    (MSMQ promises no order across different lists; kmq happens to keep send order)."""
+    q1 = qm.create_queue(r".\dl-target", transactional=True)
+    member = f"PUBLIC={q1.properties.instance}"
+    for name in ("DL1", "DL2"):
+        qm.directory.create_distribution_list(name)
+        qm.directory.add_member(name, member)
+    dl1 = qm.open_queue(qm.directory.distribution_list("DL1").format_name)
+    dl2 = qm.open_queue(qm.directory.distribution_list("DL2").format_name)
+    both = qm.open_queue(f"{dl1.format_name},{dl2.format_name}")
+    with qm.begin_transaction() as tx:
+        sent = [dl1.send(Message(body=b"via DL1"), transaction=tx),
+                dl2.send(Message(body=b"via DL2"), transaction=tx),
+                both.send(Message(body=b"via both"), transaction=tx)]
+    got = _drain(q1, 3)
+    assert sorted(str(m.id) for m in got) == sorted(str(m.id) for m in sent)  # once each
+
+
+def test_expired_transactional_message_goes_to_deadxact(qm: QueueManager) -> None:
+    q = _tq(qm, "expiring")
+    with qm.begin_transaction() as tx:
+        sent = q.send(Message(body=b"late", time_to_be_received=1,
+                              journal=JournalLevel.DEADLETTER), transaction=tx)
+        q.send(Message(body=b"same timers"), transaction=tx)  # the first message's TTBR
+    time.sleep(2)  # both are past their TTBR now, however slow the machine
+    with pytest.raises(ReceiveTimeout):
+        q.receive(timeout=1)  # notices the expiry
+    dead = qm.open_queue(f"MACHINE={qm.guid};DEADXACT").receive(timeout=WAIT)
+    assert dead.id == sent.id and dead.message_class is MessageClass.NACK_RECEIVE_TIMEOUT
+    assert dead.transaction_id == tx.id
+
+
+def test_acknowledgments_and_journals_inside_a_transaction(qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\journaled", transactional=True, journal=True)
+    admin = qm.create_queue(r".\private$\tx-admin")
+    with qm.begin_transaction() as tx:
+        sent = q.send(Message(body=b"tracked", admin_queue=admin.format_name,
+                              acknowledge=Acknowledgment.FULL_REACH_QUEUE,
+                              journal=JournalLevel.JOURNAL), transaction=tx)
+    ack = admin.receive(timeout=WAIT)
+    assert ack.message_class is MessageClass.ACK_REACH_QUEUE and ack.correlation_id == sent.id
+    source_journal = qm.open_queue(f"MACHINE={qm.guid};JOURNAL").receive(timeout=WAIT)
+    assert source_journal.id == sent.id
+    with qm.begin_transaction() as tx:
+        assert q.receive(timeout=WAIT, transaction=tx).id == sent.id
+    journal = qm.open_queue(rf"DIRECT=OS:{qm.name}\private$\journaled;JOURNAL")
+    assert journal.receive(timeout=WAIT).id == sent.id
