@@ -41,6 +41,7 @@ if typing.TYPE_CHECKING:
         QueuePathNameError,
         QueueQuotaExceeded,
         ReceiveTimeout,
+        TransactionAborted,
         TransactionUsage,
         TransientQueueError,
         UnsupportedFormatNameOperation,
@@ -76,6 +77,7 @@ if typing.TYPE_CHECKING:
     from facade.peeklock import LockedMessage
     from facade.queue import MessageQueue
     from facade.registry import QueueProperties
+    from facade.transaction import MessageQueueTransaction, TransactionStatus
 
 __all__ = [
     "AccessDenied",
@@ -112,6 +114,7 @@ __all__ = [
     "MessageNotFound",
     "MessageQueue",
     "MessageQueueError",
+    "MessageQueueTransaction",
     "PrivacyLevel",
     "QueueExists",
     "QueueManager",
@@ -123,6 +126,8 @@ __all__ = [
     "ReceiveTimeout",
     "SenderIdType",
     "SystemQueue",
+    "TransactionAborted",
+    "TransactionStatus",
     "TransactionUsage",
     "TransientQueueError",
     "UnsupportedFormatNameOperation",
@@ -149,6 +154,7 @@ _MODULES = {
                      "JournalLevel", "Message", "MessageClass", "MessageId", "PrivacyLevel",
                      "SenderIdType"),
                     "facade.message"),
+    **dict.fromkeys(("MessageQueueTransaction", "TransactionStatus"), "facade.transaction"),
 }
 
 

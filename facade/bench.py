@@ -505,6 +505,103 @@ def _receive_batch(ctx: _Context) -> tuple[float, float]:
         _drop(ctx.qm, queue)
 
 
+#: Messages per transaction in the transactional-send scenario.
+TX_SIZE = 10
+
+
+def _raw_transactional_send(ctx: _Context) -> float:
+    """Raw Kafka transactions of TX_SIZE records each (begin, produce, commit)."""
+    topic = ctx.raw.topic()
+    producer = ctx.raw.producer(**{"transactional.id": f"kmq-bench-{uuid.uuid4().hex}"})
+    producer.init_transactions(_TIMEOUT)
+    start, done = time.perf_counter(), 0
+    while done < ctx.messages:
+        producer.begin_transaction()
+        for _ in range(min(TX_SIZE, ctx.messages - done)):
+            _produce(producer, topic, ctx.payload)
+            done += 1
+        producer.commit_transaction(_TIMEOUT)
+    return ctx.messages / (time.perf_counter() - start)
+
+
+def _transactional_send(ctx: _Context) -> tuple[float, float]:
+    """send() of TX_SIZE messages per transaction to a transactional queue vs raw Kafka
+    transactions of the same shape."""
+    raw = _raw_transactional_send(ctx)
+    queue = ctx.qm.create_queue(ctx.queue_name("transactional-send"), transactional=True)
+    try:
+        queue.send(Message(body=ctx.payload), transaction="single")  # untimed warm-up
+        start, done = time.perf_counter(), 0
+        while done < ctx.messages:
+            with ctx.qm.begin_transaction() as tx:
+                for _ in range(min(TX_SIZE, ctx.messages - done)):
+                    queue.send(Message(body=ctx.payload), transaction=tx)
+                    done += 1
+        return ctx.messages / (time.perf_counter() - start), raw
+    finally:
+        _drop(ctx.qm, queue)
+
+
+def _raw_transactional_move(ctx: _Context) -> float:
+    """Raw consume-transform-produce, one record per Kafka transaction: poll a record, produce
+    it to another topic and commit the consumer's offset in the same transaction."""
+    source, target = ctx.raw.topic(), ctx.raw.topic()
+    ctx.raw.fill(source, ctx.messages + 1, ctx.payload)
+    producer = ctx.raw.producer(**{"transactional.id": f"kmq-bench-{uuid.uuid4().hex}"})
+    producer.init_transactions(_TIMEOUT)
+    consumer = Consumer({**client_logging(), "bootstrap.servers": ctx.raw.bootstrap,
+                         "group.id": f"kmq-bench-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "fetch.wait.max.ms": 2})
+    consumer.assign([TopicPartition(source, 0, 0)])
+    try:
+        moved, start = -1, 0.0  # the first move is untimed
+        deadline = time.monotonic() + _TIMEOUT
+        while moved < ctx.messages:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"raw transactional move moved {moved} of {ctx.messages}")
+            record = consumer.poll(1.0)
+            if record is None or record.error():
+                continue
+            producer.begin_transaction()
+            _produce(producer, target, record.value())
+            producer.send_offsets_to_transaction(
+                [TopicPartition(source, 0, record.offset() + 1)],
+                consumer.consumer_group_metadata(), _TIMEOUT)
+            producer.commit_transaction(_TIMEOUT)
+            moved += 1
+            if moved == 0:
+                start = time.perf_counter()
+        return ctx.messages / (time.perf_counter() - start)
+    finally:
+        consumer.close()
+
+
+def _transactional_move(ctx: _Context) -> tuple[float, float]:
+    """Transactional receive + send (one message per transaction) between two transactional
+    queues vs raw consume-transform-produce with Kafka transactions."""
+    raw = _raw_transactional_move(ctx)
+    source = ctx.qm.create_queue(ctx.queue_name("transactional-move-a"), transactional=True)
+    target = ctx.qm.create_queue(ctx.queue_name("transactional-move-b"), transactional=True)
+    try:
+        done = 0
+        while done <= ctx.messages:
+            size = min(BATCH, ctx.messages + 1 - done)
+            source.send_many([Message(body=ctx.payload) for _ in range(size)],
+                             transaction="single")
+            done += size
+        start = 0.0
+        for moved in range(ctx.messages + 1):  # the first move is untimed
+            with ctx.qm.begin_transaction() as tx:
+                message = source.receive(timeout=_TIMEOUT, transaction=tx)
+                target.send(Message(body=message.body), transaction=tx)
+            if moved == 0:
+                start = time.perf_counter()
+        return ctx.messages / (time.perf_counter() - start), raw
+    finally:
+        _drop(ctx.qm, source)
+        _drop(ctx.qm, target)
+
+
 #: Receiver processes in the receive-contended scenario.
 CONTENDERS = 4
 
@@ -613,6 +710,11 @@ SCENARIOS: dict[str, tuple[str, _Scenario | None]] = {
                           _receive_contended),
     "peek": ("cursor peek vs raw consume without commit", _peek),
     "dl-fanout": (f"send to a DL of {FANOUT} queues vs raw produce x{FANOUT}", _dl_fanout),
+    "transactional-send": (f"{TX_SIZE} sends per transaction vs raw Kafka transactions of "
+                           f"{TX_SIZE} records", _transactional_send),
+    "transactional-move": ("transactional receive + send per transaction vs raw "
+                           "consume-transform-produce (send_offsets_to_transaction)",
+                           _transactional_move),
     "spark-decode": ("Spark decode rows/s vs raw Spark read of the topic", None),
 }
 

@@ -18,6 +18,7 @@ code ported from MSMQ can map one to one::
     ├── QueueQuotaExceeded                 a copy refused by the queue quota (NACK_Q_EXCEED_QUOTA)
     ├── AccessDenied (PermissionError)     MQ_ERROR_ACCESS_DENIED
     ├── TransactionUsage                   MQ_ERROR_TRANSACTION_USAGE
+    ├── TransactionAborted                 XACT_E_ABORTED (commit failed; aborted instead)
     ├── MessageLockedUnderTransaction      MQ_ERROR_MESSAGE_LOCKED_UNDER_TRANSACTION
     ├── LockLost                           a peek-lock lost before complete() (no MSMQ code)
     ├── EnvelopeError                      a Kafka record that is not a valid kmq envelope
@@ -53,6 +54,7 @@ __all__ = [
     "QueuePathNameError",
     "QueueQuotaExceeded",
     "ReceiveTimeout",
+    "TransactionAborted",
     "TransactionUsage",
     "TransientQueueError",
     "UnsupportedFormatNameOperation",
@@ -199,6 +201,14 @@ class TransactionUsage(MessageQueueError):
 
     error_code = "MQ_ERROR_TRANSACTION_USAGE"
     hresult = 0xC00E0050
+
+
+class TransactionAborted(MessageQueueError):
+    """A transaction could not commit and was aborted instead: nothing it sent is visible and
+    the messages it received are back in their queues (MSMQ: ``XACT_E_ABORTED``)."""
+
+    error_code = "XACT_E_ABORTED"
+    hresult = 0x8004D019
 
 
 class MessageLockedUnderTransaction(MessageQueueError):

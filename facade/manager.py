@@ -42,7 +42,7 @@ from facade.formatnames import (
 from facade.kafka import KafkaSession, produce_and_wait
 from facade.message import Delivery, Message, MessageClass
 from facade.outputs import SystemOutputs
-from facade.peeklock import DEFAULT_PREFETCH_LEASE
+from facade.peeklock import DEFAULT_PREFETCH_LEASE, lease_to_ms
 from facade.registry import (
     DEFAULT_RECEIVE_RETRY_COUNT,
     QueueManagerRecord,
@@ -53,6 +53,7 @@ from facade.resolution import Resolver
 from facade.sender import Sender
 from facade.sequence import MessageIdAllocator
 from facade.topics import QueueTopics, queue_topics, system_topics
+from facade.transaction import TRANSACTION_LEASE, MessageQueueTransaction, TransactionalProducer
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
@@ -94,6 +95,12 @@ class QueueManager:
         self.resolver = Resolver(self)
         self.outputs = SystemOutputs(self)
         self.sender = Sender(self)
+        #: Kafka ``transactional.id`` of this queue manager's transactions: the sender identity
+        #: Kafka fences zombies by. Unique per process by default; set it (before the first
+        #: :meth:`begin_transaction`) to a stable name so that a restarted sender fences the
+        #: process it replaces. Two live processes must never share one.
+        self.transactional_id = f"kmq.{self.name}.{uuid.uuid4().hex}"
+        self._transactions: TransactionalProducer | None = None
 
     @classmethod
     def open(cls, config: KmqConfig | None = None, *, lease_ids: bool = True,
@@ -561,10 +568,36 @@ class QueueManager:
                 self._producers[delivery] = self.session.producer(delivery)
             return self._producers[delivery]
 
+    def begin_transaction(self, *, lease: float = TRANSACTION_LEASE) -> MessageQueueTransaction:
+        """Begin an MSMQ internal transaction (``MQBeginTransaction``).
+
+        Pass it to ``send(..., transaction=tx)`` and ``receive(..., transaction=tx)``, then
+        ``tx.commit()`` or ``tx.abort()``, or use it as a context manager (commit at the end of
+        the block, abort if it raises). See :mod:`facade.transaction` for the guarantees.
+
+        Args:
+            lease (float): seconds a message received in the transaction stays locked if the
+                transaction never ends (its process died); default 300.
+
+        Returns:
+            MessageQueueTransaction: a new transaction in status INITIALIZED.
+
+        Raises:
+            InvalidParameter: ``lease`` is not seconds in (0, 604800].
+        """
+        lease_to_ms(lease, "lease")
+        with self._lock:
+            if self._transactions is None:
+                self._transactions = TransactionalProducer(self.session, self.transactional_id)
+            producer = self._transactions
+        return MessageQueueTransaction(self, producer, lease)
+
     def close(self) -> None:
         """Close every queue opened through this manager, then flush and release the producers."""
         for queue in list(self._open_queues):
             queue.close()
+        if self._transactions is not None:
+            self._transactions.close()
         self.outputs.close()
         self.sender.close()
         for producer in self._producers.values():

@@ -855,7 +855,9 @@ def check_enforceable(message: Message) -> None:
 
     Raises:
         InvalidParameter: a security property (:data:`SECURITY_PROPERTIES`) is set.
-        TransactionUsage: ``transaction_id`` is set: kmq does not send in MSMQ transactions yet.
+        TransactionUsage: ``transaction_id`` is set: the queue manager sets it when the message
+            is sent with ``transaction=`` (:mod:`facade.transaction`); a caller's own value
+            would claim a transaction that does not hold the message.
     """
     values = message.__dict__
     asked = [name for name in SECURITY_PROPERTIES if values[name] != _DEFAULTS[name]]
@@ -863,8 +865,10 @@ def check_enforceable(message: Message) -> None:
         raise unsupported_security(asked)
     if message.transaction_id is not None:
         raise TransactionUsage(
-            "sending in an MSMQ transaction is not supported yet: kmq would send the message "
-            "outside it", hint="send without transaction_id")
+            f"transaction_id is set ({message.transaction_id!r}): the queue manager sets it when "
+            "a message is sent in a transaction, and this send is not in that transaction",
+            hint="leave transaction_id unset and send with transaction=qm.begin_transaction() "
+                 "(or transaction=\"single\")")
 
 
 def _check_label(value: object) -> None:

@@ -198,22 +198,44 @@ class PeekLockReceives:
             raise InvalidParameter(f"prefetch must be a number of messages 0-{MAX_PREFETCH} "
                                    f"(0 = none), not {prefetch!r}", hint="e.g. prefetch=10")
         self._prefetch = prefetch
-        self._prefetch_lease_ms = _lease_ms(prefetch_lease, "prefetch_lease")
+        self._prefetch_lease_ms = lease_to_ms(prefetch_lease, "prefetch_lease")
         self._batch: _Batch | None = None
         #: Peek-locked messages this handle handed out and nobody settled through it yet.
         self._peek_locks: dict[tuple[str, int], LockedMessage] = {}
 
     # -- peek-lock -------------------------------------------------------------------------
 
-    def _receive_locked(self, timeout: float | None, lease: float) -> LockedMessage:
-        """``receive(lock=True)``: the first message, held by a LOCK for ``lease`` seconds."""
-        lease_ms = _lease_ms(lease, "lease")
+    def _receive_locked(self, timeout: float | None, lease: float,
+                        claimant: str | None = None) -> LockedMessage:
+        """``receive(lock=True)``: the first message, held by a LOCK for ``lease`` seconds
+        (``claimant``: see :meth:`QueueView.start_claim`)."""
+        lease_ms = lease_to_ms(lease, "lease")
         message = self._wait(_first, remove=True, timeout=timeout,
-                             take=lambda view, entry: self._take_locked(view, entry, lease_ms))
+                             take=lambda view, entry: self._take_locked(view, entry, lease_ms,
+                                                                        claimant))
         return cast(LockedMessage, message)
 
+    def _release_fenced(self, is_fenced: Callable[[str], bool]) -> int:
+        """Release the locks of senders fenced by this one (an earlier incarnation with the same
+        ``transactional.id``, which died inside a transaction): their messages come back now, in
+        their place, instead of when the lease passes, so a restarted mover keeps the order.
+
+        Returns:
+            int: messages released.
+        """
+        view = self._open_view()
+        view.load()
+        released = 0
+        for lock in view.state.locks():
+            if is_fenced(lock.receipt.claimant):
+                outcome = view.claim(ReceiptAction.RELEASE, lock.offsets, completes=lock.claim_id,
+                                     reason=f"fenced: {lock.receipt.claimant} was replaced by a "
+                                            "process with the same transactional.id")
+                released += len(outcome.won)
+        return released
+
     def _take_locked(self, view: QueueView, entry: IndexEntry,
-                     lease_ms: int) -> LockedMessage | None:
+                     lease_ms: int, claimant: str | None = None) -> LockedMessage | None:
         """Claim ``entry`` with a LOCK receipt and hand it out if the lock won.
 
         Returns:
@@ -225,7 +247,8 @@ class PeekLockReceives:
                 won, its lease passes and the message is released and received again.
         """
         record = view.record(entry)
-        pending = view.start_claim(ReceiptAction.LOCK, (entry.offset,), lease_ms=lease_ms)
+        pending = view.start_claim(ReceiptAction.LOCK, (entry.offset,), lease_ms=lease_ms,
+                                   claimant=claimant)
         try:
             outcome = view.settle(pending)
         except BrokerUnavailable:
@@ -270,7 +293,7 @@ class PeekLockReceives:
         outputs = self.manager.outputs
         outcome = self._settle_lock(
             message, ReceiptAction.COMPLETED, None,
-            before=lambda: outputs.journal_removed(_plain(message), destination))
+            before=lambda: outputs.journal_removed(unlocked(message), destination))
         if offset not in outcome.won:
             raise LockLost(self._lost_text(offset, token), lookup_id=offset,
                            queue=self.format_name)
@@ -298,6 +321,40 @@ class PeekLockReceives:
         _, offset = _lock_of(message)
         outcome = self._settle_lock(message, ReceiptAction.RELEASE, "abandoned by its receiver")
         return offset in outcome.won
+
+    # -- transactional receive (facade.transaction) --------------------------------------------
+
+    def _journal_locked(self, message: Message) -> None:
+        """Write the queue journal copy of a locked message about to be removed at commit."""
+        _lock_of(message)
+        self.manager.outputs.journal_removed(unlocked(message), self._single())
+
+    def _start_complete(self, message: Message, producer: Any,
+                        transaction_id: str) -> tuple[QueueView, PendingClaim]:
+        """Append the COMPLETED receipt of a locked message with ``producer``, inside its Kafka
+        transaction; :meth:`_finish_complete` reads the verdict once the transaction commits."""
+        token, offset = _lock_of(message)
+        view = self._open_view()
+        return view, view.start_claim(ReceiptAction.COMPLETED, (offset,), producer=producer,
+                                      completes=token, transaction_id=transaction_id)
+
+    def _finish_complete(self, message: Message, started: tuple[QueueView, PendingClaim]) -> bool:
+        """The verdict of a committed COMPLETED receipt; posts ACK_RECEIVE when it won.
+
+        Returns:
+            bool: True if the completion removed the message; False if another receipt had
+            settled the lock first (its lease passed and it was released).
+        """
+        token, offset = _lock_of(message)
+        view, pending = started
+        try:
+            outcome = view.settle(pending)
+        finally:
+            self._peek_locks.pop((token, offset), None)
+        if offset not in outcome.won:
+            return False
+        self.manager.outputs.acknowledge(message, MessageClass.ACK_RECEIVE, self._single())
+        return True
 
     def _settle_lock(self, message: Message, action: ReceiptAction, reason: str | None,
                      before: Callable[[], object] | None = None) -> ClaimOutcome:
@@ -618,15 +675,16 @@ def _lock_of(message: Message) -> tuple[str, int]:
     return token, message.lookup_id
 
 
-def _plain(message: Message) -> Message:
-    """The message without its lock (for journal copies)."""
+def unlocked(message: Message) -> Message:
+    """The message as a plain :class:`Message`, without its lock (for journal copies, and for
+    what a transactional receive hands out while its transaction keeps the lock)."""
     plain = object.__new__(Message)
     plain.__dict__.update({k: v for k, v in message.__dict__.items()
                            if k in Message.__dataclass_fields__})
     return plain
 
 
-def _lease_ms(seconds: float, name: str) -> int:
+def lease_to_ms(seconds: float, name: str) -> int:
     """A lease in milliseconds.
 
     Raises:

@@ -47,10 +47,12 @@ from facade.errors import (
     UnsupportedFormatNameOperation,
 )
 from facade.message import JournalLevel, Message, MessageClass, MessageId, check_enforceable
-from facade.peeklock import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, PeekLockReceives
+from facade.peeklock import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, PeekLockReceives, unlocked
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
+from facade.outputs import SystemOutputs, acknowledgment_requested
 from facade.sender import SendTracker
+from facade.transaction import MessageQueueTransaction, check_transaction
 from facade.receipts import ReceiptAction
 from facade.resolution import elements_of, is_dynamic, needs_directory
 from facade.timeouts import receive_timeout
@@ -115,6 +117,8 @@ class MessageQueue(PeekLockReceives):
         self._lock = threading.RLock()
         self._worker: ThreadPoolExecutor | None = None
         self._batch_size = 1  # receive_many's max_messages, for _take_receive_batch
+        #: Transactional senders whose earlier incarnations' locks this handle released.
+        self._fenced_for: set[str] = set()
         self._init_locks(prefetch, prefetch_lease)
 
     # -- properties ----------------------------------------------------------------------------
@@ -130,7 +134,8 @@ class MessageQueue(PeekLockReceives):
 
     # -- send ----------------------------------------------------------------------------------
 
-    def send(self, message: Message, *, wait: bool = False, timeout: float = 30.0) -> Message:
+    def send(self, message: Message, *, wait: bool = False, timeout: float = 30.0,
+             transaction: MessageQueueTransaction | str | None = None) -> Message:
         """Send ``message`` to every destination of this queue (MSMQ ``MQSendMessage``).
 
         The queue manager assigns ``id``, ``sent_time``, ``source_machine_id``,
@@ -147,6 +152,16 @@ class MessageQueue(PeekLockReceives):
             wait (bool): wait until every copy has the broker's verdict ("queued"), and raise if
                 one failed.
             timeout (float): seconds to wait when ``wait`` is true.
+            transaction (MessageQueueTransaction | str | None): send within this transaction
+                (:mod:`facade.transaction`: written at its commit, exactly once, in order, or
+                not at all); ``"single"`` is MSMQ's single-message transaction (committed
+                before this returns); None (default) sends outside any transaction. A
+                transactional send needs transactional queues: a nontransactional destination
+                rejects its copy with NACK_NOT_TRANSACTIONAL_Q (at commit), and a
+                nontransactional send to a transactional queue is rejected with
+                NACK_NOT_TRANSACTIONAL_MSG. A rejected copy is dead-lettered when the journal
+                level has DEADLETTER and NACKed when asked for; when neither would tell the
+                sender, the send raises TransactionUsage and sends nothing.
 
         Returns:
             Message: the message as sent (with its id).
@@ -155,16 +170,18 @@ class MessageQueue(PeekLockReceives):
             UnsupportedFormatNameOperation: a destination is read-only (journal, dead-letter).
             InvalidParameter: a property outside its range, or one asking for signing or
                 encryption (not supported yet: refused, never sent unprotected).
-            TransactionUsage: a destination is a transactional queue, or ``transaction_id`` is
-                set (kmq does not send in transactions yet).
+            TransactionUsage: a copy would be rejected for a transaction mismatch (see
+                ``transaction``) without telling the sender; ``transaction`` is committed or
+                aborted already; or the caller set ``transaction_id`` itself.
             BrokerUnavailable: ``wait`` and the broker did not acknowledge in time.
             QueueQuotaExceeded: a copy would take its queue past its quota and was not
                 dead-lettered (the other copies were sent).
         """
-        return self._send((message,), wait, timeout)[0]
+        return self._send((message,), wait, timeout, transaction)[0]
 
     def send_many(self, messages: Iterable[Message], *, wait: bool = False,
-                  timeout: float = 30.0) -> list[Message]:
+                  timeout: float = 30.0,
+                  transaction: MessageQueueTransaction | str | None = None) -> list[Message]:
         """Send several messages to every destination of this queue, as one batch.
 
         Each message gets what :meth:`send` gives it (its own id, one copy per destination);
@@ -180,6 +197,8 @@ class MessageQueue(PeekLockReceives):
             wait (bool): wait until every copy of every message has the broker's verdict, and
                 raise if one failed.
             timeout (float): seconds to wait (for the whole batch) when ``wait`` is true.
+            transaction (MessageQueueTransaction | str | None): as for :meth:`send`;
+                ``"single"`` sends the whole batch in one transaction.
 
         Returns:
             list[Message]: the messages as sent (with their ids), in the same order. When it
@@ -204,11 +223,15 @@ class MessageQueue(PeekLockReceives):
             if not isinstance(message, Message):
                 raise InvalidParameter(f"send_many() takes Message objects, not "
                                        f"{type(message).__name__}", queue=self.format_name)
-        return self._send(batch, wait, timeout) if batch else []
+        return self._send(batch, wait, timeout, transaction) if batch else []
 
-    def _send(self, messages: tuple[Message, ...], wait: bool,
-              timeout: float) -> list[Message]:
+    def _send(self, messages: tuple[Message, ...], wait: bool, timeout: float,
+              transaction: object = None) -> list[Message]:
         """Stamp, check, quota-check, encode and submit ``messages``; see :meth:`send_many`."""
+        transaction = check_transaction(transaction)
+        if transaction == "single":
+            with self.manager.begin_transaction() as single:
+                return self._send(messages, wait, timeout, single)
         destinations = self._send_destinations()
         for destination in destinations:
             if destination.read_only:
@@ -219,14 +242,13 @@ class MessageQueue(PeekLockReceives):
                 raise UnsupportedFormatNameOperation(
                     f"{destination.format_name!r} is a subqueue: messages enter it only by "
                     "being moved", queue=destination.format_name, hint="use MessageQueue.move")
-        for destination in destinations:
-            properties = destination.properties
-            if properties is not None and properties.transactional:
-                raise TransactionUsage(
-                    f"{destination.format_name!r} is a transactional queue and kmq does not send "
-                    "in transactions yet: MSMQ rejects a nontransactional message there "
-                    "(NACK_NOT_TRANSACTIONAL_MSG)", queue=destination.format_name,
-                    hint="send to a nontransactional queue")
+        if isinstance(transaction, MessageQueueTransaction):
+            return self._send_in_transaction(messages, destinations, transaction)
+        mismatched = [d for d in destinations if _transactional(d)]
+        for message in messages:
+            require_told(message, mismatched, MessageClass.NACK_NOT_TRANSACTIONAL_MSG,
+                         "a transactional queue takes only messages sent in a transaction",
+                         'send with transaction=qm.begin_transaction() (or transaction="single")')
         manager, now = self.manager, _now()
         sent_messages = []
         for message in messages:
@@ -244,6 +266,10 @@ class MessageQueue(PeekLockReceives):
             journaled = not sent.journal & JournalLevel.JOURNAL
             for destination in destinations:
                 copy = sent.stamped(destination_queue=destination.format_name)
+                if destination in mismatched:
+                    reject_copy(outputs, copy, destination, MessageClass.NACK_NOT_TRANSACTIONAL_MSG,
+                                "a nontransactional message sent to a transactional queue")
+                    continue
                 record = encode_message(copy, validate=False)
                 size = len(record.value)
                 if self._over_quota(destination, size, batched):
@@ -289,6 +315,44 @@ class MessageQueue(PeekLockReceives):
             raise error
         return sent_messages
 
+    def _send_in_transaction(self, messages: tuple[Message, ...], destinations: list[Destination],
+                             transaction: MessageQueueTransaction) -> list[Message]:
+        """Stamp and check ``messages`` and enlist their copies in ``transaction`` (sent at its
+        commit); copies to nontransactional queues are rejected at commit (NACK_NOT_TRANSACTIONAL_Q)."""
+        transaction.require_active()
+        manager, now = self.manager, _now()
+        mismatched = [d for d in destinations if not _transactional(d)]
+        for message in messages:
+            check_enforceable(message)  # before it gets its transaction id
+            require_told(message, mismatched, MessageClass.NACK_NOT_TRANSACTIONAL_Q,
+                         "a nontransactional queue takes no messages sent in a transaction",
+                         "send without transaction=, or create the queue with transactional=True")
+        sent_messages, enlisted, rejected = [], [], []
+        for message in messages:
+            # MSMQ sends every message of a transaction with priority 0 and the first
+            # message's timers.
+            sent = message.stamped(id=manager.ids.new(), sent_time=now,
+                                   source_machine_id=manager.guid,
+                                   destination_format_name=self.format_name,
+                                   transaction_id=transaction.id, priority=0,
+                                   **transaction.timers(message))
+            sent.check()
+            for destination in destinations:
+                copy = sent.stamped(destination_queue=destination.format_name)
+                if destination in mismatched:
+                    rejected.append((copy, destination))
+                    continue
+                manager.sender.check_size(destination, copy, encode_message(copy, validate=False))
+                enlisted.append((destination, copy))
+            sent_messages.append(sent)
+        outputs = manager.outputs
+        transaction.enlist_sends(enlisted, rejections=[
+            functools.partial(reject_copy, outputs, copy, destination,
+                              MessageClass.NACK_NOT_TRANSACTIONAL_Q,
+                              "a transactional message sent to a nontransactional queue")
+            for copy, destination in rejected])
+        return sent_messages
+
     def _over_quota(self, destination: Destination, size: int, batched: dict[str, int]) -> bool:
         """Whether adding ``size`` bytes would take the queue past PROPID_Q_QUOTA.
 
@@ -315,7 +379,8 @@ class MessageQueue(PeekLockReceives):
     # -- receive and peek ----------------------------------------------------------------------
 
     def receive(self, timeout: float | None = None, *, lock: bool = False,
-                lease: float = DEFAULT_LEASE) -> Message:
+                lease: float = DEFAULT_LEASE,
+                transaction: MessageQueueTransaction | str | None = None) -> Message:
         """Remove and return the first message: highest priority, then oldest (``MQReceiveMessage``).
 
         Args:
@@ -327,6 +392,12 @@ class MessageQueue(PeekLockReceives):
                 queue, ``abort_count`` + 1). If neither happens within ``lease`` it is released
                 too. Default False: MSMQ's nontransactional receive (at most once).
             lease (float): with ``lock``, seconds the lock lasts (default 30).
+            transaction (MessageQueueTransaction | str | None): a transactional receive
+                (exactly once with the transaction's sends, :mod:`facade.transaction`): the
+                message is locked now and removed when the transaction commits; an abort, or
+                the death of this process, returns it to the queue with ``abort_count`` + 1.
+                ``"single"`` receives in a transaction of its own, committed before this
+                returns. Only from a transactional queue, and not with ``lock``.
 
         On a handle opened with ``prefetch=k``, a receive without ``lock`` hands out the next of
         up to ``k`` messages taken with one PREFETCH receipt (see :mod:`facade.peeklock`).
@@ -342,12 +413,47 @@ class MessageQueue(PeekLockReceives):
                 seconds in (0, 604800].
             BrokerUnavailable: the broker did not answer; nothing was lost (see above; a
                 lock whose verdict was not read is released when its lease passes).
+            TransactionUsage: ``transaction`` on a nontransactional queue, or one that is
+                committed or aborted already.
         """
+        transaction = check_transaction(transaction)
+        if transaction is not None:
+            if lock:
+                raise InvalidParameter(
+                    "receive() takes lock=True or a transaction, not both: a transactional "
+                    "receive is locked until its transaction ends", queue=self.format_name)
+            return self._receive_in_transaction(timeout, transaction)
         if lock:
             return self._receive_locked(timeout, lease)
         if self._prefetch:
             return self._receive_prefetched(receive_timeout(timeout))
         return self._wait(lambda view, now: view.state.peek_first(now), remove=True, timeout=timeout)
+
+    def _receive_in_transaction(self, timeout: float | None,
+                                transaction: MessageQueueTransaction | str) -> Message:
+        """A transactional receive: a peek-lock enlisted in ``transaction``."""
+        if not isinstance(transaction, MessageQueueTransaction):  # "single"
+            with self.manager.begin_transaction() as single:
+                return self._receive_in_transaction(timeout, single)
+        transaction.require_active()
+        destination = self._single()
+        if destination.properties is not None and not destination.properties.transactional:
+            raise TransactionUsage(
+                f"{self.format_name!r} is not a transactional queue: MSMQ receives from it only "
+                "outside transactions", queue=self.format_name,
+                hint="receive without transaction=, or use a queue created with transactional=True")
+        producer = transaction.producer
+        if producer.owner not in self._fenced_for:
+            producer.start()  # fences the earlier incarnations before their locks are released
+            self._release_fenced(producer.is_fenced_owner)
+            self._fenced_for.add(producer.owner)
+        locked = self._receive_locked(timeout, transaction.lease, producer.owner)
+        try:
+            transaction.enlist_receive(self, locked)
+        except TransactionUsage:
+            self.abandon(locked)  # ended meanwhile (another thread): give the message back
+            raise
+        return unlocked(locked)
 
     def peek(self, timeout: float | None = None) -> Message:
         """Return the first message without removing it (``MQ_ACTION_PEEK_CURRENT``).
@@ -1132,3 +1238,38 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _transactional(destination: Destination) -> bool:
+    """Whether a destination is a transactional queue (PROPID_Q_TRANSACTION)."""
+    return destination.properties is not None and destination.properties.transactional
+
+
+def require_told(message: Message, mismatched: list[Destination], message_class: MessageClass,
+                 why: str, hint: str) -> None:
+    """Refuse a send whose copies ``mismatched`` would be rejected without telling the sender.
+
+    A rejected copy is acceptable only if it is dead-lettered (journal level DEADLETTER) or
+    NACKed (``message_class`` asked for with an admin queue); otherwise it would vanish.
+
+    Raises:
+        TransactionUsage: ``mismatched`` is not empty and neither would happen.
+    """
+    if not mismatched or message.journal & JournalLevel.DEADLETTER:
+        return
+    if message.admin_queue and acknowledgment_requested(message.acknowledge, message_class):
+        return
+    names = ", ".join(repr(d.format_name) for d in mismatched[:3])
+    raise TransactionUsage(
+        f"{names}: {why}; the copy would be rejected ({message_class.name}) and this message "
+        "asks for neither a dead-letter copy nor a negative acknowledgment, so nothing was sent",
+        queue=mismatched[0].format_name, hint=hint)
+
+
+def reject_copy(outputs: SystemOutputs, copy: Message, destination: Destination,
+                message_class: MessageClass, reason: str) -> None:
+    """Reject ``copy`` at ``destination``: dead-letter it and post the NACK, as asked for.
+
+    Raises:
+        BrokerUnavailable, BrokerError: the dead-letter copy was not written.
+    """
+    outputs.dead_letter(copy, message_class)
+    outputs.acknowledge(copy, message_class, destination, reason=reason)

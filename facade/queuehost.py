@@ -15,6 +15,7 @@ from facade.sender import SenderHost
 if TYPE_CHECKING:
     from facade.registry import QueueProperties
     from facade.sender import Sender
+    from facade.transaction import MessageQueueTransaction
 
 __all__ = ["QueueHost"]
 
@@ -44,4 +45,9 @@ class QueueHost(SenderHost, OutputsHost, Protocol):
             QueueNotFound: no such queue.
             InvalidParameter: an unknown property or a value outside its range.
         """
+        ...
+
+    def begin_transaction(self, *, lease: float = ...) -> MessageQueueTransaction:
+        """Begin an MSMQ internal transaction (``MQBeginTransaction``); see
+        :mod:`facade.transaction`."""
         ...

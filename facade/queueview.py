@@ -15,7 +15,9 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
+from facade.envelope import HEADER_TXN
 from facade.errors import BrokerUnavailable, EnvelopeError, MessageAlreadyReceived, MessageNotFound
 from facade.kafka import KafkaRecord, KafkaSession, PendingRecord, produce_async
 from facade.message import Delivery
@@ -70,6 +72,10 @@ class QueueView:
         self._applied_ahead: dict[int, _OwnReceipt] = {}
         #: (topic, first missing offset) -> when the gap was first seen (see _rewind).
         self._gaps: dict[tuple[str, int], float] = {}
+        #: Per topic: transaction markers due after the transactional records applied (see
+        #: _note_transaction), and the transaction of the last such record.
+        self._markers_due: dict[str, int] = {}
+        self._last_transaction: dict[str, str] = {}
         self._outcomes: dict[str, ClaimOutcome] = {}
         self._session = session
         self._reader = session.reader()
@@ -145,9 +151,23 @@ class QueueView:
                 self._add_receipt(record)
         return len(records)
 
+    def _note_transaction(self, topic: str, transaction_id: str | None) -> None:
+        """Count the marker a Kafka transaction leaves after its records in ``topic``.
+
+        Every committed (or aborted) Kafka transaction appends one control record to each
+        partition it wrote, after its own records; consumers never see it, so it is a one-offset
+        gap. Records of one kmq transaction carry its id (``kmq.txn`` / the receipt's
+        ``transaction_id``) and are written together, so a change of id is a new marker due.
+        """
+        if transaction_id is not None and self._last_transaction.get(topic) != transaction_id:
+            self._last_transaction[topic] = transaction_id
+            self._markers_due[topic] = self._markers_due.get(topic, 0) + 1
+
     def _rewind(self, topic: str, expected: int, found: int) -> bool:
         """Handle a record that follows a gap: read the topic again from the gap, unless the gap
-        has lasted :data:`GAP_PATIENCE` seconds (then it is real, e.g. transaction markers).
+        is the markers of transactions whose records this view applied (Kafka's only holes in
+        an uncompacted log) and a second fetch from the gap skipped it too, or the gap has
+        lasted :data:`GAP_PATIENCE` seconds (then it is real).
 
         Kafka's log has no holes below the high watermark but transaction markers (kmq's queue
         topics are not compacted). Tansu 0.6, though, sometimes hands a tailing consumer a record
@@ -160,6 +180,12 @@ class QueueView:
             bool: True when the reader was rewound (drop the rest of this topic's batch).
         """
         key = (topic, expected)
+        due = self._markers_due.get(topic, 0)
+        if found - expected <= due and key in self._gaps:
+            # Markers were due here, and a second fetch from the gap skipped it too.
+            self._markers_due[topic] = due - (found - expected)
+            del self._gaps[key]
+            return False
         now = time.monotonic()
         first = self._gaps.setdefault(key, now)
         if now - first > GAP_PATIENCE:
@@ -256,6 +282,8 @@ class QueueView:
 
     def _add_data(self, record: KafkaRecord) -> None:
         entry = IndexEntry.from_record(record.offset, len(record.value or b""), record.headers)
+        if record.headers:
+            self._note_transaction(record.topic, _header(record.headers, HEADER_TXN))
         self.state.add(entry)
         status = self.state.status(record.offset)
         if status.is_pending:
@@ -307,6 +335,8 @@ class QueueView:
                     "skips it", record.topic, record.partition, record.offset, error.message)
 
     def _apply_receipt(self, receipt: Receipt, receipt_offset: int) -> None:
+        if receipt.action is ReceiptAction.COMPLETED:  # the only receipts written in a Kafka transaction
+            self._note_transaction(self.topics.receipts, receipt.transaction_id)
         outcome = self.state.apply(receipt, receipt_offset)
         if receipt.action.is_lock or receipt.completes is not None:
             # Locks and settle receipts move records between pending, held and removed.
@@ -344,7 +374,8 @@ class QueueView:
         """
         return self.settle(self.start_claim(action, offsets, **fields))
 
-    def start_claim(self, action: ReceiptAction, offsets: tuple[int, ...] = (),
+    def start_claim(self, action: ReceiptAction, offsets: tuple[int, ...] = (), *,
+                    producer: Any = None, claimant: str | None = None,
                     **fields: object) -> PendingClaim:
         """Append a receipt without waiting: the caller may work (decode the message) while the
         broker acknowledges it, then must call :meth:`settle` exactly once.
@@ -361,16 +392,21 @@ class QueueView:
         view learns of other processes' locks only with receipts fetched, so it is fetching
         then; its own locks need no fetching (it applies its own settle receipts).
 
+        ``producer`` appends with another producer than the view's own: a transactional one
+        inside a Kafka transaction (:mod:`facade.transaction`), whose commit must come before
+        :meth:`settle`. ``claimant`` replaces the view's own (a transactional receive names its
+        sender's ``transactional.id`` there).
+
         Raises:
             BrokerError: the producer refused the receipt (nothing was appended).
         """
-        receipt = new_claim(action, offsets, self.claimant, **fields)
+        receipt = new_claim(action, offsets, claimant or self.claimant, **fields)
         self._awaiting.add(receipt.claim_id)
         if self._receive_only and not self.state.has_locks:
             self._pause_receipts()
         value = encode_receipt(receipt)
         try:
-            record = produce_async(self._producer, self.topics.receipts, value,
+            record = produce_async(producer or self._producer, self.topics.receipts, value,
                                    operation="append receipt")
         except BaseException:
             self._awaiting.discard(receipt.claim_id)
@@ -426,3 +462,14 @@ class QueueView:
         """Close the reader and flush the producer."""
         self._producer.flush(5.0)
         self._reader.close()
+
+
+def _header(headers: list[tuple[str, bytes | None]], name: str) -> str | None:
+    """The text of header ``name``, or None (also when it is not valid UTF-8)."""
+    for key, value in headers:
+        if key == name and value is not None:
+            try:
+                return value.decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+    return None

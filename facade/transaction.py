@@ -1,0 +1,512 @@
+"""MSMQ transactions on Kafka transactions: :class:`MessageQueueTransaction`.
+
+MSMQ's strongest promise (seeds 000 and 001): the messages a transaction sends arrive exactly once
+and in order, or not at all; a message received in a transaction is removed only if the
+transaction commits, and goes back to its queue (abort count + 1) if it aborts. kmq keeps it on
+Kafka this way:
+
+* **Sends are buffered until commit.** ``queue.send(m, transaction=tx)`` checks and stamps the
+  message and keeps its copies in the transaction; nothing reaches Kafka before
+  :meth:`MessageQueueTransaction.commit`. An abort therefore writes nothing at all.
+* **A transactional receive is a peek-lock** (:mod:`facade.peeklock`): one LOCK receipt, with a
+  lease of :data:`TRANSACTION_LEASE`, takes the message from every other receiver at once. The
+  COMPLETED receipt that removes it for good is written at commit.
+* **Commit is one Kafka transaction** (Kafka's consume-transform-produce pattern): every buffered
+  copy and every COMPLETED receipt is produced by the queue manager's transactional producer
+  (``transactional.id``, see :class:`TransactionalProducer`) between ``begin_transaction`` and
+  ``commit_transaction``. Readers use ``isolation.level=read_committed``, so either all of it
+  becomes visible or none of it does: a message received and a reply sent in one transaction
+  both happen or neither does. Commits of one queue manager are serialised, so transactions to
+  one queue land in commit order.
+* **Abort releases the receives** with RELEASE receipts (abort count + 1; ``;poison`` after the
+  queue's ``receive_retry_count``). A process that dies inside a transaction leaves its locks to
+  their lease: the messages come back for the next receiver.
+
+What needs the broker: a Kafka transaction that fails or is cut off *during* commit is aborted
+by the broker, and real Kafka hides aborted records from read_committed readers. Tansu 0.6 shows
+them (``docs/infrastructure`` notes), so on Tansu a crash in the middle of a commit can leave part
+of a transaction visible; aborts before commit are safe there too because nothing was written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from facade.errors import (
+    BrokerUnavailable,
+    InvalidParameter,
+    LockLost,
+    MessageQueueError,
+    TransactionAborted,
+    TransactionUsage,
+)
+from facade.kafka import KafkaSession, map_kafka_errors
+from facade.envelope import EncodedRecord, encode_message
+from facade.message import Delivery, Message, MessageClass
+
+if TYPE_CHECKING:
+    from facade.destination import Destination
+    from facade.peeklock import LockedMessage
+
+__all__ = [
+    "COMMIT_MARGIN",
+    "TRANSACTION_LEASE",
+    "MessageQueueTransaction",
+    "TransactionStatus",
+    "TransactionalProducer",
+]
+
+log = logging.getLogger("kmq.transaction")
+
+#: Seconds a message received in a transaction stays locked: MSMQ holds it until commit or
+#: abort; kmq needs a bound so that a crashed receiver's messages come back.
+TRANSACTION_LEASE = 300.0
+#: Seconds of lease a received message must still have when commit starts (at most a tenth of
+#: the lease); a transaction older than that aborts instead of racing its leases.
+COMMIT_MARGIN = 30.0
+#: Claimants of transactional LOCK receipts start with this, then ``transactional.id@incarnation``.
+OWNER_PREFIX = "xact:"
+#: Seconds commit waits for the broker.
+COMMIT_TIMEOUT = 60.0
+#: Kafka ``transaction.timeout.ms`` (seconds): a Kafka transaction lasts only while a commit
+#: runs, since sends are buffered until then. If its process dies mid-commit, read_committed
+#: readers of the topics it wrote wait until the broker aborts it after this long, or until a
+#: process with the same ``transactional.id`` starts (which aborts it at once).
+KAFKA_TRANSACTION_TIMEOUT = 60.0
+
+
+class TransactionStatus(enum.Enum):
+    """Where a :class:`MessageQueueTransaction` is (System.Messaging's ``MessageQueueTransactionStatus``)."""
+
+    INITIALIZED = "initialized"
+    """Begun; nothing sent or received in it yet."""
+    PENDING = "pending"
+    """Holds sends or receives; neither committed nor aborted yet."""
+    COMMITTED = "committed"
+    """Committed: its sends are in their queues and its receives are removed."""
+    ABORTED = "aborted"
+    """Aborted: nothing it sent was written; what it received is back in its queue."""
+
+
+@dataclass(frozen=True)
+class _Send:
+    destination: Destination
+    copy: Message
+
+
+@dataclass(frozen=True)
+class _Receive:
+    handle: Any  # the MessageQueue (a PeekLockReceives) that took the lock
+    locked: LockedMessage
+
+
+class TransactionalProducer:
+    """The queue manager's Kafka transactional producer; one commit at a time.
+
+    ``transactional.id`` is the sender's identity for Kafka's zombie fencing: a producer that
+    starts with the same id (``init_transactions``) aborts what an earlier incarnation left open
+    and fences it, so the old one's commit fails. Two live processes must therefore not share it;
+    the default id is unique per process.
+
+    Args:
+        session (KafkaSession): the broker connection settings.
+        transactional_id (str): Kafka ``transactional.id``.
+    """
+
+    def __init__(self, session: KafkaSession, transactional_id: str):
+        self.transactional_id = transactional_id
+        #: The claimant of this process's transactional LOCK receipts: the ``transactional.id``
+        #: and this incarnation. A later incarnation releases the locks of earlier ones.
+        self.owner = f"{OWNER_PREFIX}{transactional_id}@{uuid.uuid4().hex[:12]}"
+        self._session = session
+        self._producer: Any = None
+        self._lock = threading.Lock()
+
+    def commit(self, produce: Callable[[Any], list[Any]], timeout: float = COMMIT_TIMEOUT) -> list[Any]:
+        """Run ``produce(producer)`` inside one Kafka transaction and commit it.
+
+        Args:
+            produce (Callable[[Producer], list]): hands the transaction's records to the
+                producer (it must not flush or poll); its return value is passed back.
+            timeout (float): seconds for initialisation and for the commit.
+
+        Returns:
+            list: what ``produce`` returned (pending deliveries, all acknowledged by now).
+
+        Raises:
+            TransactionAborted: the broker refused the transaction or this producer was fenced
+                by another one with the same ``transactional.id``; nothing of it is visible.
+            BrokerUnavailable: the broker did not answer; the transaction was aborted, or, if
+                not even the abort got through, the broker aborts it after
+                ``transaction.timeout.ms``.
+        """
+        with self._lock:
+            producer = self._ready(timeout)
+            with map_kafka_errors("begin transaction"):
+                producer.begin_transaction()
+            try:
+                result = produce(producer)
+                producer.commit_transaction(timeout)
+            except KafkaException as exc:
+                self._abort_after(producer, exc, timeout)
+                raise AssertionError("unreachable") from exc  # _abort_after always raises
+            except BaseException:
+                self._abort(producer, timeout)
+                raise
+            return result
+
+    def start(self, timeout: float = COMMIT_TIMEOUT) -> None:
+        """Initialise the producer now (``init_transactions``), which fences every earlier
+        incarnation with the same ``transactional.id``: their open Kafka transaction is aborted
+        and their later commits fail.
+
+        Raises:
+            BrokerUnavailable: the broker did not answer within ``timeout`` seconds.
+        """
+        with self._lock:
+            self._ready(timeout)
+
+    def is_fenced_owner(self, claimant: str) -> bool:
+        """Whether ``claimant`` is an earlier incarnation of this sender (same
+        ``transactional.id``, another process): its locks are released when this one starts."""
+        prefix = f"{OWNER_PREFIX}{self.transactional_id}@"
+        return claimant.startswith(prefix) and claimant != self.owner
+
+    def _ready(self, timeout: float) -> Any:
+        if self._producer is None:
+            producer = self._session.producer(
+                Delivery.RECOVERABLE, transactional_id=self.transactional_id,
+                # linger.ms 0: the records of a commit are all handed over before it, so
+                # waiting for more only delays the commit.
+                extra={"transaction.timeout.ms": int(KAFKA_TRANSACTION_TIMEOUT * 1000),
+                       "linger.ms": 0})
+            try:
+                producer.init_transactions(timeout)
+            except KafkaException as exc:
+                raise BrokerUnavailable(
+                    f"could not start Kafka transactions for transactional.id "
+                    f"{self.transactional_id!r}: {exc.args[0]}",
+                    hint="check that the broker is running and supports transactions") from exc
+            self._producer = producer
+        return self._producer
+
+    def _abort_after(self, producer: Any, exc: KafkaException, timeout: float) -> None:
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if error is not None and error.fatal():
+            # Fenced (PRODUCER_FENCED / INVALID_PRODUCER_EPOCH) or another fatal error: the
+            # producer is unusable and the broker aborts what it had open.
+            self._producer = None
+            raise TransactionAborted(
+                f"transaction aborted: the Kafka producer with transactional.id "
+                f"{self.transactional_id!r} failed ({error.name()}: {error.str()}); a newer "
+                "process with the same identity fences this one", hint="nothing it sent is "
+                "visible; start a new transaction (a new producer is created)") from exc
+        self._abort(producer, timeout)
+        if error is not None and error.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+                                                  KafkaError._ALL_BROKERS_DOWN):
+            raise BrokerUnavailable(f"transaction aborted: the broker did not answer ({error.str()})",
+                                    hint="check that the Kafka broker is running") from exc
+        raise TransactionAborted(f"transaction aborted by the broker: {exc.args[0]}") from exc
+
+    def _abort(self, producer: Any, timeout: float) -> None:
+        try:
+            producer.abort_transaction(timeout)
+        except KafkaException as exc:
+            # The broker aborts it after transaction.timeout.ms; a new producer fences it too.
+            log.warning("abort of a Kafka transaction (transactional.id %r) failed: %s; the "
+                        "broker aborts it when its timeout passes", self.transactional_id, exc)
+            self._producer = None
+
+    def close(self) -> None:
+        """Release the producer (an open transaction is aborted by the broker)."""
+        with self._lock:
+            producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(5.0)
+
+
+class MessageQueueTransaction:
+    """An MSMQ internal transaction (System.Messaging's ``MessageQueueTransaction``).
+
+    Begin one with :meth:`QueueManager.begin_transaction`; pass it to
+    ``MessageQueue.send(message, transaction=tx)`` and ``MessageQueue.receive(timeout,
+    transaction=tx)``; end it with :meth:`commit` or :meth:`abort`. As a context manager it commits
+    when the block ends normally and aborts when it raises (the exception is not swallowed).
+
+    Guarantees (see the module text for how): its sends become visible together and exactly once
+    at commit, in send order per queue, and transactions of one queue manager land in commit
+    order; its receives are removed at commit, or returned to their queues (abort count + 1) at
+    abort, or when the process dies, once their lease (:data:`TRANSACTION_LEASE`) passes.
+    Within a transaction the first message's time-to-reach-queue and time-to-be-received apply
+    to all its messages, and every message is sent with priority 0 (MSMQ's rule).
+
+    Args:
+        manager (QueueManager): the queue manager whose producer commits it.
+        producer (TransactionalProducer): that producer.
+        lease (float): seconds its receives stay locked when it never ends (its process died);
+            default :data:`TRANSACTION_LEASE`.
+
+    Attributes:
+        id (str): the transaction id (PROPID_M_XACTID of its messages).
+        status (TransactionStatus): where it is.
+        lease (float): see Args.
+    """
+
+    def __init__(self, manager: Any, producer: TransactionalProducer,
+                 lease: float = TRANSACTION_LEASE):
+        self.id = str(uuid.uuid4())
+        #: Seconds a message received in this transaction stays locked if the transaction
+        #: neither commits nor aborts (its process died): then it returns to its queue.
+        self.lease = lease
+        self._manager = manager
+        self._producer = producer
+        self._status = TransactionStatus.INITIALIZED
+        self._sends: list[_Send] = []
+        self._receives: list[_Receive] = []
+        self._rejections: list[Callable[[], object]] = []
+        self._first: Message | None = None
+        self._lock = threading.RLock()
+
+    @property
+    def producer(self) -> TransactionalProducer:
+        """The queue manager's transactional producer that commits this transaction."""
+        return self._producer
+
+    @property
+    def status(self) -> TransactionStatus:
+        """Where the transaction is (:class:`TransactionStatus`)."""
+        return self._status
+
+    def __enter__(self) -> MessageQueueTransaction:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._status not in (TransactionStatus.INITIALIZED, TransactionStatus.PENDING):
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+    def __repr__(self) -> str:
+        return (f"<MessageQueueTransaction {self.id} {self._status.value}: "
+                f"{len(self._sends)} copies to send, {len(self._receives)} received>")
+
+    # -- enlisting (called by MessageQueue) -----------------------------------------------------
+
+    def timers(self, message: Message) -> dict[str, object]:
+        """The timers ``message`` is sent with: MSMQ applies the first message's
+        time-to-reach-queue and time-to-be-received to every message of a transaction.
+
+        Returns:
+            dict[str, object]: ``{}`` for the first message (it keeps its own), else the first
+            message's two timers as :meth:`Message.stamped` arguments.
+        """
+        with self._lock:
+            if self._first is None:
+                self._first = message
+                return {}
+            first = self._first
+        return {"time_to_reach_queue": first.time_to_reach_queue,
+                "time_to_be_received": first.time_to_be_received}
+
+    def enlist_sends(self, sends: list[tuple[Destination, Message]],
+                     rejections: Sequence[Callable[[], object]] = ()) -> None:
+        """Add checked, stamped copies to send at commit (MessageQueue.send calls this).
+
+        Args:
+            sends (list[tuple[Destination, Message]]): the copies, in send order.
+            rejections (Sequence[Callable[[], object]]): what to do after commit for copies their
+                queue rejects (dead-letter copy, NACK); dropped at abort.
+
+        Raises:
+            TransactionUsage: the transaction is committed or aborted already.
+        """
+        with self._lock:
+            self._require_active()
+            self._sends.extend(_Send(destination, copy) for destination, copy in sends)
+            self._rejections.extend(rejections)
+            if sends or rejections:
+                self._status = TransactionStatus.PENDING
+
+    def enlist_receive(self, handle: Any, locked: LockedMessage) -> None:
+        """Add a message received under this transaction's lock (MessageQueue.receive calls this).
+
+        Raises:
+            TransactionUsage: the transaction is committed or aborted already.
+        """
+        with self._lock:
+            self._require_active()
+            self._receives.append(_Receive(handle, locked))
+            self._status = TransactionStatus.PENDING
+
+    def require_active(self) -> None:
+        """Raise unless sends and receives may still join the transaction.
+
+        Raises:
+            TransactionUsage: it is committed or aborted already.
+        """
+        with self._lock:
+            self._require_active()
+
+    def _require_active(self) -> None:
+        if self._status in (TransactionStatus.COMMITTED, TransactionStatus.ABORTED):
+            raise TransactionUsage(
+                f"transaction {self.id} is {self._status.value}: nothing more can join it",
+                hint="begin a new transaction (QueueManager.begin_transaction())")
+
+    # -- ending ---------------------------------------------------------------------------------
+
+    def commit(self, timeout: float = COMMIT_TIMEOUT) -> None:
+        """Commit: make every send visible and remove every receive, atomically.
+
+        Args:
+            timeout (float): seconds to wait for the broker.
+
+        Raises:
+            TransactionUsage: already committed or aborted.
+            TransactionAborted: the transaction could not commit and was aborted instead (a
+                received message's lease was too close to its end, the producer was fenced,
+                or the broker refused it); nothing it sent is visible and its receives are
+                back in their queues.
+            BrokerUnavailable: the broker did not answer; the transaction was aborted.
+            LockLost: (only after a commit) a receipt of another process settled a received
+                message first, so it may be delivered again; the sends are committed.
+        """
+        with self._lock:
+            self._require_active()
+            if not self._sends and not self._receives:
+                self._status = TransactionStatus.COMMITTED
+                self._run_rejections()
+                return
+            try:
+                self._check_leases()
+                self._journal_receives()
+                records = self._encode_sends()
+                completions = self._producer.commit(
+                    lambda producer: self._produce(producer, records), timeout)
+            except BaseException:
+                self._end_aborted()
+                raise
+            self._status = TransactionStatus.COMMITTED
+        self._after_commit(completions)
+
+    def abort(self) -> None:
+        """Abort: discard every send and return every received message to its queue.
+
+        Each received message goes back with its abort count raised by one (``;poison`` after
+        the queue's ``receive_retry_count``). A release the broker does not take now happens
+        when the message's lease passes. Aborting an aborted transaction does nothing.
+
+        Raises:
+            TransactionUsage: the transaction is committed already.
+        """
+        with self._lock:
+            if self._status is TransactionStatus.ABORTED:
+                return
+            if self._status is TransactionStatus.COMMITTED:
+                raise TransactionUsage(f"transaction {self.id} is committed: it cannot abort")
+            self._end_aborted()
+
+    def _end_aborted(self) -> None:
+        self._status = TransactionStatus.ABORTED
+        self._sends.clear()
+        self._rejections.clear()
+        receives, self._receives = self._receives, []
+        for receive in receives:
+            try:
+                receive.handle.abandon(receive.locked)
+            except MessageQueueError as exc:
+                log.warning("transaction %s: message %s stays locked in %s until its lease "
+                            "passes (%s), then returns to the queue", self.id,
+                            receive.locked.id, receive.handle.format_name, exc)
+
+    def _run_rejections(self) -> None:
+        # The destination rejects such copies on arrival, which happens only at commit.
+        rejections, self._rejections = self._rejections, []
+        for reject in rejections:
+            reject()
+
+    def _check_leases(self) -> None:
+        now = dt.datetime.now(dt.timezone.utc)
+        for receive in self._receives:
+            expires = receive.locked.lease_expires
+            if expires is not None and (expires - now).total_seconds() < self._margin():
+                raise TransactionAborted(
+                    f"transaction {self.id} aborted: message {receive.locked.id} received in it "
+                    f"from {receive.handle.format_name!r} is locked only until "
+                    f"{expires.isoformat()}; committing now could race its release",
+                    hint=f"commit within {self.lease - self._margin():g} s of the receive")
+
+    def _margin(self) -> float:
+        return min(COMMIT_MARGIN, self.lease / 10)
+
+    def _journal_receives(self) -> None:
+        # The queue journal copy is written before the removal, as complete() does: a failed
+        # journal write aborts the transaction instead of losing the copy.
+        for receive in self._receives:
+            receive.handle._journal_locked(receive.locked)
+
+    def _encode_sends(self) -> list[tuple[str, EncodedRecord]]:
+        # PROPID_M_FIRST_IN_XACT / LAST_IN_XACT are known only now, so copies are encoded here.
+        records = []
+        first_id = self._sends[0].copy.id if self._sends else None
+        last_id = self._sends[-1].copy.id if self._sends else None
+        for send in self._sends:
+            copy = send.copy.stamped(first_in_transaction=send.copy.id == first_id,
+                                     last_in_transaction=send.copy.id == last_id)
+            records.append((send.destination.topics.data, encode_message(copy, validate=False)))
+        return records
+
+    def _produce(self, producer: Any, records: list[tuple[str, EncodedRecord]]) -> list[Any]:
+        for topic, record in records:
+            with map_kafka_errors("send in transaction", topic):
+                producer.produce(topic, value=record.value, key=record.key, headers=record.headers)
+        return [receive.handle._start_complete(receive.locked, producer, self.id)
+                for receive in self._receives]
+
+    def _after_commit(self, completions: list[Any]) -> None:
+        outputs = self._manager.outputs
+        lost = []
+        for receive, pending in zip(self._receives, completions, strict=True):
+            if not receive.handle._finish_complete(receive.locked, pending):
+                lost.append(receive)
+        journaled: set[object] = set()
+        for send in self._sends:
+            outputs.acknowledge(send.copy, MessageClass.ACK_REACH_QUEUE, send.destination)
+            if send.copy.id not in journaled:
+                journaled.add(send.copy.id)
+                outputs.source_journal(send.copy)
+        self._sends.clear()
+        self._receives.clear()
+        self._run_rejections()
+        if lost:
+            raise LockLost(
+                f"transaction {self.id} committed, but {len(lost)} of its receives had been "
+                "released by another process first (their leases passed): those messages may "
+                "be delivered again", queue=lost[0].handle.format_name)
+
+
+def check_transaction(transaction: object) -> MessageQueueTransaction | str | None:
+    """Validate a ``transaction=`` argument of send or receive.
+
+    Returns:
+        MessageQueueTransaction | str | None: the transaction, ``"single"``, or None.
+
+    Raises:
+        InvalidParameter: anything else.
+    """
+    if transaction is None or transaction == "single" or isinstance(transaction, MessageQueueTransaction):
+        return transaction  # type: ignore[return-value]
+    raise InvalidParameter(
+        f"transaction must be a MessageQueueTransaction, \"single\" or None, not {transaction!r}",
+        hint="tx = qm.begin_transaction(); q.send(m, transaction=tx); tx.commit()")
