@@ -563,9 +563,9 @@ def _raw_transactional_move(ctx: _Context) -> float:
             if record is None or record.error():
                 continue
             producer.begin_transaction()
-            _produce(producer, target, record.value())
+            _produce(producer, target, record.value() or b"")
             producer.send_offsets_to_transaction(
-                [TopicPartition(source, 0, record.offset() + 1)],
+                [TopicPartition(source, 0, (record.offset() or 0) + 1)],
                 consumer.consumer_group_metadata(), _TIMEOUT)
             producer.commit_transaction(_TIMEOUT)
             moved += 1

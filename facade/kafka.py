@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import enum
 import logging
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
@@ -36,6 +37,7 @@ from facade.errors import (
     MessageQueueError,
     QueueExists,
     QueueNotFound,
+    TransactionAborted,
 )
 from facade.message import Delivery
 from facade.topicsettings import MAX_MESSAGE_BYTES, topic_config
@@ -47,6 +49,7 @@ __all__ = [
     "Refusal",
     "TopicDescription",
     "TopicReader",
+    "TransactionalProducer",
     "is_fatal",
     "map_kafka_errors",
     "poll_producer",
@@ -980,3 +983,140 @@ def poll_producer(producer: Producer) -> BrokerError | None:
         return BrokerError(f"producer failed: {exc}",
                            kafka_code="_FATAL" if error is None or error.fatal() else error.name())
     return None
+
+
+#: Seconds a transactional producer waits for the broker (initialisation, commit).
+TRANSACTION_TIMEOUT = 60.0
+#: Claimants of transactional LOCK receipts start with this, then ``transactional.id@incarnation``.
+OWNER_PREFIX = "xact:"
+#: Kafka ``transaction.timeout.ms`` (seconds): a Kafka transaction lasts only while a commit
+#: runs, since sends are buffered until then. If its process dies mid-commit, read_committed
+#: readers of the topics it wrote wait until the broker aborts it after this long, or until a
+#: process with the same ``transactional.id`` starts (which aborts it at once).
+KAFKA_TRANSACTION_TIMEOUT = 60.0
+
+
+class TransactionalProducer:
+    """The queue manager's Kafka transactional producer; one commit at a time.
+
+    ``transactional.id`` is the sender's identity for Kafka's zombie fencing: a producer that
+    starts with the same id (``init_transactions``) aborts what an earlier incarnation left open
+    and fences it, so the old one's commit fails. Two live processes must therefore not share it;
+    the default id is unique per process.
+
+    Args:
+        session (KafkaSession): the broker connection settings.
+        transactional_id (str): Kafka ``transactional.id``.
+    """
+
+    def __init__(self, session: KafkaSession, transactional_id: str):
+        self.transactional_id = transactional_id
+        #: The claimant of this process's transactional LOCK receipts: the ``transactional.id``
+        #: and this incarnation. A later incarnation releases the locks of earlier ones.
+        self.owner = f"{OWNER_PREFIX}{transactional_id}@{uuid.uuid4().hex[:12]}"
+        self._session = session
+        self._producer: Any = None
+        self._lock = threading.Lock()
+
+    def commit(self, produce: Callable[[Any], list[Any]],
+               timeout: float = TRANSACTION_TIMEOUT) -> list[Any]:
+        """Run ``produce(producer)`` inside one Kafka transaction and commit it.
+
+        Args:
+            produce (Callable[[Producer], list]): hands the transaction's records to the
+                producer (it must not flush or poll); its return value is passed back.
+            timeout (float): seconds for initialisation and for the commit.
+
+        Returns:
+            list: what ``produce`` returned (pending deliveries, all acknowledged by now).
+
+        Raises:
+            TransactionAborted: the broker refused the transaction or this producer was fenced
+                by another one with the same ``transactional.id``; nothing of it is visible.
+            BrokerUnavailable: the broker did not answer; the transaction was aborted, or, if
+                not even the abort got through, the broker aborts it after
+                ``transaction.timeout.ms``.
+        """
+        with self._lock:
+            producer = self._ready(timeout)
+            with map_kafka_errors("begin transaction"):
+                producer.begin_transaction()
+            try:
+                result = produce(producer)
+                producer.commit_transaction(timeout)
+            except KafkaException as exc:
+                self._abort_after(producer, exc, timeout)
+                raise AssertionError("unreachable") from exc  # _abort_after always raises
+            except BaseException:
+                self._abort(producer, timeout)
+                raise
+            return result
+
+    def start(self, timeout: float = TRANSACTION_TIMEOUT) -> None:
+        """Initialise the producer now (``init_transactions``), which fences every earlier
+        incarnation with the same ``transactional.id``: their open Kafka transaction is aborted
+        and their later commits fail.
+
+        Raises:
+            BrokerUnavailable: the broker did not answer within ``timeout`` seconds.
+        """
+        with self._lock:
+            self._ready(timeout)
+
+    def is_fenced_owner(self, claimant: str) -> bool:
+        """Whether ``claimant`` is an earlier incarnation of this sender (same
+        ``transactional.id``, another process): its locks are released when this one starts."""
+        prefix = f"{OWNER_PREFIX}{self.transactional_id}@"
+        return claimant.startswith(prefix) and claimant != self.owner
+
+    def _ready(self, timeout: float) -> Any:
+        if self._producer is None:
+            producer = self._session.producer(
+                Delivery.RECOVERABLE, transactional_id=self.transactional_id,
+                # linger.ms 0: the records of a commit are all handed over before it, so
+                # waiting for more only delays the commit.
+                extra={"transaction.timeout.ms": int(KAFKA_TRANSACTION_TIMEOUT * 1000),
+                       "linger.ms": 0})
+            try:
+                producer.init_transactions(timeout)
+            except KafkaException as exc:
+                raise BrokerUnavailable(
+                    f"could not start Kafka transactions for transactional.id "
+                    f"{self.transactional_id!r}: {exc.args[0]}",
+                    hint="check that the broker is running and supports transactions") from exc
+            self._producer = producer
+        return self._producer
+
+    def _abort_after(self, producer: Any, exc: KafkaException, timeout: float) -> None:
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if error is not None and error.fatal():
+            # Fenced (PRODUCER_FENCED / INVALID_PRODUCER_EPOCH) or another fatal error: the
+            # producer is unusable and the broker aborts what it had open.
+            self._producer = None
+            raise TransactionAborted(
+                f"transaction aborted: the Kafka producer with transactional.id "
+                f"{self.transactional_id!r} failed ({error.name()}: {error.str()}); a newer "
+                "process with the same identity fences this one", hint="nothing it sent is "
+                "visible; start a new transaction (a new producer is created)") from exc
+        self._abort(producer, timeout)
+        if error is not None and error.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+                                                  KafkaError._ALL_BROKERS_DOWN):
+            raise BrokerUnavailable(f"transaction aborted: the broker did not answer ({error.str()})",
+                                    hint="check that the Kafka broker is running") from exc
+        raise TransactionAborted(f"transaction aborted by the broker: {exc.args[0]}") from exc
+
+    def _abort(self, producer: Any, timeout: float) -> None:
+        try:
+            producer.abort_transaction(timeout)
+        except KafkaException as exc:
+            # The broker aborts it after transaction.timeout.ms; a new producer fences it too.
+            log.warning("abort of a Kafka transaction (transactional.id %r) failed: %s; the "
+                        "broker aborts it when its timeout passes", self.transactional_id, exc)
+            self._producer = None
+
+    def close(self) -> None:
+        """Release the producer (an open transaction is aborted by the broker)."""
+        with self._lock:
+            producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(5.0)

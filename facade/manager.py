@@ -39,7 +39,7 @@ from facade.formatnames import (
     parse_path_name,
     parse_queue_reference,
 )
-from facade.kafka import KafkaSession, produce_and_wait
+from facade.kafka import KafkaSession, TransactionalProducer, produce_and_wait
 from facade.message import Delivery, Message, MessageClass
 from facade.outputs import SystemOutputs
 from facade.peeklock import DEFAULT_PREFETCH_LEASE, lease_to_ms
@@ -53,7 +53,7 @@ from facade.resolution import Resolver
 from facade.sender import Sender
 from facade.sequence import MessageIdAllocator
 from facade.topics import QueueTopics, queue_topics, system_topics
-from facade.transaction import TRANSACTION_LEASE, MessageQueueTransaction, TransactionalProducer
+from facade.transaction import TRANSACTION_LEASE, MessageQueueTransaction
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer

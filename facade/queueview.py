@@ -14,6 +14,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -372,7 +373,7 @@ class QueueView:
         Raises:
             BrokerUnavailable: the receipt was not acknowledged, or not read back, in time.
         """
-        return self.settle(self.start_claim(action, offsets, **fields))
+        return self.settle(self.start_claim(action, offsets, **fields))  # type: ignore[arg-type]
 
     def start_claim(self, action: ReceiptAction, offsets: tuple[int, ...] = (), *,
                     producer: Any = None, claimant: str | None = None,
@@ -464,7 +465,7 @@ class QueueView:
         self._reader.close()
 
 
-def _header(headers: list[tuple[str, bytes | None]], name: str) -> str | None:
+def _header(headers: Iterable[tuple[str, bytes | None]], name: str) -> str | None:
     """The text of header ``name``, or None (also when it is not valid UTF-8)."""
     for key, value in headers:
         if key == name and value is not None:
