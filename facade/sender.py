@@ -50,7 +50,7 @@ from facade.errors import (
 )
 from facade.kafka import Refusal, is_fatal, map_kafka_errors, poll_producer, refusal
 from facade.message import Delivery, JournalLevel, Message, MessageClass
-from facade.outgoing import OutgoingQueue, OutgoingRecord, StoredRecord
+from facade.outgoing import OutgoingQueue, OutgoingRecord, StoredRecord, outgoing_queue_path
 from facade.topics import QueueTopics
 from facade.topicsettings import (
     KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
@@ -136,7 +136,7 @@ class Sender:
 
     def __init__(self, manager: QueueManager):
         self.manager = manager
-        self.outgoing = OutgoingQueue(manager.config.home / "outgoing" / f"{manager.name}.sqlite")
+        self.outgoing = OutgoingQueue(outgoing_queue_path(manager.config.home, manager.name))
         self._producers: OrderedDict[tuple[Delivery, int], Any] = OrderedDict()
         self._lock = threading.Lock()
         self._parked: set[int] = set()
