@@ -136,17 +136,24 @@ def locate(label: str = text_option(
 
 
 @app.command("list")
-def list_queues(as_json: bool = JsonOption) -> None:
+def list_queues(counts: bool = typer.Option(
+                    True, "--counts/--no-counts",
+                    help="Count each queue's messages (reads each queue's index: tens of ms "
+                         "per queue), or list the properties only."),
+                as_json: bool = JsonOption) -> None:
     """List this queue manager's queues with their message counts.
 
     "messages" counts what a receiver can still get; "expired" the messages past their
-    time-to-be-received that the next sweep (`kmq qm run`) dead-letters.
+    time-to-be-received that the next sweep (`kmq qm run`) dead-letters. With --no-counts
+    both are null.
     """
     with _manager(as_json) as qm:
         queues = []
         for properties in qm.list_queues():
-            with qm.open_queue(properties.path_name) as handle:
-                queues.append({**_queue_dict(properties), **_counts(handle)})
+            queues.append({**_queue_dict(properties), "messages": None, "expired": None})
+            if counts:
+                with qm.open_queue(properties.path_name) as handle:
+                    queues[-1].update(_counts(handle))
     columns = (("path_name", "queue"), ("label", "label"), ("messages", "messages"),
                ("transactional", "xact"), ("journal", "journal"), ("quota_kb", "quota KB"))
 
@@ -162,7 +169,9 @@ def list_queues(as_json: bool = JsonOption) -> None:
     emit(queues, as_json, render)
 
 
-def _messages_cell(row: dict) -> str:
+def _messages_cell(row: dict) -> str | None:
+    if row["messages"] is None:
+        return None
     if row["expired"]:
         return f"{row['messages']} (+{row['expired']} expired)"
     return str(row["messages"])
@@ -351,6 +360,10 @@ def send(queue: str = QueueArg,
 
 
 def _message_dict(m: Message) -> dict:
+    """A received or peeked message as printed. A journal or dead-letter copy shows the
+    time-to-be-received of the message it was made from (its own is none: it never expires)."""
+    from facade.cli._messages import original_ttbr
+
     def name(value: Any) -> Any:
         return None if value is None else (value.name or int(value))
 
@@ -359,7 +372,8 @@ def _message_dict(m: Message) -> dict:
             "correlation_id": str(m.correlation_id) if m.correlation_id else None,
             "delivery": name(m.delivery), "acknowledge": name(m.acknowledge),
             "admin_queue": m.admin_queue, "response_queue": m.response_queue,
-            "time_to_be_received": m.time_to_be_received,
+            "time_to_be_received": (m.time_to_be_received if m.time_to_be_received is not None
+                                    else original_ttbr(m)),
             "time_to_reach_queue": m.time_to_reach_queue, "journal": name(m.journal),
             "app_specific": m.app_specific,
             "sent_time": m.sent_time.isoformat() if m.sent_time else None,

@@ -86,6 +86,8 @@ def test_queue_list_and_show_count_messages_but_not_expired_ones(manager: QueueM
     assert (shown["messages"], shown["expired"]) == (1, 1)
     table = CliRunner().invoke(app, ["queue", "list"], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and "1 (+1 expired)" in table.output
+    uncounted = {r["queue_name"]: r for r in _run("queue", "list", "--no-counts")}
+    assert (uncounted["counted"]["messages"], uncounted["counted"]["expired"]) == (None, None)
 
 
 def test_browse_lists_every_message_in_receive_order_and_removes_none(
@@ -351,6 +353,14 @@ def test_help_shows_no_type_for_flags(command: list[str]) -> None:
     assert "<bool>" not in result.output and "--json" in result.output
     if command == ["send"]:
         assert "<int range>" in result.output  # options that take a value keep their type
+
+
+@pytest.mark.parametrize("command", [["queue", "move"], ["dlq", "requeue"]])
+def test_move_and_requeue_help_state_the_guarantee(command: list[str]) -> None:
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+    text = " ".join(result.output.replace("│", " ").split())
+    assert result.exit_code == 0 and "At least once, never lost" in text
+    assert "leaves a duplicate, never a loss" in text
 
 
 def test_errors_show_names_with_single_backslashes(manager: QueueManager) -> None:

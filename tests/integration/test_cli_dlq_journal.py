@@ -79,6 +79,8 @@ def test_expired_message_is_listed_shown_and_purged_from_the_dlq(cli_qm: QueueMa
     assert shown["properties"] == {"kmq.reason": "test", "kmq.time_to_be_received": "0.2"}
     assert shown["time_to_be_received"] == 0.2
     assert shown["hash_algorithm"] is None and shown["encryption_algorithm"] is None
+    dead_letter_queue = f"MACHINE={cli_qm.guid};DEADLETTER"
+    assert _run("peek", dead_letter_queue)["time_to_be_received"] == 0.2
     assert shown["journal"] == "DEADLETTER"
 
     # Listing and showing removed nothing.
