@@ -39,7 +39,8 @@ from typing import Any
 from facade.errors import EnvelopeError, InvalidParameter, MessageQueueError, TransientQueueError
 from facade.topics import is_topic_name
 
-__all__ = ["BUSY_TIMEOUT_S", "OutgoingQueue", "OutgoingRecord", "StoredRecord", "decode_row"]
+__all__ = ["BUSY_TIMEOUT_S", "OutgoingQueue", "OutgoingRecord", "StoredRecord", "decode_row",
+           "outgoing_queue_path"]
 
 #: How long (seconds) an operation waits for another process's lock on the file before failing.
 BUSY_TIMEOUT_S = 10.0
@@ -71,6 +72,16 @@ _SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 3, 5, 6, 8
 _SQLITE_IOERR, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 10, 11, 13, 14, 26
 
 Headers = tuple[tuple[str, bytes], ...]
+
+
+def outgoing_queue_path(home: Path, queue_manager: str) -> Path:
+    """The outgoing queue file of a queue manager: ``<KMQ_HOME>/outgoing/<name>.sqlite``.
+
+    Args:
+        home (Path): the kmq home directory (``KmqConfig.home``).
+        queue_manager (str): the queue manager's name.
+    """
+    return home / "outgoing" / f"{queue_manager}.sqlite"
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from facade.destination import Destination
     from facade.interfaces import OutputsHost
 
-__all__ = ["SystemOutputs", "acknowledgment_requested"]
+__all__ = ["ORIGINAL_TTBR_PROPERTY", "SystemOutputs", "acknowledgment_requested"]
 
 log = logging.getLogger("kmq.outputs")
 
@@ -196,10 +196,20 @@ class SystemOutputs:
         return True
 
 
+#: Application property of a journal or dead-letter copy holding the original's
+#: time-to-be-received in seconds (the copy itself has none), so it can be shown and restored.
+ORIGINAL_TTBR_PROPERTY = "kmq.time_to_be_received"
+
+
 def _kept(message: Message, **changes: Any) -> Message:
     """A copy for a journal or dead-letter queue: it stays there for inspection, so it no
-    longer expires (its time-to-be-received applied to the original queue only)."""
-    return dataclasses.replace(message, time_to_be_received=None, **changes)
+    longer expires (its time-to-be-received applied to the original queue only, and is kept
+    in the :data:`ORIGINAL_TTBR_PROPERTY` property)."""
+    properties = dict(message.properties)
+    if message.time_to_be_received is not None:
+        properties[ORIGINAL_TTBR_PROPERTY] = repr(message.time_to_be_received)
+    return dataclasses.replace(message, time_to_be_received=None, properties=properties,
+                               **changes)
 
 
 def _utcnow() -> dt.datetime:

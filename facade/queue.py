@@ -711,6 +711,17 @@ class MessageQueue(PeekLockReceives):
         view.catch_up()
         return view.state.pending_count()
 
+    def expired_count(self) -> int:
+        """Messages counted by :meth:`count` whose time-to-be-received has passed: no receiver
+        gets them, and the next sweep (``kmq qm run``) or receive dead-letters them.
+
+        Returns:
+            int: how many, now (0 or more).
+        """
+        view = self._open_view()
+        view.catch_up()
+        return len(view.state.expired(_now_ms()))
+
     def __len__(self) -> int:
         return self.count()
 

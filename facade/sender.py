@@ -51,7 +51,7 @@ from facade.errors import (
 )
 from facade.kafka import Refusal, is_fatal, map_kafka_errors, poll_producer, refusal
 from facade.message import Delivery, JournalLevel, Message, MessageClass
-from facade.outgoing import OutgoingQueue, OutgoingRecord, StoredRecord
+from facade.outgoing import OutgoingQueue, OutgoingRecord, StoredRecord, outgoing_queue_path
 from facade.interfaces import QueueResolver, SystemQueueWriter
 from facade.topics import QueueTopics
 from facade.topicsettings import (
@@ -166,7 +166,7 @@ class Sender:
 
     def __init__(self, manager: SenderHost):
         self.manager = manager
-        self.outgoing = OutgoingQueue(manager.config.home / "outgoing" / f"{manager.name}.sqlite")
+        self.outgoing = OutgoingQueue(outgoing_queue_path(manager.config.home, manager.name))
         self._producers: OrderedDict[tuple[Delivery, int], Any] = OrderedDict()
         self._lock = threading.Lock()
         self._parked: set[int] = set()

@@ -9,6 +9,9 @@ from __future__ import annotations
 import typer
 
 from facade.cli import alias, bench, demo, dev, directory, dl, dlq, doctor, journal, qm, queue
+from facade.cli._help import hide_flag_types
+
+hide_flag_types()
 
 __all__ = ["app", "main"]
 

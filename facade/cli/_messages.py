@@ -8,29 +8,38 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import math
 import uuid
 from typing import Any
 
-from rich.table import Table
+from rich.console import Group
+from rich.text import Text
 
 from facade.cli._output import emit
 from facade.errors import ReceiveTimeout
-from facade.message import Message, MessageId
+from facade.message import AuthLevel, Message, MessageId, PrivacyLevel
 
-__all__ = ["ROW_COLUMNS", "emit_listing", "message_detail", "message_row", "messages_table", "peek_messages"]
+__all__ = ["QUEUE_COLUMNS", "ROW_COLUMNS", "emit_listing", "message_detail", "message_row",
+           "messages_listing", "original_ttbr", "peek_messages"]
 
-#: (key in a row dict, column heading) of a message listing.
+#: (key in a row dict, name shown) of a dead-letter or journal listing, after the ids.
 ROW_COLUMNS = (
-    ("lookup_id", "lookup id"),
-    ("id", "message id"),
     ("class", "class"),
+    ("priority", "priority"),
     ("label", "label"),
-    ("destination_queue", "destination queue"),
-    ("sent_time", "sent (UTC)"),
+    ("destination_queue", "to"),
+    ("sent_time", "sent"),
     ("reason", "kmq.reason"),
 )
 
-_NO_WRAP = frozenset({"lookup_id", "class"})
+#: The fields of ``kmq queue browse``: an ordinary queue's messages are all for this queue and
+#: have no reason.
+QUEUE_COLUMNS = (
+    ("class", "class"),
+    ("priority", "priority"),
+    ("label", "label"),
+    ("sent_time", "sent"),
+)
 
 
 def peek_messages(queue: Any, limit: int | None) -> tuple[list[Message], bool]:
@@ -62,6 +71,7 @@ def message_row(message: Message) -> dict[str, Any]:
         "lookup_id": message.lookup_id,
         "id": str(message.id) if message.id else None,
         "class": message.message_class.name,
+        "priority": message.priority,
         "label": message.label,
         "destination_queue": message.destination_queue,
         "sent_time": message.sent_time.isoformat() if message.sent_time else None,
@@ -69,29 +79,61 @@ def message_row(message: Message) -> dict[str, Any]:
     }
 
 
-def messages_table(title: str, rows: list[dict[str, Any]], more: bool = False) -> Table:
-    """A rich table of listing rows; the caption says how many and whether some were left out."""
-    caption = f"{len(rows)} message(s)"
-    if more:
-        caption += " shown; more in the queue (raise --limit)"
-    table = Table(title=title, caption=caption)
-    for key, heading in ROW_COLUMNS:
-        # Short fixed-form values stay on one line; ids, queues and text fold.
-        table.add_column(heading, no_wrap=key in _NO_WRAP, overflow="fold")
+def messages_listing(title: str, rows: list[dict[str, Any]], more: bool = False,
+                     columns: tuple[tuple[str, str], ...] = ROW_COLUMNS) -> Group:
+    """Listing rows for people: per message, its lookup id and message id on one line, then its
+    other fields on an indented line.
+
+    Not a table: a message id is 37-46 characters, which a table at 80 columns folded over
+    several lines, and a reader copies it into the next command whole.
+
+    Args:
+        title (str): the queue listed.
+        rows (list[dict]): :func:`message_row` dicts.
+        more (bool): the listing stopped at its limit (the last line says so).
+        columns (tuple): (row key, name) pairs of the second line, :data:`ROW_COLUMNS` by
+            default; empty values are left out.
+
+    Returns:
+        rich.console.Group: the lines.
+    """
+    lines: list[Text] = [Text(title, style="bold")]
     for row in rows:
-        cells = dict(row)
-        if cells["sent_time"]:
-            sent = dt.datetime.fromisoformat(cells["sent_time"]).astimezone(dt.UTC)
-            cells["sent_time"] = sent.strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(*("" if cells[key] is None else str(cells[key]) for key, _ in ROW_COLUMNS))
-    return table
+        head = Text(f"lookup id {row['lookup_id']}  ", style="bold")
+        head.append(row["id"] or "(no id)", style="cyan")
+        lines.append(head)
+        fields = [f"{name} {_shown(key, row[key])}" for key, name in columns
+                  if row[key] not in (None, "")]
+        lines.append(Text("    " + "  ".join(fields)))
+    summary = f"{len(rows)} message(s)"
+    if more:
+        summary += " shown; more in the queue (raise --limit)"
+    lines.append(Text(summary, style="dim"))
+    return Group(*lines)
+
+
+def _shown(key: str, value: Any) -> str:
+    if key == "sent_time":
+        sent = dt.datetime.fromisoformat(value).astimezone(dt.UTC)
+        return sent.strftime("%Y-%m-%d %H:%M:%S UTC")
+    if key == "label":
+        return repr(value)
+    return str(value)
 
 
 def message_detail(message: Message) -> dict[str, Any]:
     """Every property of a message as JSON-friendly values.
 
     The body is decoded as UTF-8 (invalid bytes replaced) with its size in ``body_size``; other
-    binary properties are hex; enumerations are their names; instants are ISO 8601.
+    binary properties are hex; enumerations are their names; instants are ISO 8601. Shown as
+    the message has them, not as the dataclass defaults them:
+
+    * ``hash_algorithm`` is None unless the message is signed (auth level or signature), and
+      ``encryption_algorithm`` None unless it is encrypted (privacy level): an unsigned
+      message showed SHA256 and a plain one AES256.
+    * A journal or dead-letter copy does not expire, so it has no time-to-be-received of its
+      own: ``time_to_be_received`` is the original message's (kept by the copy in the
+      ``kmq.time_to_be_received`` property), not a blank.
     """
     detail: dict[str, Any] = {}
     for f in dataclasses.fields(message):
@@ -101,7 +143,26 @@ def message_detail(message: Message) -> dict[str, Any]:
             detail["body_size"] = len(value)
         else:
             detail[f.name] = _plain(value)
+    if message.auth_level == AuthLevel.NONE and message.signature is None:
+        detail["hash_algorithm"] = None
+    if message.privacy_level == PrivacyLevel.NONE:
+        detail["encryption_algorithm"] = None
+    if message.time_to_be_received is None:
+        detail["time_to_be_received"] = original_ttbr(message)
     return detail
+
+
+def original_ttbr(message: Message) -> float | None:
+    """The time-to-be-received (seconds) of the message a journal or dead-letter copy was made
+    from, or None: none was set, or the property is not a number (an application may set any
+    property, so it is not trusted to be one)."""
+    from facade.outputs import ORIGINAL_TTBR_PROPERTY
+
+    try:
+        seconds = float(message.properties.get(ORIGINAL_TTBR_PROPERTY, "nan"))
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
 def _plain(value: Any) -> Any:
@@ -118,8 +179,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def emit_listing(manager: Any, format_name: str, limit: int | None, as_json: bool) -> None:
+def emit_listing(manager: Any, format_name: str, limit: int | None, as_json: bool,
+                 columns: str = "system") -> None:
     """Peek-list the queue ``format_name`` and print it (table, or a JSON list of rows).
+
+    Args:
+        columns (str): ``"system"`` (dead-letter and journal columns: destination, reason) or
+            ``"queue"`` (an ordinary queue's: priority); ``--json`` rows have every key.
 
     Raises:
         MessageQueueError: the queue cannot be opened or read (callers run this inside
@@ -127,4 +193,5 @@ def emit_listing(manager: Any, format_name: str, limit: int | None, as_json: boo
     """
     messages, more = peek_messages(manager.open_queue(format_name), limit)
     rows = [message_row(m) for m in messages]
-    emit(rows, as_json, lambda r: messages_table(format_name, r, more))
+    shown = QUEUE_COLUMNS if columns == "queue" else ROW_COLUMNS
+    emit(rows, as_json, lambda r: messages_listing(format_name, r, more, shown))

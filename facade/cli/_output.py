@@ -16,7 +16,8 @@ from rich.markup import escape
 from rich.table import Table
 
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "JsonOption", "emit", "fail_on_errors"]
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "JsonOption", "emit", "fail_on_errors",
+           "quoted"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -30,13 +31,33 @@ JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON ins
 
 
 def emit(data: Any, as_json: bool, render: Callable[[Any], Any] | None = None) -> None:
-    """Print ``data`` as JSON (``--json``) or through ``render`` (a rich renderable factory)."""
+    """Print ``data`` as JSON (``--json``) or through ``render`` (a rich renderable factory).
+
+    A line of text is printed whole, never folded at the terminal's width: it often ends in a
+    message id or queue name that the reader copies into the next command.
+    """
     if as_json:
         typer.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
-    elif render is not None:
-        console.print(render(data))
-    else:
-        console.print(data)
+        return
+    shown = render(data) if render is not None else data
+    console.print(shown, soft_wrap=isinstance(shown, str))
+
+
+def quoted(text: str) -> str:
+    r"""``text`` in single quotes, its backslashes single (``repr`` doubles them, so a path
+    name ``.\private$\orders`` read ``'.\\private$\\orders'`` and could not be copied back).
+    Text that is not printable (a newline, a control character) is shown as ``repr`` gives it,
+    so a line stays one line and shows what is really there.
+    """
+    return f"'{text}'" if text.isprintable() else repr(text)
+
+
+def _readable(text: str | None, queue: str | None) -> str | None:
+    """An error's message or hint with the ``repr`` of its queue name (doubled backslashes)
+    shown as :func:`quoted` gives it; every other character unchanged."""
+    if text is None or not queue or "\\" not in queue:
+        return text
+    return text.replace(repr(queue), quoted(queue))
 
 
 def key_value_table(title: str, rows: Mapping[str, Any] | Sequence[tuple[str, Any]]) -> Table:
@@ -65,12 +86,13 @@ def fail_on_errors(as_json: bool = False) -> Iterator[None]:
     try:
         yield
     except MessageQueueError as exc:
+        message, hint = _readable(exc.message, exc.queue), _readable(exc.hint, exc.queue)
         if as_json:
-            typer.echo(json.dumps({"error": {"code": exc.error_code, "message": exc.message,
-                                             "hint": exc.hint}}, indent=2, sort_keys=True))
+            typer.echo(json.dumps({"error": {"code": exc.error_code, "message": message,
+                                             "hint": hint}}, indent=2, sort_keys=True))
         code = f" [{exc.error_code}]" if exc.error_code else ""
         # escape: a message or hint holding "[...]" (a queue name, a list) is text, not markup
-        err_console.print(f"[red]error{code}:[/red] {escape(exc.message)}", highlight=False)
-        if exc.hint:
-            err_console.print(f"[dim]hint:[/dim] {escape(exc.hint)}", highlight=False)
+        err_console.print(f"[red]error{code}:[/red] {escape(message)}", highlight=False)
+        if hint:
+            err_console.print(f"[dim]hint:[/dim] {escape(hint)}", highlight=False)
         raise typer.Exit(EXIT_FAILED) from exc

@@ -1,4 +1,5 @@
-"""``kmq journal``: list a queue's journal or the machine journal without removing anything.
+"""``kmq journal``: list (without removing anything) and purge a queue's journal or the machine
+journal.
 
 A queue created with ``--journal`` keeps a copy of every message removed from it in
 ``<format name>;JOURNAL``; messages sent with journal level JOURNAL are copied to the machine
@@ -11,14 +12,22 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from facade.cli._confirm import YesOption, confirm
 from facade.cli._names import resolve_queue_name
 from facade.cli._options import text_argument
-from facade.cli._output import JsonOption, fail_on_errors
+from facade.cli._output import JsonOption, emit, fail_on_errors, quoted
 
 if TYPE_CHECKING:  # kmq's API is imported when a command runs, not for --help
     from facade.manager import QueueManager
 
-app = typer.Typer(help="List queue journals and the machine journal.", no_args_is_help=True)
+app = typer.Typer(help="List and purge queue journals and the machine journal.",
+                  no_args_is_help=True)
+
+JournalQueueArg = text_argument(None, show_default=False,
+                                help=r"Queue whose journal to use: NAME, path name "
+                                     r"(.\private$\orders), format name or alias:NAME.")
+MachineOption = typer.Option(False, "--machine",
+                             help="The machine journal (MACHINE=<guid>;JOURNAL) instead.")
 
 
 def journal_format_name(manager: QueueManager, queue: str) -> str:
@@ -39,35 +48,61 @@ def journal_format_name(manager: QueueManager, queue: str) -> str:
     with_journal = getattr(reference, "with_journal", None)
     if with_journal is None:
         raise UnsupportedFormatNameOperation(
-            f"{queue!r} has no journal: only a queue has one", queue=queue,
+            f"{quoted(queue)} has no journal: only a queue has one", queue=queue,
             hint="name a queue, or use `kmq journal list --machine` for the machine journal")
     return str(with_journal())
 
 
+def _journal(manager: QueueManager, queue: str | None, machine: bool) -> str:
+    """The format name of the journal chosen by QUEUE or --machine (the caller checked that
+    exactly one is given)."""
+    from facade.formatnames import SystemQueue
+
+    if machine:
+        return f"MACHINE={manager.guid};{SystemQueue.JOURNAL.value}"
+    return journal_format_name(manager, queue)
+
+
+def _one_of(queue: str | None, machine: bool) -> None:
+    if machine == (queue is not None):
+        raise typer.BadParameter("give either a QUEUE or --machine (exactly one)",
+                                 param_hint="QUEUE / --machine")
+
+
 @app.command("list")
 def list_messages(
-        queue: str = text_argument(None, show_default=False,
-                                   help=r"Queue whose journal to list: NAME, path name "
-                                        r"(.\private$\orders), format name or alias:NAME."),
-        machine: bool = typer.Option(False, "--machine",
-                                     help="List the machine journal (MACHINE=<guid>;JOURNAL)."),
+        queue: str = JournalQueueArg, machine: bool = MachineOption,
         limit: int = typer.Option(100, "--limit", min=1, help="List at most this many messages."),
         as_json: bool = JsonOption) -> None:
     r"""List a queue's journal, or the machine journal (--machine), without removing anything.
 
-    Columns: lookup id, message id, class, label, destination queue, sent time, kmq.reason.
-    --json prints a list of objects.
+    Per message: lookup id, message id, class, label, destination queue, sent time,
+    kmq.reason. --json prints a list of objects.
 
     Example: kmq journal list '.\private$\orders' --limit 20   (or: kmq journal list --machine)
     """
-    if machine == (queue is not None):
-        raise typer.BadParameter("give either a QUEUE or --machine (exactly one)",
-                                 param_hint="QUEUE / --machine")
+    _one_of(queue, machine)
     from facade.cli._messages import emit_listing
-    from facade.formatnames import SystemQueue
     from facade.manager import QueueManager
 
     with fail_on_errors(as_json), QueueManager.open(lease_ids=False) as qm:
-        fn = (f"MACHINE={qm.guid};{SystemQueue.JOURNAL.value}" if machine
-              else journal_format_name(qm, queue))
-        emit_listing(qm, fn, limit, as_json)
+        emit_listing(qm, _journal(qm, queue, machine), limit, as_json)
+
+
+@app.command()
+def purge(queue: str = JournalQueueArg, machine: bool = MachineOption, yes: bool = YesOption,
+          as_json: bool = JsonOption) -> None:
+    r"""Remove every message now in a queue's journal, or the machine journal (--machine);
+    asks first, --yes does not. The queue itself is untouched.
+
+    Example: kmq journal purge orders --yes   (or: kmq journal purge --machine --yes)
+    """
+    _one_of(queue, machine)
+    confirm("purge the machine journal" if machine else f"purge the journal of {queue}", yes)
+    from facade.manager import QueueManager
+
+    with fail_on_errors(as_json), QueueManager.open(lease_ids=False) as qm:
+        fn = _journal(qm, queue, machine)
+        removed = qm.open_queue(fn).purge()
+    emit({"purged": removed, "queue": fn}, as_json,
+         lambda d: f"purged {d['purged']} message(s) from {d['queue']}")

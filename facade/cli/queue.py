@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any, cast
 import typer
 from rich.table import Table
 
+from facade.cli._confirm import YesOption, confirm
 from facade.cli._names import resolve_queue_name
 from facade.cli._options import bytes_option, seconds_option, text_argument, text_option
-from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
+from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table, quoted
 
 if TYPE_CHECKING:  # kmq's API is imported when a command runs, not for --help
     from facade.manager import QueueManager
@@ -53,8 +54,8 @@ def _create_path(path: str, public: bool) -> str:
     if "\\" not in path:
         return f".\\{path}" if public else f".\\private$\\{path}"
     if public and "private$" in path.lower().split("\\"):
-        raise typer.BadParameter(f"{path!r} is a private queue's path; --public creates a public "
-                                 r"queue (.\NAME or HOST\NAME)", param_hint="'--public'")
+        raise typer.BadParameter(f"{quoted(path)} is a private queue's path; --public creates a "
+                                 r"public queue (.\NAME or HOST\NAME)", param_hint="'--public'")
     return path
 
 
@@ -135,29 +136,62 @@ def locate(label: str = text_option(
 
 
 @app.command("list")
-def list_queues(as_json: bool = JsonOption) -> None:
-    """List this queue manager's queues."""
+def list_queues(counts: bool = typer.Option(
+                    True, "--counts/--no-counts",
+                    help="Count each queue's messages (reads each queue's index: tens of ms "
+                         "per queue), or list the properties only."),
+                as_json: bool = JsonOption) -> None:
+    """List this queue manager's queues with their message counts.
+
+    "messages" counts what a receiver can still get; "expired" the messages past their
+    time-to-be-received that the next sweep (`kmq qm run`) dead-letters. With --no-counts
+    both are null.
+    """
     with _manager(as_json) as qm:
-        queues = [_queue_dict(p) for p in qm.list_queues()]
+        queues = []
+        for properties in qm.list_queues():
+            queues.append({**_queue_dict(properties), "messages": None, "expired": None})
+            if counts:
+                with qm.open_queue(properties.path_name) as handle:
+                    queues[-1].update(_counts(handle))
+    columns = (("path_name", "queue"), ("label", "label"), ("messages", "messages"),
+               ("transactional", "xact"), ("journal", "journal"), ("quota_kb", "quota KB"))
 
     def render(rows: list[dict]) -> Table:
         table = Table(title="queues")
-        for column in ("path_name", "label", "transactional", "journal", "quota_kb"):
-            table.add_column(column)
+        for key, heading in columns:  # names and headings whole; a long label folds
+            table.add_column(heading, no_wrap=key == "path_name",
+                             min_width=None if key == "label" else len(heading))
         for row in rows:
-            table.add_row(*(str(row[c]) for c in ("path_name", "label", "transactional",
-                                                 "journal", "quota_kb")))
+            cells = {**row, "messages": _messages_cell(row)}
+            table.add_row(*("" if cells[k] is None else str(cells[k]) for k, _ in columns))
         return table
     emit(queues, as_json, render)
 
 
+def _messages_cell(row: dict) -> str | None:
+    if row["messages"] is None:
+        return None
+    if row["expired"]:
+        return f"{row['messages']} (+{row['expired']} expired)"
+    return str(row["messages"])
+
+
+def _counts(handle: Any) -> dict[str, int]:
+    """``{"messages", "expired"}`` of an opened queue: messages a receiver can get (MSMQ's
+    message count), and expired ones still waiting for the sweep (not in "messages")."""
+    expired = handle.expired_count()
+    return {"messages": handle.count() - expired, "expired": expired}
+
+
 @app.command()
 def show(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
-    """Show a queue's properties and message count."""
+    """Show a queue's properties and message count ("expired": past their time-to-be-received,
+    not counted in "messages", dead-lettered by the next sweep)."""
     with _manager(as_json) as qm:
-        q = qm.open_queue(resolve_queue_name(qm, queue))
-        data = {**_queue_dict(q.properties), "messages": q.count(),
-                "malformed_receipts": q.malformed_receipts()}
+        with qm.open_queue(resolve_queue_name(qm, queue)) as q:
+            data = {**_queue_dict(q.properties), **_counts(q),
+                    "malformed_receipts": q.malformed_receipts()}
     emit(data, as_json, lambda d: key_value_table(queue, d))
 
 
@@ -200,16 +234,24 @@ def set_properties(
 
 
 @app.command()
-def purge(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
-    """Remove every message now in the queue."""
+def purge(queue: str = QueueArg, yes: bool = YesOption, as_json: bool = JsonOption) -> None:
+    """Remove every message now in the queue (asks first; --yes does not).
+
+    Example: kmq queue purge orders --yes
+    """
+    confirm(f"purge every message of {queue}", yes)
     with _manager(as_json) as qm:
         removed = qm.open_queue(resolve_queue_name(qm, queue)).purge()
     emit({"purged": removed}, as_json, lambda d: f"purged {d['purged']} message(s)")
 
 
 @app.command()
-def delete(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
-    """Delete a queue, its journal and its messages."""
+def delete(queue: str = QueueArg, yes: bool = YesOption, as_json: bool = JsonOption) -> None:
+    """Delete a queue, its journal and its messages (asks first; --yes does not).
+
+    Example: kmq queue delete orders --yes
+    """
+    confirm(f"delete queue {queue} with its journal and messages", yes)
     with _manager(as_json) as qm:
         qm.delete_queue(resolve_queue_name(qm, queue))
     emit({"deleted": queue}, as_json, lambda d: f"deleted {d['deleted']}")
@@ -234,6 +276,18 @@ def _flag_names(value: str | None, kind: type[enum.Flag], option: str) -> Any:
                                      "joined by |", param_hint=f"'{option}'")
         result |= kind.__members__[word]
     return result
+
+
+def _parse_id(text: str, option: str) -> Any:
+    """``text`` as a MessageId, or a usage error naming ``option``."""
+    from facade.message import MessageId
+
+    try:
+        return MessageId.parse(text)
+    except ValueError as exc:
+        reason = getattr(exc, "message", str(exc))
+        raise typer.BadParameter(f"{reason}; give a message id as kmq prints it "
+                                 r"(GUID\number)", param_hint=f"'{option}'") from None
 
 
 def _body(body: bytes | None, body_file: Any) -> bytes:
@@ -287,19 +341,12 @@ def send(queue: str = QueueArg,
     Example: kmq send orders --body 'hello' --priority 5 --ttbr 60 --admin-queue acks
     --acknowledge FULL_RECEIVE   (or: cat order.json | kmq send orders --body-file -)
     """
-    from facade.message import Acknowledgment, Delivery, JournalLevel, Message, MessageId
+    from facade.message import Acknowledgment, Delivery, JournalLevel, Message
 
     data = _body(cast("bytes | None", body), body_file)  # bytes_option delivers bytes
     acks = _flag_names(acknowledge, Acknowledgment, "--acknowledge")
     journal_level = _flag_names(journal, JournalLevel, "--journal")
-    correlation = None
-    if correlation_id is not None:
-        try:
-            correlation = MessageId.parse(correlation_id)
-        except ValueError as exc:
-            reason = getattr(exc, "message", str(exc))
-            raise typer.BadParameter(f"{reason}; give a message id as kmq prints it "
-                                     r"(GUID\number)", param_hint="'--correlation-id'") from None
+    correlation = None if correlation_id is None else _parse_id(correlation_id, "--correlation-id")
     with _manager(as_json, sends=True) as qm:
         # A body is bytes in MSMQ: bytes_option hands over the command line's own bytes, so
         # `--body $'\xff\xfe'` sends those two bytes (UTF-8 text stays UTF-8). The label is
@@ -320,6 +367,10 @@ def send(queue: str = QueueArg,
 
 
 def _message_dict(m: Message) -> dict:
+    """A received or peeked message as printed. A journal or dead-letter copy shows the
+    time-to-be-received of the message it was made from (its own is none: it never expires)."""
+    from facade.cli._messages import original_ttbr
+
     def name(value: Any) -> Any:
         return None if value is None else (value.name or int(value))
 
@@ -328,7 +379,8 @@ def _message_dict(m: Message) -> dict:
             "correlation_id": str(m.correlation_id) if m.correlation_id else None,
             "delivery": name(m.delivery), "acknowledge": name(m.acknowledge),
             "admin_queue": m.admin_queue, "response_queue": m.response_queue,
-            "time_to_be_received": m.time_to_be_received,
+            "time_to_be_received": (m.time_to_be_received if m.time_to_be_received is not None
+                                    else original_ttbr(m)),
             "time_to_reach_queue": m.time_to_reach_queue, "journal": name(m.journal),
             "app_specific": m.app_specific,
             "sent_time": m.sent_time.isoformat() if m.sent_time else None,
@@ -337,21 +389,123 @@ def _message_dict(m: Message) -> dict:
 
 
 TimeoutOption = seconds_option(5.0, "--timeout", help="Seconds to wait for a message")
+IdOption = text_option(None, "--id", metavar="MESSAGE_ID",
+                       help=r"Only the message with this id (GUID\number, as kmq prints it).")
+CorrelationOption = text_option(None, "--correlation-id", metavar="MESSAGE_ID",
+                                help="Only the first message with this correlation id.")
+LookupOption = typer.Option(None, "--lookup-id", min=0,
+                            help="Only the message with this lookup id (from `kmq queue browse`).")
 
 
-def _first_message(queue: str, timeout: float, as_json: bool, remove: bool) -> None:
+def _selected(handle: Any, remove: bool, timeout: float, message_id: Any,
+              correlation_id: Any, lookup_id: int | None) -> Message:
+    """The first message, or the one the selector names (at most one selector is given)."""
+    if message_id is not None:
+        by = handle.receive_by_id if remove else handle.peek_by_id
+        return by(message_id, timeout=timeout)
+    if correlation_id is not None:
+        by = handle.receive_by_correlation_id if remove else handle.peek_by_correlation_id
+        return by(correlation_id, timeout=timeout)
+    if lookup_id is not None:  # a lookup id names one record: there is nothing to wait for
+        return (handle.receive_by_lookup_id if remove else handle.peek_by_lookup_id)(lookup_id)
+    return handle.receive(timeout=timeout) if remove else handle.peek(timeout=timeout)
+
+
+def _first_message(queue: str, timeout: float, as_json: bool, remove: bool,
+                   selectors: tuple[str | None, str | None, int | None]) -> None:
+    message_id, correlation_id, lookup_id = selectors
+    if sum(s is not None for s in selectors) > 1:
+        raise typer.BadParameter("give at most one of --id, --correlation-id, --lookup-id",
+                                 param_hint="'--id' / '--correlation-id' / '--lookup-id'")
+    message_id = None if message_id is None else _parse_id(message_id, "--id")
+    correlation_id = (None if correlation_id is None
+                      else _parse_id(correlation_id, "--correlation-id"))
     with _manager(as_json) as qm:
         handle = qm.open_queue(resolve_queue_name(qm, queue))
-        message = handle.receive(timeout=timeout) if remove else handle.peek(timeout=timeout)
+        message = _selected(handle, remove, timeout, message_id, correlation_id, lookup_id)
     title = "message received" if remove else "message peeked"
     emit(_message_dict(message), as_json, lambda d: key_value_table(title, d))
 
 
-def receive(queue: str = QueueArg, timeout: float = TimeoutOption, as_json: bool = JsonOption) -> None:
-    """Remove and print the first message (highest priority, then oldest)."""
-    _first_message(queue, timeout, as_json, remove=True)
+def receive(queue: str = QueueArg, timeout: float = TimeoutOption,
+            message_id: str = IdOption, correlation_id: str = CorrelationOption,
+            lookup_id: int = LookupOption, as_json: bool = JsonOption) -> None:
+    """Remove and print the first message, or the one --id/--lookup-id... names.
+
+    Selectors: --id, --correlation-id or --lookup-id. The first message is the one of highest
+    priority, then the oldest. On a timeout: exit 1
+    (--json: an "error" object on stdout).
+
+    Example: kmq receive orders --id '6f46391f-6c0d-48b6-8c8f-c4910bdc5b38\1024'
+    """
+    _first_message(queue, timeout, as_json, True, (message_id, correlation_id, lookup_id))
 
 
-def peek(queue: str = QueueArg, timeout: float = TimeoutOption, as_json: bool = JsonOption) -> None:
-    """Print the first message without removing it."""
-    _first_message(queue, timeout, as_json, remove=False)
+def peek(queue: str = QueueArg, timeout: float = TimeoutOption,
+         message_id: str = IdOption, correlation_id: str = CorrelationOption,
+         lookup_id: int = LookupOption, as_json: bool = JsonOption) -> None:
+    """Print the first message without removing it, or the one --id/--lookup-id... names.
+
+    Selectors: --id, --correlation-id or --lookup-id. On a timeout: exit 1 (--json: an "error"
+    object on stdout).
+
+    Example: kmq peek orders --lookup-id 3
+    """
+    _first_message(queue, timeout, as_json, False, (message_id, correlation_id, lookup_id))
+
+
+@app.command()
+def browse(queue: str = QueueArg,
+           limit: int = typer.Option(100, "--limit", min=1, help="List at most this many."),
+           as_json: bool = JsonOption) -> None:
+    """List the messages of a queue in receive order without removing any (a cursor's peeks).
+
+    Columns: lookup id, message id, class, priority, label, sent time. --json prints a list of
+    objects (see `kmq peek QUEUE --lookup-id N` for one message in full).
+
+    Example: kmq queue browse orders --limit 20
+    """
+    from facade.cli._messages import emit_listing
+
+    with _manager(as_json) as qm:
+        emit_listing(qm, resolve_queue_name(qm, queue), limit, as_json, columns="queue")
+
+
+@app.command()
+def move(queue: str = QueueArg,
+         lookup_id: int = typer.Argument(..., min=0, help="The message's lookup id (from "
+                                                          "`kmq queue browse`)."),
+         to: str = text_option(..., "--to", metavar="QUEUE",
+                               help="Queue to move it to (any queue name form)."),
+         as_json: bool = JsonOption) -> None:
+    """Move one message to another queue: send a copy there, then remove the original.
+
+    At least once, never lost: the copy is sent (and acknowledged) before the original is
+    removed; a crash in between leaves a duplicate, never a loss. The copy gets a new message
+    id. The original's removal is a receive (journal copy, ACK_RECEIVE if asked for).
+
+    Example: kmq queue move orders 3 --to orders-retry
+    """
+    from facade.cli._transfer import transfer
+
+    with _manager(as_json, sends=True) as qm:
+        data = transfer(qm, resolve_queue_name(qm, queue), lookup_id, resolve_queue_name(qm, to))
+    emit(data, as_json, lambda d: f"moved {d['id']} to {d['to']} as {d['new_id']}")
+
+
+@app.command("delete-message")
+def delete_message(queue: str = QueueArg,
+                   lookup_id: int = typer.Argument(..., min=0, help="The message's lookup id "
+                                                   "(from `kmq queue browse`)."),
+                   yes: bool = YesOption, as_json: bool = JsonOption) -> None:
+    """Remove one message by its lookup id (asks first; --yes does not).
+
+    The removal is a receive: the queue's journal keeps a copy when journaling is on.
+
+    Example: kmq queue delete-message orders 3 --yes
+    """
+    confirm(f"delete the message with lookup id {lookup_id} from {queue}", yes)
+    with _manager(as_json) as qm:
+        removed = qm.open_queue(resolve_queue_name(qm, queue)).receive_by_lookup_id(lookup_id)
+    emit({"deleted": str(removed.id), "lookup_id": lookup_id, "queue": queue}, as_json,
+         lambda d: f"deleted {d['deleted']} from {d['queue']}")

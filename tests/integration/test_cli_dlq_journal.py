@@ -74,12 +74,18 @@ def test_expired_message_is_listed_shown_and_purged_from_the_dlq(cli_qm: QueueMa
     shown = _run("dlq", "show", str(row["lookup_id"]))
     assert shown["id"] == str(sent.id) and shown["message_class"] == "NACK_RECEIVE_TIMEOUT"
     assert shown["body"] == "stale é" and shown["body_size"] == len("stale é".encode())
-    assert shown["properties"] == {"kmq.reason": "test"} and shown["time_to_be_received"] is None
+    # The dead-letter copy does not expire; the TTBR shown is the original message's (it was
+    # blank), and an unsigned, unencrypted message shows no hash or encryption algorithm.
+    assert shown["properties"] == {"kmq.reason": "test", "kmq.time_to_be_received": "0.2"}
+    assert shown["time_to_be_received"] == 0.2
+    assert shown["hash_algorithm"] is None and shown["encryption_algorithm"] is None
+    dead_letter_queue = f"MACHINE={cli_qm.guid};DEADLETTER"
+    assert _run("peek", dead_letter_queue)["time_to_be_received"] == 0.2
     assert shown["journal"] == "DEADLETTER"
 
     # Listing and showing removed nothing.
     assert len(_run("dlq", "list")) == 1
-    assert _run("dlq", "purge")["purged"] == 1
+    assert _run("dlq", "purge", "--yes")["purged"] == 1
     assert _run("dlq", "list") == []
 
 

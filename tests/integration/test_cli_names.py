@@ -40,9 +40,9 @@ def test_bare_names_reach_private_and_public_queues(cli_qm: str) -> None:
     assert _run("queue", "show", rf"{cli_qm}\private$\payments")["messages"] == 1
     assert _run("queue", "set", "payments", "--label", "Pay")["label"] == "Pay"
     assert _run("receive", "orders-west", "--timeout", "0")["body"] == "o"
-    assert _run("queue", "purge", "payments") == {"purged": 1}
+    assert _run("queue", "purge", "payments", "--yes") == {"purged": 1}
     assert _run("journal", "list", "payments") == []
-    _run("queue", "delete", "payments")
+    _run("queue", "delete", "payments", "--yes")
     error = _fails("peek", "payments", "--timeout", "0")
     assert "MQ_ERROR_QUEUE_NOT_FOUND" in error and len(error.strip().splitlines()) == 2
     assert r"looked for .\private$\payments and .\payments" in error

@@ -41,8 +41,8 @@ def test_queue_lifecycle_and_messages(cli_env: None) -> None:
     assert _run("peek", q)["id"] == sent["id"]
     got = _run("receive", q)
     assert got["body"] == "high" and got["priority"] == 6
-    assert _run("queue", "purge", q) == {"purged": 1}
-    _run("queue", "delete", q)
+    assert _run("queue", "purge", q, "--yes") == {"purged": 1}
+    _run("queue", "delete", q, "--yes")
     assert _run("queue", "list") == []
 
 

@@ -1,0 +1,82 @@
+"""Moving one message to another queue (``kmq queue move``, ``kmq dlq requeue``).
+
+The guarantee is at-least-once, never lost: the copy is sent first and acknowledged by the
+broker (``acks=all``), and only then is the original removed by a receive by lookup id. A crash
+or a lost connection between the two leaves the message in both queues (a duplicate), never in
+neither. The copy is a new send: it gets a new message id, sent time and destination; its
+body, label, priority, correlation id, response and admin queues, acknowledgment level,
+delivery, journal level, application-specific number, extension and application properties are
+the original's (a dead-letter or journal copy's time-to-be-received is the original message's,
+restored; it counts again from the new send). The original's removal is a receive, so its
+queue's journal copy and an ACK_RECEIVE (when asked for) are written as for any receive.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["transfer"]
+
+#: What a sender sets; everything else (id, class, times, destination, security) is the
+#: queue manager's to assign, or the dead-letter queue's annotation.
+_SENDER_PROPERTIES = ("body", "label", "body_type", "correlation_id", "priority", "delivery",
+                      "acknowledge", "admin_queue", "response_queue", "time_to_reach_queue",
+                      "time_to_be_received", "journal", "app_specific", "extension",
+                      "properties")
+
+
+def _sender_properties(original: Any, keep_ttbr: bool) -> dict[str, Any]:
+    """The properties a copy of ``original`` is sent with. A dead-letter or journal copy has no
+    time-to-be-received of its own: the copy gets the original message's back (a fresh
+    period from the new send) instead of the property that kept it."""
+    from facade.cli._messages import original_ttbr
+    from facade.outputs import ORIGINAL_TTBR_PROPERTY
+
+    fields = {name: getattr(original, name) for name in _SENDER_PROPERTIES}
+    if not keep_ttbr:
+        fields["time_to_be_received"] = None
+    elif fields["time_to_be_received"] is None:
+        fields["time_to_be_received"] = original_ttbr(original)
+    fields["properties"] = {key: value for key, value in original.properties.items()
+                            if key != ORIGINAL_TTBR_PROPERTY}
+    return fields
+
+
+def transfer(manager: Any, source: str, lookup_id: int, target: str,
+             keep_ttbr: bool = True) -> dict[str, Any]:
+    """Send a copy of message ``lookup_id`` of ``source`` to ``target``, then remove the original.
+
+    Args:
+        manager (QueueManager): the opened queue manager.
+        source (str): path or format name of the queue holding the message.
+        lookup_id (int): the message's lookup id in ``source`` (0 or more).
+        target (str): path or format name of the queue to send the copy to.
+        keep_ttbr (bool): send the copy with the original's time-to-be-received (default);
+            False sends it without one, so it cannot expire again.
+
+    Returns:
+        dict[str, Any]: ``{"id", "lookup_id", "from", "to", "new_id"}`` (ids as text).
+
+    Raises:
+        MessageNotFound: no such message in ``source`` (nothing sent).
+        MessageAlreadyReceived: it was removed before the copy was sent (nothing sent), or after
+            (the copy was sent: the message says so and names the copy's id).
+        MessageQueueError: the copy could not be sent (the original stays) or ``target`` is
+            not a queue that can be sent to.
+    """
+    from facade.errors import MessageAlreadyReceived
+    from facade.message import Message
+
+    queue = manager.open_queue(source)
+    original = queue.peek_by_lookup_id(lookup_id)
+    copy = Message(**_sender_properties(original, keep_ttbr))
+    sent = manager.open_queue(target).send(copy, wait=True)
+    try:
+        queue.receive_by_lookup_id(lookup_id)
+    except MessageAlreadyReceived as exc:
+        raise MessageAlreadyReceived(
+            f"copy {sent.id} was sent to {target}, but the original {original.id} was removed "
+            f"from {source} meanwhile by another receiver: the message may be processed twice",
+            queue=source, hint="check who else reads the queue") from exc
+    return {"id": str(original.id), "lookup_id": lookup_id, "from": source, "to": target,
+            "new_id": str(sent.id)}
