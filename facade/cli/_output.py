@@ -86,7 +86,8 @@ def fail_on_errors(as_json: bool = False) -> Iterator[None]:
     try:
         yield
     except MessageQueueError as exc:
-        message, hint = _readable(exc.message, exc.queue), _readable(exc.hint, exc.queue)
+        message = _readable(exc.message, exc.queue) or ""
+        hint = _readable(exc.hint, exc.queue)
         if as_json:
             typer.echo(json.dumps({"error": {"code": exc.error_code, "message": message,
                                              "hint": hint}}, indent=2, sort_keys=True))

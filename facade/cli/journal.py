@@ -60,6 +60,7 @@ def _journal(manager: QueueManager, queue: str | None, machine: bool) -> str:
 
     if machine:
         return f"MACHINE={manager.guid};{SystemQueue.JOURNAL.value}"
+    assert queue is not None  # _one_of checked that QUEUE or --machine is given
     return journal_format_name(manager, queue)
 
 
