@@ -594,11 +594,7 @@ def read_all(qm: Any, format_name: str, observe: Callable[[Message], None]) -> i
     """
     count = 0
     with qm.open_queue(format_name) as queue, queue.cursor() as cursor:
-        try:
-            message = cursor.peek_current(timeout=0)
-            while True:
-                observe(message)
-                count += 1
-                message = cursor.peek_next(timeout=0)
-        except ReceiveTimeout:
-            return count
+        for message in cursor:  # ends at the last message, without raising
+            observe(message)
+            count += 1
+    return count
