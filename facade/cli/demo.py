@@ -26,8 +26,9 @@ def demo(
         False, "--keep",
         help="Leave the queues, directory objects and a broker the demo started in place."),
     receivers: int = typer.Option(
-        3, "--receivers", min=1,
-        help="Receiver threads; each drains one queue at a time (more need more cores)."),
+        4, "--receivers", min=2,
+        help="Receiver threads; two compete on each queue, each taking prefetched batches "
+        "(more need more cores)."),
     as_json: bool = JsonOption,
 ) -> None:
     r"""Run an end-to-end workload on the Debian changelogs installed here.
@@ -40,8 +41,7 @@ debian.date (the changelog date: the queue manager stamps sent_time at send,
 as MSMQ does), debian.closes, debian.urgency, debian.distributions.
 
 Queues: a public queue per frequent distribution (changes-unstable, ...;
-rare ones share changes-other; one with more than 2,500 entries is spread
-over changes-<dist>-1..n by package), journals on; private queues bugs,
+rare ones share changes-other), journals on; private queues bugs,
 security, security-replies, changes-held, admin; a directory alias for
 security and a distribution list over the distribution queues and the alias.
 
@@ -105,7 +105,9 @@ def render_summary(summary: dict[str, Any]) -> Any:
                     f"{summary['poison']['dead_lettered']} dead-lettered")),
         ("unaccounted", str(summary["accounting"]["unaccounted"])),
         ("receivers", (f"{summary['receivers']['workers']} threads draining "
-                       f"{summary['receivers']['queues']} queues"
+                       f"{summary['receivers']['queues']} queues, "
+                       f"{summary['receivers']['per_queue']} competing on each "
+                       f"(prefetch {summary['receivers']['prefetch']})"
                        + (f"; {summary['receivers']['retried']} receives retried after broker "
                           "errors" if summary["receivers"]["retried"] else ""))),
         ("time", ", ".join(f"{k} {v:.1f}s" for k, v in summary["timings_s"].items())),
