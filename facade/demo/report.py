@@ -179,14 +179,15 @@ def spark_report(sources: ReportSources) -> Report:
     return run_report_job(sources)
 
 
-def build_report(sources: ReportSources, ledger: Ledger, run: dict[str, Any]) -> Report:
+def build_report(sources: ReportSources, ledger: Ledger,
+                 run: dict[str, Any] | None = None) -> Report:
     """The run's report: from Spark when available, else the Python fallback; with its chart.
 
     Args:
         sources (ReportSources): passed to :func:`spark_report`.
         ledger (Ledger): what the demo observed, for the fallback.
-        run (dict[str, Any]): the run's parameters, totals, verdict and explanations
-            (:attr:`Report.run`).
+        run (dict[str, Any] | None): the run's parameters, totals, verdict and explanations
+            (:attr:`Report.run`); None: none shown.
 
     Raises:
         Exception: whatever :func:`spark_report` raises other than SparkReportUnavailable.
@@ -197,7 +198,7 @@ def build_report(sources: ReportSources, ledger: Ledger, run: dict[str, Any]) ->
         report = python_report(ledger)
         report.notes.append(f"Spark report unavailable ({exc}): computed in Python from what "
                             "the demo's receivers and cursors observed")
-    report.run = run
+    report.run = run or {}
     if report.chart is None:
         report.chart = make_chart(report, sources.report_dir / "report.png", report.notes)
     return report
@@ -294,19 +295,29 @@ def make_chart(report: Report, path: Path, notes: list[str] | None = None) -> st
         if notes is not None:
             notes.append("no chart: matplotlib is not installed (pip install -e '.[demo]')")
         return None
+    header = _header_text(report)
     queues = len({row["queue"] for row in report.queue_classes})
-    figure = plt.figure(figsize=(16, 8.5 + 0.3 * queues))
-    grid = figure.add_gridspec(3, 2, height_ratios=[1.1, 0.35 * queues + 2.5, 3.2],
-                               width_ratios=[3, 2], hspace=0.75, wspace=0.35)
-    header = figure.add_subplot(grid[0, :])
-    header.axis("off")
-    header.text(0, 1, _header_text(report), va="top", ha="left", fontsize=10, family="monospace",
-                transform=header.transAxes)
-    _queue_bars(figure.add_subplot(grid[1, 0]), report)
-    _outcome_bars(figure.add_subplot(grid[1, 1]), report)
-    _latency_bars(figure.add_subplot(grid[2, 0]), report, BACKLOG)
-    _latency_bars(figure.add_subplot(grid[2, 1]), report, PACED)
-    figure.subplots_adjust(left=0.12, right=0.97, top=0.97, bottom=0.08)
+    outcomes = len([r for r in report.queue_classes if r["queue"] in ("deadletter", "admin")])
+    # Laid out in inches, top down: header, counts (tall as the queues need), latencies; each
+    # figure keeps room below for its x label and caption.
+    header_h = 0.2 * (header.count("\n") + 1) + 0.2
+    counts_h = 0.3 * max(queues, outcomes, 6) + 0.4
+    latency_h = 2.8
+    caption_h = 1.5
+    width, height = 16.0, 0.3 + header_h + 0.5 + counts_h + caption_h + 0.5 + latency_h + caption_h
+    figure = plt.figure(figsize=(width, height))
+
+    def axes(x: float, top: float, w: float, h: float) -> Any:
+        return figure.add_axes((x / width, (height - top - h) / height, w / width, h / height))
+
+    figure.text(0.3 / width, 1 - 0.3 / height, header, va="top", ha="left", fontsize=10,
+                family="monospace")
+    top = 0.3 + header_h + 0.5
+    _queue_bars(axes(2.4, top, 6.6, counts_h), report)
+    _outcome_bars(axes(12.2, top, 3.5, counts_h), report)
+    top += counts_h + caption_h + 0.5
+    _latency_bars(axes(1.0, top, 8.0, latency_h), report, BACKLOG)
+    _latency_bars(axes(10.2, top, 5.5, latency_h), report, PACED)
     figure.savefig(path, dpi=90)
     plt.close(figure)
     return str(path)
@@ -331,13 +342,15 @@ _CAPTIONS = {
 
 def _caption(axes: Any, text: str) -> None:
     """A caption under the axes (below the x label), wrapped to the axes' width."""
-    axes.annotate("\n".join(textwrap.wrap(text, 95 if axes.get_position().width > 0.4 else 62)),
+    inches = axes.get_position().width * axes.figure.get_figwidth()
+    axes.annotate("\n".join(textwrap.wrap(text, int(inches * 12))),
                   xy=(0, 0), xycoords="axes fraction", xytext=(0, -34),
                   textcoords="offset points", va="top", ha="left", fontsize=9, style="italic")
 
 
-def _header_text(report: Report) -> str:
-    """The run's parameters, totals and verdict, a few lines of monospace text."""
+def _header_text(report: Report, *, notes: bool = True) -> str:
+    """The run's parameters, totals and verdict (and with ``notes`` its explanations), a few
+    lines of monospace text."""
     run = report.run
     verdict = run.get("verdict", {})
     status = ("PASSED: every copy accounted for" if verdict.get("ok")
@@ -348,6 +361,8 @@ def _header_text(report: Report) -> str:
         lines += _wrap_pairs(f"{title}:", pairs)
     outcomes = [f"{k} {v}" for k, v in sorted(verdict.get("outcomes", {}).items())]
     lines += _wrap_pairs("outcome per copy:", outcomes)
+    for sentence in run.get("explanations", []) if notes else []:
+        lines += textwrap.wrap(f"note: {sentence}", 150, subsequent_indent="    ")
     return "\n".join(lines)
 
 
@@ -427,9 +442,8 @@ def write_report(report: Report, report_dir: Path) -> list[Path]:
 
 def _markdown(report: Report) -> str:
     lines = [f"# kmq demo report ({report.engine})", ""]
-    lines += [_header_text(report).replace("\n", "  \n"), ""]
-    for sentence in report.run.get("explanations", []):
-        lines.append(f"- {sentence}")
+    lines += [_header_text(report, notes=False).replace("\n", "  \n"), ""]
+    lines += [f"- {sentence}" for sentence in report.run.get("explanations", [])]
     lines += ["", "## Messages per queue and class", "", _CAPTIONS["queues"], "",
               "| queue | class | messages |", "|---|---|---:|"]
     lines += [f"| {r['queue']} | {r['class']} | {r['count']} |" for r in report.queue_classes]
