@@ -42,20 +42,24 @@ as MSMQ does), debian.closes, debian.urgency, debian.distributions.
 
 Queues: a public queue per frequent distribution (changes-unstable, ...;
 rare ones share changes-other), journals on; private queues bugs,
-security, security-replies, changes-held, admin; a directory alias for
-security and a distribution list over the distribution queues and the alias.
+security, security-replies, changes-held, admin, latency-probe; a directory
+alias for security and a distribution list over the distribution queues and
+the alias. Two competing receivers drain each queue, each taking prefetched
+batches (prefetch 50).
 
 Routes: every 100th entry has a 1 s time-to-be-received and is not received
 (it expires into the dead-letter queue); urgent entries go to security via
 the alias (recoverable, response queue answered by a responder); every 200th
 goes to the list; entries closing bugs go to "<their queue>,bugs"
 (multiple-element); the rest to their queue. ACKs/NACKs go to admin. One raw
-poison record is written into a queue half-way.
+poison record is written into a queue half-way. Then a paced run sends 200
+messages at 40/s to latency-probe, for the end-to-end latency.
 
 Verdict: every copy must be received, dead-lettered with its class, or
-NACKed; otherwise the exit code is 1. The report (counts per queue and class,
-top senders, acknowledgments, latency percentiles, PNG chart) goes to
---report-dir.
+NACKed; otherwise the exit code is 1. The report (run parameters, totals and
+verdict, counts per queue and class, top senders, acknowledgments, backlog
+and paced end-to-end latency percentiles, PNG chart) goes to --report-dir;
+a Spark Structured Streaming job makes it (KMQ_DEMO_REPORT=python: Python).
 
 Brokers: KMQ_BOOTSTRAP_SERVERS if set, else a running `kmq dev up` stack,
 else a local broker and embedded directory in a temporary KMQ_HOME, stopped
