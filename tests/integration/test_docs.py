@@ -62,3 +62,14 @@ def test_a_wrong_result_in_a_comment_fails_the_run() -> None:
     exec("def _docs_check(v, e, line):\n    assert v == e, (line, v, e)\n", namespace)
     with pytest.raises(AssertionError, match=r"\(11, 3, 4\)"):
         exec(checked, namespace)
+
+
+def test_a_skip_marker_needs_a_reason(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text("<!-- docs-test: skip -->\n```bash\nfalse\n```\n")
+    with pytest.raises(ValueError, match="docs-test: skip \\(reason\\)"):
+        code_blocks(doc)
+    doc.write_text("<!-- docs-test: skip (needs a GPU) -->\n```bash\nfalse\n```\n"
+                   "```python\nx = 1\n```\n```text\nnot collected\n```\n")
+    assert [(b.language, b.skip) for b in code_blocks(doc)] == [
+        ("bash", "(needs a GPU)"), ("python", None)]
