@@ -12,6 +12,11 @@ kmq                     MSMQ action                      what it does
 ``peek_next()``         ``MQ_ACTION_PEEK_NEXT``          move to the next message and return it
 ``receive_current()``   ``MQ_ACTION_RECEIVE`` + cursor   remove the message under the cursor; the
                                                          cursor then points at the next message
+``move_next()``         ``MessageEnumerator.MoveNext``   PEEK_CURRENT on a new cursor (or at the
+                                                         end after a receive), else PEEK_NEXT;
+                                                         None at the end instead of raising
+``for m in cursor``     ``foreach`` over an enumerator   ``move_next(0)`` until None: every message
+                                                         from the position to the end, no raise
 ======================  ===============================  ==========================================
 
 The MSMQ semantics kmq follows (documented for ``MQReceiveMessage``):
@@ -46,7 +51,7 @@ Cursors are not thread-safe: use one per thread, or lock around it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
@@ -142,6 +147,8 @@ class Cursor:
         self._where = _Where.BEFORE_FIRST
         #: ``(-priority, lookup id)`` of the current (ON) or last received (AFTER) message.
         self._position: tuple[int, int] | None = None
+        #: True when a receive moved the cursor onto a message no action has returned yet.
+        self._unseen = False
         queue._open_view()  # fail now, not at the first action, for a multiple-element name
 
     # -- state ---------------------------------------------------------------------------------
@@ -194,6 +201,7 @@ class Cursor:
         message = self._queue._decode(view, entry)
         if message is None:  # its value is not an envelope: dead-lettered as poison
             raise self._already_received("is not a valid message and was dead-lettered")
+        self._unseen = False
         return message
 
     def peek_next(self, timeout: float | None = 0) -> Message:
@@ -284,6 +292,57 @@ class Cursor:
         self._step_past_received(view)
         return message
 
+    def move_next(self, timeout: float | None = 0) -> Message | None:
+        """Move to the next message and return it, or None at the end of the queue: the form of
+        System.Messaging's ``MessageEnumerator.MoveNext()``, which returns false at the end
+        instead of raising.
+
+        On a new cursor, or at the end after :meth:`receive_current` removed the last message,
+        this is :meth:`peek_current`; otherwise :meth:`peek_next`. Nothing is removed. A timeout
+        leaves the cursor where it was, so a later call finds a message that arrives afterwards.
+
+        Args:
+            timeout (float | None): seconds to wait for a message to arrive; None waits forever,
+                0 (the default) does not wait.
+
+        Returns:
+            Message | None: the message now under the cursor; None when none came within
+            ``timeout`` (the end of the queue, MQ_ERROR_IO_TIMEOUT).
+
+        Raises:
+            IllegalCursorAction: the cursor is closed; create a new one.
+            BrokerUnavailable: the broker did not answer while reading the queue.
+        """
+        try:
+            if self._where is _Where.ON and self._unseen:
+                try:  # a receive moved the cursor here: this message was not returned yet
+                    return self.peek_current(timeout)
+                except MessageAlreadyReceived:
+                    pass  # removed meanwhile: PEEK_NEXT moves on from its position
+            if self._where is _Where.ON:
+                return self.peek_next(timeout)
+            return self.peek_current(timeout)
+        except ReceiveTimeout:
+            return None
+
+    def __iter__(self) -> Iterator[Message]:
+        """Peek every message from the cursor's position to the end of the queue, in receive
+        order, without removing any (System.Messaging's ``foreach`` over a message enumerator).
+
+        Iteration does not wait: it ends at the last message the view sees now, without
+        raising. Each step is :meth:`move_next` with timeout 0; :meth:`receive_current` may be
+        called on a yielded message, and iteration goes on with the one after it.
+
+        Yields:
+            Message: each message; the cursor is on it while the loop body runs.
+
+        Raises:
+            IllegalCursorAction: the cursor is closed.
+            BrokerUnavailable: the broker did not answer while reading the queue.
+        """
+        while (message := self.move_next(0)) is not None:
+            yield message
+
     def close(self) -> None:
         """Close the cursor (``MQCloseCursor``). The queue stays open; closing twice is fine."""
         self._where = _Where.CLOSED
@@ -358,6 +417,7 @@ class Cursor:
                            else self._queue._decode(view, entry))
                 if message is not None:
                     self._where, self._position = _Where.ON, entry.position
+                    self._unseen = False
                     return message
                 continue
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -376,6 +436,7 @@ class Cursor:
             self._where = _Where.AFTER  # keep the received key: the next arrival after it
         else:
             self._where, self._position = _Where.ON, following.position
+            self._unseen = True
 
 
 def _sync(view: QueueView, *, settle: bool = False) -> None:

@@ -26,8 +26,9 @@ def demo(
         False, "--keep",
         help="Leave the queues, directory objects and a broker the demo started in place."),
     receivers: int = typer.Option(
-        3, "--receivers", min=1,
-        help="Receiver threads; each drains one queue at a time (more need more cores)."),
+        4, "--receivers", min=2,
+        help="Receiver threads; two compete on each queue, each taking prefetched batches "
+        "(more need more cores)."),
     as_json: bool = JsonOption,
 ) -> None:
     r"""Run an end-to-end workload on the Debian changelogs installed here.
@@ -40,22 +41,25 @@ debian.date (the changelog date: the queue manager stamps sent_time at send,
 as MSMQ does), debian.closes, debian.urgency, debian.distributions.
 
 Queues: a public queue per frequent distribution (changes-unstable, ...;
-rare ones share changes-other; one with more than 2,500 entries is spread
-over changes-<dist>-1..n by package), journals on; private queues bugs,
-security, security-replies, changes-held, admin; a directory alias for
-security and a distribution list over the distribution queues and the alias.
+rare ones share changes-other), journals on; private queues bugs,
+security, security-replies, changes-held, admin, latency-probe; a directory
+alias for security and a distribution list over the distribution queues and
+the alias. Two competing receivers drain each queue, each taking prefetched
+batches (prefetch 50).
 
 Routes: every 100th entry has a 1 s time-to-be-received and is not received
 (it expires into the dead-letter queue); urgent entries go to security via
 the alias (recoverable, response queue answered by a responder); every 200th
 goes to the list; entries closing bugs go to "<their queue>,bugs"
 (multiple-element); the rest to their queue. ACKs/NACKs go to admin. One raw
-poison record is written into a queue half-way.
+poison record is written into a queue half-way. Then a paced run sends 200
+messages at 40/s to latency-probe, for the end-to-end latency.
 
 Verdict: every copy must be received, dead-lettered with its class, or
-NACKed; otherwise the exit code is 1. The report (counts per queue and class,
-top senders, acknowledgments, latency percentiles, PNG chart) goes to
---report-dir.
+NACKed; otherwise the exit code is 1. The report (run parameters, totals and
+verdict, counts per queue and class, top senders, acknowledgments, backlog
+and paced end-to-end latency percentiles, PNG chart) goes to --report-dir;
+a Spark Structured Streaming job makes it (KMQ_DEMO_REPORT=python: Python).
 
 Brokers: KMQ_BOOTSTRAP_SERVERS if set, else a running `kmq dev up` stack,
 else a local broker and embedded directory in a temporary KMQ_HOME, stopped
@@ -105,7 +109,9 @@ def render_summary(summary: dict[str, Any]) -> Any:
                     f"{summary['poison']['dead_lettered']} dead-lettered")),
         ("unaccounted", str(summary["accounting"]["unaccounted"])),
         ("receivers", (f"{summary['receivers']['workers']} threads draining "
-                       f"{summary['receivers']['queues']} queues"
+                       f"{summary['receivers']['queues']} queues, "
+                       f"{summary['receivers']['per_queue']} competing on each "
+                       f"(prefetch {summary['receivers']['prefetch']})"
                        + (f"; {summary['receivers']['retried']} receives retried after broker "
                           "errors" if summary["receivers"]["retried"] else ""))),
         ("time", ", ".join(f"{k} {v:.1f}s" for k, v in summary["timings_s"].items())),

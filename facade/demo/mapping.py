@@ -17,19 +17,13 @@ sent_time                   stamped by the queue manager at send, as MSMQ stamps
 
 Queues: one public queue per target distribution, named ``changes-<distribution>`` (the first
 distribution of the header, lowercased, characters outside ``[a-z0-9-]`` replaced by ``-``).
-Distributions that are rare in the corpus share ``changes-other``. A distribution with more than
-QUEUE_SHARD_SIZE entries is spread over several queues, ``changes-<distribution>-1`` ... ``-n``,
-each package always in the same one (dealt to balance them), so its entries stay in order; the
-``bugs`` queue likewise. docs/design.md advises exactly this for throughput (a queue is one
-partition), and on Tansu it is a must: its in-memory storage makes each fetch cost more the
-longer the topic is (1.2 ms of broker CPU per receive at 300 records, 2.5 ms at 9,000), and
-past about 4,000 record batches in a topic (a receipts topic gets one per receive) a reader
-waits ~10 times longer per record, then seconds. 2,500 entries per queue stays clear of that.
+Distributions that are rare in the corpus share ``changes-other``. A distribution is never
+spread over several queues: competing receivers drain one queue together (see
+:mod:`facade.demo.workload`), as MSMQ applications scale a queue.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -40,7 +34,6 @@ from facade.message import MAX_LABEL_LENGTH
 
 __all__ = [
     "OTHER_DISTRIBUTION",
-    "QUEUE_SHARD_SIZE",
     "QueueLayout",
     "distribution_key",
     "entry_label",
@@ -59,8 +52,6 @@ _PRIORITY = {"low": 1, "medium": 3, "high": 5, "critical": 7, "emergency": 7}
 _DEFAULT_PRIORITY = 3
 #: Prefix of the distribution queues' names.
 QUEUE_PREFIX = "changes-"
-#: Most entries one distribution (or bugs) queue is planned for before it is spread over more.
-QUEUE_SHARD_SIZE = 2500
 _UNSAFE = re.compile(r"[^a-z0-9-]+")
 
 
@@ -100,86 +91,36 @@ def select_distributions(entries: Iterable[ChangelogEntry], max_queues: int = 6,
     return chosen[:max_queues]
 
 
-def queue_name(distribution: str, shard: int = 1, shards: int = 1) -> str:
-    """The queue name of a distribution key: ``changes-unstable``, or ``changes-unstable-2``
-    when the distribution is spread over several queues."""
-    base = f"{QUEUE_PREFIX}{distribution}"
-    return base if shards == 1 else f"{base}-{shard}"
+def queue_name(distribution: str) -> str:
+    """The queue name of a distribution key: ``changes-unstable``."""
+    return f"{QUEUE_PREFIX}{distribution}"
 
 
 @dataclass(frozen=True)
 class QueueLayout:
-    """How many queues each distribution, and the bugs queue, gets, and which package goes to
-    which of them.
+    """Which distributions get a queue of their own.
 
     Attributes:
-        distributions (dict[str, int]): distribution key -> queues (``other`` included), most
-            entries first.
-        bugs (int): queues for the bug-closing copies.
-        shards (dict[tuple[str, str], int]): (distribution key, package) -> its queue, 0-based,
-            for spread distributions.
-        bug_shards (dict[str, int]): package -> its bugs queue, 0-based, when bugs is spread.
+        distributions (list[str]): distribution keys with a queue, most entries first, then
+            ``other``.
     """
 
-    distributions: dict[str, int]
-    bugs: int
-    shards: dict[tuple[str, str], int]
-    bug_shards: dict[str, int]
+    distributions: list[str]
 
     def distribution_of(self, entry: ChangelogEntry) -> str:
-        """The distribution key whose queues ``entry`` goes to (rare ones: ``other``)."""
+        """The distribution key whose queue ``entry`` goes to (rare ones: ``other``)."""
         key = distribution_key(entry)
         return key if key in self.distributions else OTHER_DISTRIBUTION
 
-    def shard(self, entry: ChangelogEntry) -> int:
-        """The 0-based queue of ``entry`` among its distribution's queues."""
-        return self.shards.get((self.distribution_of(entry), entry.package), 0)
 
-    def bug_shard(self, entry: ChangelogEntry) -> int:
-        """The 0-based bugs queue of ``entry``."""
-        return self.bug_shards.get(entry.package, 0)
-
-
-def plan_layout(entries: list[ChangelogEntry], shard_size: int | None = None) -> QueueLayout:
+def plan_layout(entries: list[ChangelogEntry]) -> QueueLayout:
     """The queue layout for a corpus: the frequent distributions (:func:`select_distributions`)
-    plus ``other``, each spread over ``ceil(entries / shard_size)`` queues; likewise bugs.
-
-    A package's entries all go to one queue (so they stay in order); packages are dealt to the
-    queues biggest first, each to the queue with the fewest entries so far, which keeps the
-    queues within a few percent of each other (a hash of the name left some twice the size).
+    plus ``other``.
 
     Args:
         entries: the entries that will be sent.
-        shard_size (int | None): entries per queue; default QUEUE_SHARD_SIZE.
     """
-    size = shard_size or QUEUE_SHARD_SIZE
-    chosen = select_distributions(entries)
-    per_package: dict[str, Counter] = {k: Counter() for k in [*chosen, OTHER_DISTRIBUTION]}
-    closing: Counter = Counter()
-    for entry in entries:
-        key = distribution_key(entry)
-        per_package[key if key in chosen else OTHER_DISTRIBUTION][entry.package] += 1
-        if entry.closed_bugs:
-            closing[entry.package] += 1
-    counts = {k: max(1, math.ceil(sum(c.values()) / size)) for k, c in per_package.items()}
-    shards = {(k, package): shard for k, c in per_package.items()
-              for package, shard in _deal(c, counts[k]).items()}
-    bugs = max(1, math.ceil(sum(closing.values()) / size))
-    return QueueLayout(counts, bugs, shards, _deal(closing, bugs))
-
-
-def _deal(sizes: Counter, queues: int) -> dict[str, int]:
-    """Assign each package to one of ``queues`` (greedy: biggest package to the lightest
-    queue; ties by name, so the layout is the same on every run)."""
-    if queues == 1:
-        return {}
-    load = [0] * queues
-    assignment = {}
-    for package, count in sorted(sizes.items(), key=lambda item: (-item[1], item[0])):
-        target = min(range(queues), key=lambda q: (load[q], q))
-        assignment[package] = target
-        load[target] += count
-    return assignment
+    return QueueLayout([*select_distributions(entries), OTHER_DISTRIBUTION])
 
 
 def entry_label(entry: ChangelogEntry) -> str:

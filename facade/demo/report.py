@@ -1,5 +1,16 @@
-"""The demo's report: counts per queue and class, top senders, acknowledgment classes, latency
-percentiles, and a PNG chart.
+"""The demo's report: run parameters, totals and the accounting verdict; counts per queue and
+class, top senders, acknowledgment classes, latency percentiles; and a PNG chart whose figures
+each say in words what they measure.
+
+Two latencies are reported, and the report says which is which:
+
+* ``sent_to_received`` (**backlog**): the throughput run sends every entry as fast as it can,
+  so most copies wait in their queue behind others; this is mostly queueing time and grows
+  with the corpus, it is not what one message takes.
+* ``paced_sent_to_received`` (**end-to-end**): a paced run after it sends PACED_MESSAGES
+  messages at PACED_RATE per second (well below capacity) to the ``latency-probe`` queue,
+  drained by competing receivers: what one message takes from send to receive when nothing
+  is queued ahead of it.
 
 The report comes from a Spark Structured Streaming job over the queues (the
 ``spark_connector``, :func:`spark_report`). Where pyspark is missing (or with
@@ -16,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import textwrap
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -44,6 +56,12 @@ ENGINE_PYTHON = "python (fallback)"
 TOP_SENDERS = 10
 #: Percentiles reported for each latency.
 _PERCENTILES = (50, 90, 99)
+#: The paced run: messages sent, at this many per second, to the PROBE_QUEUE.
+PACED_MESSAGES, PACED_RATE = 200, 40.0
+#: The queue of the paced run (its short name, as :func:`queue_label` gives it).
+PROBE_QUEUE = "latency-probe"
+#: Latency keys: the throughput run's (backlog) and the paced run's (end-to-end).
+BACKLOG, PACED = "sent_to_received", "paced_sent_to_received"
 
 
 class SparkReportUnavailable(Exception):
@@ -102,11 +120,16 @@ class Report:
         top_senders (list[dict]): ``{"sender", "messages"}``, most first: changelog maintainers
             by distinct messages received.
         acknowledgments (dict[str, int]): admin-queue messages per class (ACK_* and NACK_*).
-        latency_ms (dict[str, dict[str, float]]): ``sent_to_arrived`` (PROPID_M_SENTTIME to the
-            broker's record time) and ``sent_to_received`` (to the receive), each with
-            ``count``, ``p50``, ``p90``, ``p99``, ``max`` in milliseconds.
+        latency_ms (dict[str, dict[str, float]]): ``sent_to_received`` (PROPID_M_SENTTIME to
+            the receive, throughput run: backlog), ``paced_sent_to_received`` (the same on the
+            paced run: end-to-end), and in the Python report ``sent_to_arrived`` (to the
+            broker's record time, throughput run); each with ``count``, ``p50``, ``p90``,
+            ``p99``, ``max`` in milliseconds.
         chart (str | None): path of the PNG chart, once drawn.
         notes (list[str]): how the report was made (fallbacks, missing pieces).
+        run (dict[str, Any]): what the demo ran and found (set by the demo, not the engine):
+            ``parameters``, ``totals``, ``verdict`` and ``explanations`` (sentences, e.g. why
+            ``security`` and ``security-replies`` differ).
     """
 
     engine: str
@@ -116,6 +139,7 @@ class Report:
     latency_ms: dict[str, dict[str, float]]
     chart: str | None = None
     notes: list[str] = field(default_factory=list)
+    run: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -152,13 +176,15 @@ def spark_report(sources: ReportSources) -> Report:
         raise SparkReportUnavailable("KMQ_DEMO_REPORT=python asks for the Python report")
     from facade.demo.spark_job import run_report_job
 
-    figures = run_report_job(sources, top_senders=TOP_SENDERS)
+    figures = run_report_job(sources, top_senders=TOP_SENDERS,
+                             probe_source=f"{PROBE_QUEUE};journal")
     return Report(
         engine=ENGINE_SPARK,
         queue_classes=figures.queue_classes,
         top_senders=figures.top_senders,
         acknowledgments=figures.acknowledgments,
-        latency_ms={"sent_to_received": percentiles(figures.latencies)},
+        latency_ms={BACKLOG: percentiles(figures.latencies),
+                    PACED: percentiles(figures.paced_latencies)},
         notes=["computed by a Spark Structured Streaming job (spark_connector.read_queue "
                "over the journals, the dead-letter queue and the admin queue, "
                "trigger availableNow)",
@@ -167,12 +193,15 @@ def spark_report(sources: ReportSources) -> Report:
     )
 
 
-def build_report(sources: ReportSources, ledger: Ledger) -> Report:
+def build_report(sources: ReportSources, ledger: Ledger,
+                 run: dict[str, Any] | None = None) -> Report:
     """The run's report: from Spark when available, else the Python fallback; with its chart.
 
     Args:
         sources (ReportSources): passed to :func:`spark_report`.
         ledger (Ledger): what the demo observed, for the fallback.
+        run (dict[str, Any] | None): the run's parameters, totals, verdict and explanations
+            (:attr:`Report.run`); None: none shown.
 
     Raises:
         Exception: whatever :func:`spark_report` raises other than SparkReportUnavailable.
@@ -183,6 +212,7 @@ def build_report(sources: ReportSources, ledger: Ledger) -> Report:
         report = python_report(ledger)
         report.notes.append(f"Spark report unavailable ({exc}): computed in Python from what "
                             "the demo's receivers and cursors observed")
+    report.run = run or {}
     if report.chart is None:
         report.chart = make_chart(report, sources.report_dir / "report.png", report.notes)
     return report
@@ -204,7 +234,7 @@ def python_report(ledger: Ledger) -> Report:
         rows[("admin", cls)] += count
     senders: dict[str, set[str]] = {}
     for record in ledger.received_records:
-        if record.kind == "entry" and record.sender:
+        if record.kind == "entry" and record.sender and not _paced(record):
             senders.setdefault(record.sender, set()).add(record.message_id)
     top = sorted(((s, len(ids)) for s, ids in senders.items()), key=lambda t: (-t[1], t[0]))
     return Report(
@@ -214,11 +244,17 @@ def python_report(ledger: Ledger) -> Report:
         acknowledgments=dict(sorted(acknowledgments.items())),
         latency_ms={
             "sent_to_arrived": percentiles(_millis(r.sent_time, r.arrived_time)
-                                           for r in ledger.received_records),
-            "sent_to_received": percentiles(_millis(r.sent_time, r.received_time)
-                                            for r in ledger.received_records),
+                                           for r in ledger.received_records if not _paced(r)),
+            BACKLOG: percentiles(_millis(r.sent_time, r.received_time)
+                                 for r in ledger.received_records if not _paced(r)),
+            PACED: percentiles(_millis(r.sent_time, r.received_time)
+                               for r in ledger.received_records if _paced(r)),
         },
     )
+
+
+def _paced(record: Any) -> bool:
+    return queue_label(record.queue) == PROBE_QUEUE
 
 
 def queue_label(format_name: str) -> str:
@@ -251,8 +287,10 @@ def percentiles(values: Iterable[float | None]) -> dict[str, float]:
 
 
 def make_chart(report: Report, path: Path, notes: list[str] | None = None) -> str | None:
-    """Draw the report's PNG chart: messages per queue (stacked by class) and the latency
-    percentiles.
+    """Draw the report's PNG: a header with the run's parameters, totals and verdict, then four
+    figures on linear axes, each with a sentence under it saying what it measures: messages
+    per queue and class, dead-letter and admin queue classes, backlog latency, end-to-end
+    (paced) latency.
 
     Args:
         report (Report): the data.
@@ -271,21 +309,84 @@ def make_chart(report: Report, path: Path, notes: list[str] | None = None) -> st
         if notes is not None:
             notes.append("no chart: matplotlib is not installed (pip install -e '.[demo]')")
         return None
+    header = _header_text(report)
     queues = len({row["queue"] for row in report.queue_classes})
-    figure, (left, right) = plt.subplots(1, 2, figsize=(14, max(5.5, 0.28 * queues + 1.5)),
-                                         gridspec_kw={"width_ratios": [3, 2]})
-    _queue_bars(left, report)
-    _latency_bars(right, report)
-    figure.suptitle(f"kmq demo ({report.engine})")
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    outcomes = len([r for r in report.queue_classes if r["queue"] in ("deadletter", "admin")])
+    # Laid out in inches, top down: header, counts (tall as the queues need), latencies; each
+    # figure keeps room below for its x label and caption.
+    header_h = 0.2 * (header.count("\n") + 1) + 0.2
+    counts_h = 0.3 * max(queues, outcomes, 6) + 0.4
+    latency_h = 2.8
+    caption_h = 1.5
+    width, height = 16.0, 0.3 + header_h + 0.5 + counts_h + caption_h + 0.5 + latency_h + caption_h
+    figure = plt.figure(figsize=(width, height))
+
+    def axes(x: float, top: float, w: float, h: float) -> Any:
+        return figure.add_axes((x / width, (height - top - h) / height, w / width, h / height))
+
+    figure.text(0.3 / width, 1 - 0.3 / height, header, va="top", ha="left", fontsize=10,
+                family="monospace")
+    top = 0.3 + header_h + 0.5
+    _queue_bars(axes(2.4, top, 6.6, counts_h), report)
+    _outcome_bars(axes(12.2, top, 3.5, counts_h), report)
+    top += counts_h + caption_h + 0.5
+    _latency_bars(axes(1.0, top, 8.0, latency_h), report, BACKLOG)
+    _latency_bars(axes(10.2, top, 5.5, latency_h), report, PACED)
+    figure.savefig(path, dpi=90)
     plt.close(figure)
     return str(path)
 
 
+#: What each figure measures, printed under it.
+_CAPTIONS = {
+    "queues": "Messages each queue received, by message class: the journal copies of the "
+              "receiving queues (one per received copy), and what the dead-letter and admin "
+              "queues hold. The number is the bar's total.",
+    "outcomes": "Dead-letter queue (why each copy was dead-lettered) and admin queue (ACKs and "
+                "NACKs) by class, counted one by one: small counts such as the one poison "
+                "record (NACK_RECEIVE_REJECTED) are labelled, not lost in a bar.",
+    BACKLOG: "Backlog, not latency: the throughput run sends the whole corpus as fast as it "
+             "can, so most copies wait in their queue behind earlier ones. Time from send "
+             "(PROPID_M_SENTTIME) to receive, per received copy.",
+    PACED: "End-to-end latency: the paced run sends {n} messages at {rate:g} per second (below "
+           "capacity) to latency-probe while competing receivers wait. Time from send "
+           "(PROPID_M_SENTTIME) to receive, per message.",
+}
+
+
+def _caption(axes: Any, text: str) -> None:
+    """A caption under the axes (below the x label), wrapped to the axes' width."""
+    inches = axes.get_position().width * axes.figure.get_figwidth()
+    axes.annotate("\n".join(textwrap.wrap(text, int(inches * 12))),
+                  xy=(0, 0), xycoords="axes fraction", xytext=(0, -34),
+                  textcoords="offset points", va="top", ha="left", fontsize=9, style="italic")
+
+
+def _header_text(report: Report, *, notes: bool = True) -> str:
+    """The run's parameters, totals and verdict (and with ``notes`` its explanations), a few
+    lines of monospace text."""
+    run = report.run
+    verdict = run.get("verdict", {})
+    status = ("PASSED: every copy accounted for" if verdict.get("ok")
+              else f"FAILED: {verdict.get('unaccounted', '?')} copies unaccounted for")
+    lines = [f"kmq demo report ({report.engine}): {status}"]
+    for title in ("parameters", "totals"):
+        pairs = [f"{k} {v}" for k, v in run.get(title, {}).items()]
+        lines += _wrap_pairs(f"{title}:", pairs)
+    outcomes = [f"{k} {v}" for k, v in sorted(verdict.get("outcomes", {}).items())]
+    lines += _wrap_pairs("outcome per copy:", outcomes)
+    for sentence in run.get("explanations", []) if notes else []:
+        lines += textwrap.wrap(f"note: {sentence}", 150, subsequent_indent="    ")
+    return "\n".join(lines)
+
+
+def _wrap_pairs(title: str, pairs: list[str], width: int = 150) -> list[str]:
+    return textwrap.wrap(f"{title} " + ", ".join(pairs), width, subsequent_indent="    ")
+
+
 def _queue_bars(axes: Any, report: Report) -> None:
-    """Horizontal bars per queue, one stacked segment per message class."""
-    queues = sorted({row["queue"] for row in report.queue_classes})
+    """Horizontal bars per queue, one stacked segment per message class, total at the end."""
+    queues = sorted({row["queue"] for row in report.queue_classes}, reverse=True)
     classes = sorted({row["class"] for row in report.queue_classes})
     counts = {(row["queue"], row["class"]): row["count"] for row in report.queue_classes}
     left = [0] * len(queues)
@@ -293,29 +394,50 @@ def _queue_bars(axes: Any, report: Report) -> None:
         widths = [counts.get((q, cls), 0) for q in queues]
         axes.barh(queues, widths, left=left, label=cls)
         left = [a + b for a, b in zip(left, widths)]
-    axes.set_xlabel("messages")
+    for y, total in enumerate(left):
+        axes.text(total, y, f" {total:,}", va="center", fontsize=8)
+    axes.set_xlim(0, max(left, default=1) * 1.12 or 1)
+    axes.set_xlabel("messages (linear)")
     axes.set_title("messages per queue and class")
     if classes:
-        # Below the bars: inside the axes it hides the longest ones.
-        axes.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.08),
-                    ncol=min(3, len(classes)))
+        axes.legend(fontsize="x-small", loc="lower right")
+    _caption(axes, _CAPTIONS["queues"])
 
 
-def _latency_bars(axes: Any, report: Report) -> None:
-    """Grouped bars of the latency percentiles, in milliseconds (log scale, floored at 0.1 ms:
-    a copy can reach the broker within the clock's millisecond)."""
+def _outcome_bars(axes: Any, report: Report) -> None:
+    """One labelled bar per dead-letter class and per admin-queue class."""
+    rows = [(f"{row['queue']}: {row['class']}", row["count"]) for row in report.queue_classes
+            if row["queue"] in ("deadletter", "admin")]
+    rows.sort(reverse=True)
+    names = [name for name, _ in rows]
+    bars = axes.barh(names, [n for _, n in rows],
+                     color=["tab:red" if "NACK" in n or "POISON" in n else "tab:green"
+                            for n in names])
+    axes.bar_label(bars, labels=[f" {n:,}" for _, n in rows], fontsize=9)
+    axes.set_xlim(0, max((n for _, n in rows), default=1) * 1.2)
+    axes.tick_params(axis="y", labelsize=8)
+    axes.set_xlabel("messages (linear)")
+    axes.set_title("dead letters and acknowledgments, by class")
+    _caption(axes, _CAPTIONS["outcomes"])
+
+
+def _latency_bars(axes: Any, report: Report, kind: str) -> None:
+    """Bars of one latency's percentiles on a linear axis from 0, each labelled."""
+    stats = report.latency_ms.get(kind, {"count": 0})
     names = [f"p{p}" for p in _PERCENTILES] + ["max"]
-    width = 0.8 / max(1, len(report.latency_ms))
-    for i, (kind, stats) in enumerate(sorted(report.latency_ms.items())):
-        positions = [x + i * width for x in range(len(names))]
-        axes.bar(positions, [max(stats.get(n, 0.0), 0.1) for n in names], width,
-                 label=f"{kind} (n={int(stats.get('count', 0))})")
-    axes.set_xticks([x + width * (len(report.latency_ms) - 1) / 2 for x in range(len(names))],
-                    names)
-    axes.set_yscale("log")
-    axes.set_ylabel("milliseconds")
-    axes.set_title("latency")
-    axes.legend(fontsize="small")
+    values = [stats.get(n, 0.0) for n in names]
+    bars = axes.bar(names, values, color="tab:orange" if kind == BACKLOG else "tab:blue")
+    axes.bar_label(bars, labels=[_duration(v) for v in values], fontsize=9)
+    axes.set_ylim(0, max(values, default=0) * 1.15 or 1)
+    axes.set_ylabel("milliseconds (linear)")
+    title = "backlog: send to receive, throughput run" if kind == BACKLOG else \
+        "end-to-end latency: send to receive, paced run"
+    axes.set_title(f"{title} (n={int(stats.get('count', 0)):,})")
+    _caption(axes, _CAPTIONS[kind].format(n=PACED_MESSAGES, rate=PACED_RATE))
+
+
+def _duration(millis: float) -> str:
+    return f"{millis / 1000:.1f} s" if millis >= 10_000 else f"{millis:,.0f} ms"
 
 
 def write_report(report: Report, report_dir: Path) -> list[Path]:
@@ -334,14 +456,18 @@ def write_report(report: Report, report_dir: Path) -> list[Path]:
 
 def _markdown(report: Report) -> str:
     lines = [f"# kmq demo report ({report.engine})", ""]
-    lines += ["## Messages per queue and class", "", "| queue | class | messages |", "|---|---|---:|"]
+    lines += [_header_text(report, notes=False).replace("\n", "  \n"), ""]
+    lines += [f"- {sentence}" for sentence in report.run.get("explanations", [])]
+    lines += ["", "## Messages per queue and class", "", _CAPTIONS["queues"], "",
+              "| queue | class | messages |", "|---|---|---:|"]
     lines += [f"| {r['queue']} | {r['class']} | {r['count']} |" for r in report.queue_classes]
     lines += ["", "## Top senders", "", "| sender | messages |", "|---|---:|"]
     lines += [f"| {r['sender']} | {r['messages']} |" for r in report.top_senders]
     lines += ["", "## Acknowledgments", "", "| class | messages |", "|---|---:|"]
     lines += [f"| {c} | {n} |" for c, n in report.acknowledgments.items()]
-    lines += ["", "## Latency (ms)", "", "| latency | count | p50 | p90 | p99 | max |",
-              "|---|---:|---:|---:|---:|---:|"]
+    lines += ["", "## Latency (ms)", "", _CAPTIONS[BACKLOG], "",
+              _CAPTIONS[PACED].format(n=PACED_MESSAGES, rate=PACED_RATE), "",
+              "| latency | count | p50 | p90 | p99 | max |", "|---|---:|---:|---:|---:|---:|"]
     for kind, s in report.latency_ms.items():
         cells = [str(s.get(k, "")) for k in ("count", "p50", "p90", "p99", "max")]
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")

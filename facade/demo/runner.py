@@ -5,19 +5,23 @@ Phases (each timed; the long ones show a progress bar on stderr):
 1. **parse**: read the corpus (:mod:`facade.demo.corpus`).
 2. **setup**: choose or start the brokers (:mod:`facade.demo.stack`), open the run's queue
    manager, create queues, alias and distribution list (:mod:`facade.demo.workload`).
-3. **send + receive**: a few receiver threads start first, each draining one queue at a time
-   (biggest first; the security desk answers requests; the replies come last); then every
-   entry is sent along its route, with one raw poison record written half-way (the receiver
+3. **send + receive**: a few receiver threads start first; RECEIVERS_PER_QUEUE of them compete
+   on one queue at a time, each with a prefetching handle (biggest queue first; the security
+   desks answer requests; the replies come last); then every entry is sent along its route, with one raw poison record written half-way (the receiver
    of that queue moves it to the dead-letter queue and goes on). A queue is drained when every
    copy planned for it has come, or nothing came for a while: a lost copy must not hang the
    demo, the verdict reports it.
-4. **expire**: the held queue, which nobody receives from, is expired once its messages' TTBR
+4. **paced**: the end-to-end latency run: competing receivers wait on ``latency-probe`` while
+   PACED_MESSAGES messages are sent to it at PACED_RATE per second (below capacity), so the
+   report can show what one message takes next to the throughput run's backlog.
+5. **expire**: the held queue, which nobody receives from, is expired once its messages' TTBR
    has passed (``MessageQueue.expire_due``, what the ``kmq qm run`` service does for every
    queue): into the DLQ as NACK_RECEIVE_TIMEOUT, with NACKs to the admin queue.
-5. **collect**: the dead-letter and admin queues are read with cursors (nothing removed).
-6. **account**: the ledger's verdict (:mod:`facade.demo.ledger`).
-7. **report**: :func:`facade.demo.report.build_report` (Spark hook, or the Python fallback).
-8. **teardown**: delete the run's queues and directory objects (unless ``--keep``); stop a
+6. **collect**: the dead-letter and admin queues are read with cursors (nothing removed).
+7. **account**: the ledger's verdict (:mod:`facade.demo.ledger`).
+8. **report**: :func:`facade.demo.report.build_report` (Spark job, or the Python fallback),
+   with the run's parameters, totals and verdict.
+9. **teardown**: delete the run's queues and directory objects (unless ``--keep``); stop a
    broker the demo started.
 """
 
@@ -38,13 +42,24 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from facade.demo.corpus import DEFAULT_CORPUS, ChangelogEntry, CorpusStats, load_corpus
 from facade.demo.ledger import Ledger, Verdict
 from facade.demo.mapping import plan_layout
-from facade.demo.report import Report, ReportSources, build_report, queue_label, write_report
+from facade.demo.report import (
+    PACED_MESSAGES,
+    PACED_RATE,
+    Report,
+    ReportSources,
+    build_report,
+    queue_label,
+    write_report,
+)
 from facade.demo.stack import DemoEnvironment, demo_environment
 from facade.demo.workload import (
     HELD_TTBR,
+    PREFETCH,
+    RECEIVERS_PER_QUEUE,
     ROUTE_HELD,
     ROUTE_LIST,
     ROUTE_MULTI,
+    ROUTE_PACED,
     ROUTE_SECURITY,
     EntrySender,
     QueueDrain,
@@ -56,6 +71,7 @@ from facade.demo.workload import (
     delete_topology,
     plan_route,
     read_all,
+    send_paced,
     write_poison_record,
 )
 from facade.errors import InvalidParameter
@@ -63,8 +79,8 @@ from facade.manager import QueueManager
 
 __all__ = ["DemoOptions", "DemoResult", "run_demo"]
 
-#: Receiver threads by default (each drains one queue at a time; see ReceiverPool).
-DEFAULT_RECEIVERS = 3
+#: Receiver threads by default: two queues at a time, RECEIVERS_PER_QUEUE on each.
+DEFAULT_RECEIVERS = 2 * RECEIVERS_PER_QUEUE
 #: Seconds to wait for the receiver threads when stopping: a receive ends within a claim's
 #: timeout (30 s in facade.queueview), and handles must not be closed under a receive.
 RECEIVER_JOIN_TIMEOUT = 35.0
@@ -83,7 +99,7 @@ class DemoOptions:
         keep (bool): leave the queues, directory objects and a started broker in place.
         idle_limit (float): seconds a receiver waits for a missing copy after the senders are
             done, before the copy is given up as lost.
-        receivers (int): receiver threads; each drains one queue at a time.
+        receivers (int): receiver threads; RECEIVERS_PER_QUEUE of them compete on a queue.
     """
 
     corpus: Path = DEFAULT_CORPUS
@@ -191,7 +207,9 @@ def _run(options: DemoOptions, environment: DemoEnvironment, entries: list[Chang
             with timer.phase("account"):
                 verdict = ledger.verdict()
             with timer.phase("report"):
-                report = _report(qm, environment, topology, ledger, options)
+                facts = _run_facts(options, environment, stats, entries, ledger, verdict,
+                                   receivers, timer)
+                report = _report(qm, environment, topology, ledger, options, facts)
     finally:
         if topology is not None and not options.keep:
             with timer.phase("teardown"):
@@ -264,10 +282,38 @@ class _Workload:
             pool.join(RECEIVER_JOIN_TIMEOUT)
         if pool.errors:
             raise pool.errors[0]
+        with self.timer.phase("paced"):
+            self._paced(entries)
         with self.timer.phase("expire"):
             self._expire(last_held)
-        return {"workers": self.options.receivers, "queues": len(drains),
+        return {"workers": self.options.receivers, "queues": len({d.format_name for d in drains}),
+                "per_queue": RECEIVERS_PER_QUEUE, "prefetch": PREFETCH,
                 "retried": sum(d.transient_errors for d in drains)}
+
+    def _paced(self, entries: list[ChangelogEntry]) -> None:
+        """The paced run (phase 4): competing receivers open ``latency-probe`` first, then
+        PACED_MESSAGES messages are sent to it at PACED_RATE per second."""
+        sending_done = threading.Event()
+        drains = [QueueDrain(self.qm, self.topology.probe, self.ledger, sending_done.is_set,
+                             self.options.idle_limit) for _ in range(RECEIVERS_PER_QUEUE)]
+        pool = ReceiverPool(drains, len(drains), self.abort)
+        pool.start()
+        try:
+            for drain in drains:  # latency from send, not from a receiver's start-up
+                drain.ready.wait(RECEIVER_JOIN_TIMEOUT)
+            with self.qm.open_queue(self.topology.probe) as probe:
+                send_paced(probe, self.ledger, entries, PACED_MESSAGES, PACED_RATE, self.abort)
+                self.qm.sender.flush(30.0)
+            sending_done.set()
+            self._wait_receivers(pool, "receive (paced)")
+        except BaseException:
+            self.abort.set()
+            raise
+        finally:
+            sending_done.set()
+            pool.join(RECEIVER_JOIN_TIMEOUT)
+        if pool.errors:
+            raise pool.errors[0]
 
     def _planned_copies(self, entries: list[ChangelogEntry]) -> Counter:
         """Copies each receiving queue will get, from the routes (orders the drains)."""
@@ -280,24 +326,29 @@ class _Workload:
             elif route == ROUTE_SECURITY:
                 copies.update([topology.security, topology.replies])
             elif route == ROUTE_MULTI:
-                copies.update([topology.queue_for(entry), topology.bugs_for(entry)])
+                copies.update([topology.queue_for(entry), topology.bugs])
             elif route != ROUTE_HELD:
                 copies[topology.queue_for(entry)] += 1
         return copies
 
     def _drains(self, planned: Counter) -> list[QueueDrain]:
-        """One drain per receiving queue, biggest first (they take longest), the security
-        desk among them, and the replies last: their upstream is the security desk."""
+        """RECEIVERS_PER_QUEUE competing drains per receiving queue, next to each other,
+        biggest queue first (it takes longest), the security desks among them, and the
+        replies last: their upstream is the security desks."""
         topology, ledger, idle = self.topology, self.ledger, self.options.idle_limit
         sending_done = self.sending_done.is_set
-        desk = SecurityDesk(self.qm, topology.security, ledger, sending_done, idle)
-        drains: list[QueueDrain] = [desk] + [
-            QueueDrain(self.qm, queue, ledger, sending_done, idle)
-            for queue in [*topology.distribution_queues, *topology.bugs]]
-        drains.sort(key=lambda d: -planned[d.format_name])
-        replies = QueueDrain(self.qm, topology.replies, ledger,
-                             lambda: sending_done() and desk.done.is_set(), idle)
-        return [*drains, replies]
+        desks = [SecurityDesk(self.qm, topology.security, ledger, sending_done, idle)
+                 for _ in range(RECEIVERS_PER_QUEUE)]
+        queues = sorted([topology.security, *topology.distribution_queues, topology.bugs],
+                        key=lambda q: -planned[q])
+        drains: list[QueueDrain] = []
+        for queue in queues:
+            drains += desks if queue == topology.security else [
+                QueueDrain(self.qm, queue, ledger, sending_done, idle)
+                for _ in range(RECEIVERS_PER_QUEUE)]
+        desks_done = lambda: sending_done() and all(d.done.is_set() for d in desks)  # noqa: E731
+        return drains + [QueueDrain(self.qm, topology.replies, ledger, desks_done, idle)
+                         for _ in range(RECEIVERS_PER_QUEUE)]
 
     def _send_all(self, entries: list[ChangelogEntry]) -> float:
         """Send every entry (the poison record half-way), then flush the producers.
@@ -327,10 +378,10 @@ class _Workload:
             self.sending_done.set()
         return last_held
 
-    def _wait_receivers(self, pool: ReceiverPool) -> None:
-        """Show receive progress until every queue is drained."""
+    def _wait_receivers(self, pool: ReceiverPool, what: str = "receive") -> None:
+        """Show receive progress until the pool's drains have ended."""
         with _progress(self.console) as progress:
-            task = progress.add_task("receive", total=self.ledger.expected())
+            task = progress.add_task(what, total=self.ledger.expected())
             while pool.alive() and not self.abort.is_set():
                 progress.update(task, completed=self.ledger.received(),
                                 total=self.ledger.expected())
@@ -365,7 +416,7 @@ def _collect(qm: Any, topology: Topology, ledger: Ledger) -> None:
 
 
 def _report(qm: Any, environment: DemoEnvironment, topology: Topology, ledger: Ledger,
-            options: DemoOptions) -> Report:
+            options: DemoOptions, facts: dict[str, Any]) -> Report:
     """Build and write the report (Spark hook or fallback) while the broker is still up."""
     options.report_dir.mkdir(parents=True, exist_ok=True)
     sources = ReportSources(
@@ -374,9 +425,54 @@ def _report(qm: Any, environment: DemoEnvironment, topology: Topology, ledger: L
         journals={queue_label(fn): f"{fn};JOURNAL" for fn in topology.journaled},
         dead_letter=topology.dead_letter, admin=topology.admin, held=topology.held,
         report_dir=options.report_dir.resolve())
-    report = build_report(sources, ledger)
+    report = build_report(sources, ledger, facts)
     write_report(report, options.report_dir)
     return report
+
+
+def _run_facts(options: DemoOptions, environment: DemoEnvironment, stats: CorpusStats,
+               entries: list[ChangelogEntry], ledger: Ledger, verdict: Verdict,
+               receivers: dict[str, Any], timer: _Timer) -> dict[str, Any]:
+    """What the report shows about the run (:attr:`Report.run`): parameters, totals, verdict
+    and the explanations a reader needs (why ``security`` and ``security-replies`` differ)."""
+    routes = ledger.sends_by("route")
+    copies_by_queue = {queue_label(q): n for q, n in ledger.copies_by_queue().items()}
+    dead = Counter(m.message_class.name for m in ledger.dead_letters)
+    admin = Counter(m.message_class.name for m in ledger.admin_messages)
+    moving = timer.phases.get("send + receive", 0.0)
+    copies = ledger.copies_count() - routes[ROUTE_PACED]
+    return {
+        "parameters": {
+            "entries": f"{len(entries):,} of {stats.entries:,}",
+            "limit": options.limit or "none",
+            "receivers": (f"{receivers['workers']} threads, {receivers['per_queue']} per queue, "
+                          f"prefetch {receivers['prefetch']}"),
+            "paced run": f"{PACED_MESSAGES} messages at {PACED_RATE:g}/s",
+            "broker": environment.describe()["mode"],
+        },
+        "totals": {
+            "messages sent": f"{sum(ledger.sends_by('kind').values()):,}",
+            "copies": f"{ledger.copies_count():,}", "received": f"{ledger.received():,}",
+            "dead-lettered": sum(dead.values()),
+            "ACKs": sum(n for c, n in admin.items() if c.startswith("ACK")),
+            "NACKs": sum(n for c, n in admin.items() if c.startswith("NACK")),
+            "send + receive": f"{moving:.1f} s ({copies / moving:,.0f} copies/s)" if moving else "-",
+        },
+        "verdict": {"ok": verdict.ok, "unaccounted": verdict.unaccounted_count,
+                    "problems": dict(verdict.problem_counts),
+                    "outcomes": dict(verdict.outcomes)},
+        "explanations": [
+            f"security received {copies_by_queue.get('security', 0):,} copies: "
+            f"{routes[ROUTE_SECURITY]:,} urgent requests plus {routes[ROUTE_LIST]:,} "
+            "announcements to the distribution list, which reaches security through its "
+            f"alias; security-replies got {copies_by_queue.get('security-replies', 0):,}, one "
+            "answer per request (announcements ask for none).",
+            f"the dead-letter queue holds {dead.get('NACK_RECEIVE_REJECTED', 0)} "
+            "NACK_RECEIVE_REJECTED: the one raw poison record written into a queue half-way, "
+            f"which its receiver moved there; and {dead.get('NACK_RECEIVE_TIMEOUT', 0):,} "
+            "NACK_RECEIVE_TIMEOUT: the held entries whose 1 s time-to-be-received ran out.",
+        ],
+    }
 
 
 def _summary(options: DemoOptions, environment: DemoEnvironment, stats: CorpusStats,
@@ -405,6 +501,7 @@ def _summary(options: DemoOptions, environment: DemoEnvironment, stats: CorpusSt
                    "dead_lettered": sum(n for o, n in verdict.outcomes.items()
                                         if o.startswith("poison dead-lettered"))},
         "receivers": receivers,
+        "paced": {"messages": ledger.sends_by("route")[ROUTE_PACED], "rate_per_s": PACED_RATE},
         "accounting": verdict.to_dict(),
         "report": {"dir": str(options.report_dir.resolve()), "engine": report.engine,
                    "chart": report.chart, "notes": report.notes},

@@ -6,8 +6,9 @@ queues' journals, the dead-letter queue, the admin queue) through
 ``trigger(availableNow=True)`` into an in-memory table. Batch aggregations over that table give
 the report's figures (:class:`SparkFigures`): messages per queue and class, top senders,
 acknowledgment classes and latencies (sent time to the journal copy's record time, i.e. to the
-receive). :func:`facade.demo.report.spark_report` turns them into the report; this module does
-not import the report module (no import cycle).
+receive), for the throughput run (backlog) and for the paced run (the probe queue's journal).
+:func:`facade.demo.report.spark_report` turns them into the report; this module does not import
+the report module (no import cycle).
 """
 
 from __future__ import annotations
@@ -52,22 +53,26 @@ class SparkFigures:
         queue_classes (list[dict]): ``{"queue", "class", "count"}`` rows.
         top_senders (list[dict]): ``{"sender", "messages"}``, most first.
         acknowledgments (dict[str, int]): admin-queue messages per class.
-        latencies (list[float]): milliseconds from sent time to the journal copy (the receive).
+        latencies (list[float]): milliseconds from sent time to the journal copy (the receive),
+            of the throughput run (backlog).
+        paced_latencies (list[float]): the same for the paced run's probe queue.
     """
 
     queue_classes: list[dict[str, Any]]
     top_senders: list[dict[str, Any]]
     acknowledgments: dict[str, int]
     latencies: list[float]
+    paced_latencies: list[float]
 
 
-def run_report_job(sources: _Sources, *, top_senders: int,
+def run_report_job(sources: _Sources, *, top_senders: int, probe_source: str,
                    timeout: float = 600.0) -> SparkFigures:
     """Run the report's streaming query and aggregate its output.
 
     Args:
         sources (ReportSources): what to read, and the configuration to resolve it with.
         top_senders (int): how many senders to rank.
+        probe_source (str): the source label of the paced run's probe journal.
         timeout (float): seconds the streaming query may run.
 
     Returns:
@@ -88,7 +93,9 @@ def run_report_job(sources: _Sources, *, top_senders: int,
         rows = spark.table(table)
         return SparkFigures(queue_classes=_queue_classes(rows),
                             top_senders=_top_senders(rows, top_senders),
-                            acknowledgments=_acknowledgments(rows), latencies=_latencies(rows))
+                            acknowledgments=_acknowledgments(rows),
+                            latencies=_latencies(rows, probe_source, paced=False),
+                            paced_latencies=_latencies(rows, probe_source, paced=True))
     finally:
         if owned:
             spark.stop()
@@ -130,7 +137,11 @@ def _queue_classes(rows: Any) -> list[dict[str, Any]]:
 def _top_senders(rows: Any, limit: int) -> list[dict[str, Any]]:
     from pyspark.sql import functions as F
 
-    journals = rows.where(F.col("source").endswith(";journal"))
+    from facade.demo.report import PROBE_QUEUE
+
+    # The paced run resends corpus entries: its copies would count their senders twice.
+    journals = rows.where(F.col("source").endswith(";journal")
+                          & (F.col("source") != f"{PROBE_QUEUE};journal"))
     senders = (journals.select(F.col("properties").getItem(_SENDER_PROPERTY).alias("sender"), "id")
                .where(F.col("sender").isNotNull())
                .groupBy("sender").agg(F.countDistinct("id").alias("messages"))
@@ -145,9 +156,12 @@ def _acknowledgments(rows: Any) -> dict[str, int]:
     return dict(sorted((r["message_class"], r["count"]) for r in counted))
 
 
-def _latencies(rows: Any) -> list[float]:
+def _latencies(rows: Any, probe_source: str, *, paced: bool) -> list[float]:
+    """Send to journal-copy time, ms: of the paced run's probe queue, or of every other queue."""
     from pyspark.sql import functions as F
 
-    journals = rows.where(F.col("source").endswith(";journal") & F.col("sent_time").isNotNull())
+    probe = F.col("source") == probe_source
+    journals = rows.where(F.col("source").endswith(";journal") & F.col("sent_time").isNotNull()
+                          & (probe if paced else ~probe))
     millis = (F.col("timestamp").cast("double") - F.col("sent_time").cast("double")) * 1000.0
     return [r["ms"] for r in journals.select(millis.alias("ms")).collect()]

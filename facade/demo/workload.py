@@ -7,16 +7,14 @@ Object                         Role
 ============================== ===============================================================
 ``<qm>\changes-<dist>``        public queue per frequent target distribution, plus
                                ``changes-other``; journal on, so received messages stay
-                               readable in ``;JOURNAL``; a big distribution is spread over
-                               ``changes-<dist>-1`` ... ``-n`` by package (see
-                               :mod:`facade.demo.mapping`)
-``.\private$\bugs``            entries that close bugs also go here (multiple-element send);
-                               ``bugs-1`` ... ``-n`` when spread
+                               readable in ``;JOURNAL``
+``.\private$\bugs``            entries that close bugs also go here (multiple-element send)
 ``.\private$\security``        urgent entries (high, critical, emergency); the responder reads it
 ``.\private$\security-replies`` the responder's answers (correlation id = request id)
 ``.\private$\changes-held``    entries with a 1 s time-to-be-received that nobody reads: they
                                expire into the dead-letter queue (``expire_due``)
 ``.\private$\admin``           acknowledgments (ACK/NACK) of every copy that asked for them
+``.\private$\latency-probe``   the paced run's messages (:func:`send_paced`), journal on
 alias ``kmq-demo-<run>-security`` directory alias for the security queue (a private queue:
                                lists reach it only through an alias)
 list ``kmq-demo-<run>-announce`` distribution list: every distribution queue + the alias
@@ -26,13 +24,16 @@ Routing of entry *i* (first match wins): every 100th entry is **held** (TTBR 1 s
 entries go to the **security** queue, found through the directory alias, sent recoverable with a
 response queue; every 200th entry is **announced** to the distribution list (one copy per member,
 ACK_REACH_QUEUE asked for every 1000th); entries closing bugs go to the **multiple-element** name
-``PUBLIC=<its queue>,DIRECT=OS:<qm>\private$\bugs[-n]``; the rest go **direct** to their
+``PUBLIC=<its queue>,DIRECT=OS:<qm>\private$\bugs``; the rest go **direct** to their
 distribution queue. Every 200th entry (and every held or security one) asks for FULL_RECEIVE
 acknowledgments. Every entry has journal level DEADLETTER, so any copy that fails lands in the
 dead-letter queue and stays accountable.
 
-Receiving: a :class:`ReceiverPool` of a few threads drains the queues one at a time
-(:class:`QueueDrain`; :class:`SecurityDesk` answers requests).
+Receiving: a :class:`ReceiverPool` of a few threads drains the queues, a few at a time, with
+competing receivers: each queue gets RECEIVERS_PER_QUEUE drains (:class:`QueueDrain`; the
+security queue's are :class:`SecurityDesk`, which answer requests), each with its own handle
+opened with ``prefetch`` (one PREFETCH receipt takes up to PREFETCH messages), so competing
+receivers take disjoint batches instead of all claiming the same head message.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ from facade.message import Acknowledgment, Delivery, JournalLevel, Message
 __all__ = [
     "EntrySender",
     "QueueDrain",
+    "PREFETCH",
+    "RECEIVERS_PER_QUEUE",
     "ReceiverPool",
     "SecurityDesk",
     "Topology",
@@ -73,6 +76,7 @@ __all__ = [
     "entry_message",
     "plan_route",
     "read_all",
+    "send_paced",
     "write_poison_record",
 ]
 
@@ -94,6 +98,12 @@ BROADCAST_EVERY = 200
 LIST_ACK_EVERY = 1000
 #: Every ACK_EVERY-th entry (at offset ACK_OFFSET) asks for FULL_RECEIVE acknowledgments.
 ACK_EVERY, ACK_OFFSET = 200, 3
+#: Competing receivers (drains, each with its own handle) per queue.
+RECEIVERS_PER_QUEUE = 2
+#: Messages one PREFETCH receipt takes for a receiver (``open_queue(name, prefetch=k)``): with
+#: competing receivers each takes a disjoint batch, instead of every receiver claiming the same
+#: head message one receipt at a time.
+PREFETCH = 50
 #: Seconds a receive waits before the receiver checks whether it is done.
 _RECEIVE_SLICE = 0.25
 #: Consecutive transient receive failures (broker overloaded or away) before a receiver fails.
@@ -105,6 +115,7 @@ ROUTE_LIST = "distribution-list"
 ROUTE_SECURITY = "security"
 ROUTE_HELD = "held"
 ROUTE_RESPONSE = "response"
+ROUTE_PACED = "paced"
 
 
 @dataclass(frozen=True)
@@ -113,27 +124,29 @@ class Topology:
 
     Attributes:
         run_id (str): short id naming the directory objects.
-        distributions (dict[str, tuple[str, ...]]): distribution key -> its queues
-            (``DIRECT=OS:<qm>\\changes-<key>``, or ``...-1`` to ``-n`` when spread).
+        distributions (dict[str, str]): distribution key -> its queue
+            (``DIRECT=OS:<qm>\\changes-<key>``).
         public (dict[str, str]): distribution queue format name -> ``PUBLIC=<guid>``.
         paths (dict[str, str]): format name -> path name of every queue created (to delete).
-        bugs (tuple[str, ...]): the bugs queue(s).
-        security, replies, held, admin (str): the other private queues' format names.
+        bugs (str): the bugs queue.
+        security, replies, held, admin, probe (str): the other private queues' format names
+            (``probe``: the paced run's ``latency-probe``).
         alias_name (str): the directory alias of the security queue.
         list_name (str), list_format_name (str): the distribution list and its ``DL=<guid>``.
         dead_letter (str): ``MACHINE=<guid>;DEADLETTER`` of the run's queue manager.
-        layout (QueueLayout): which package goes to which queue.
+        layout (QueueLayout): which distributions have a queue.
     """
 
     run_id: str
-    distributions: dict[str, tuple[str, ...]]
+    distributions: dict[str, str]
     public: dict[str, str]
     paths: dict[str, str]
-    bugs: tuple[str, ...]
+    bugs: str
     security: str
     replies: str
     held: str
     admin: str
+    probe: str
     alias_name: str
     list_name: str
     list_format_name: str
@@ -141,23 +154,18 @@ class Topology:
     layout: QueueLayout
 
     def queue_for(self, entry: ChangelogEntry) -> str:
-        """The distribution queue of ``entry``: its distribution's (rare ones: ``other``),
-        the one its package was dealt to when the distribution is spread."""
-        return self.distributions[self.layout.distribution_of(entry)][self.layout.shard(entry)]
-
-    def bugs_for(self, entry: ChangelogEntry) -> str:
-        """The bugs queue of ``entry`` (the one its package was dealt to)."""
-        return self.bugs[self.layout.bug_shard(entry)]
+        """The distribution queue of ``entry``: its distribution's (rare ones: ``other``)."""
+        return self.distributions[self.layout.distribution_of(entry)]
 
     @property
     def distribution_queues(self) -> list[str]:
         """Every distribution queue, biggest distribution first."""
-        return [q for queues in self.distributions.values() for q in queues]
+        return list(self.distributions.values())
 
     @property
     def journaled(self) -> list[str]:
         """Format names of the queues whose received messages stay in their journal."""
-        return [*self.distribution_queues, *self.bugs, self.security, self.replies]
+        return [*self.distribution_queues, self.bugs, self.security, self.replies, self.probe]
 
 
 def create_topology(qm: Any, layout: QueueLayout, run_id: str) -> Topology:
@@ -165,8 +173,7 @@ def create_topology(qm: Any, layout: QueueLayout, run_id: str) -> Topology:
 
     Args:
         qm (QueueManager): the run's queue manager (needs a directory).
-        layout (QueueLayout): the distributions (``other`` included) and how many queues each,
-            and the bugs queue, get.
+        layout (QueueLayout): the distributions (``other`` included) that get a queue.
         run_id (str): names the alias and the list, which are global in the directory.
 
     Raises:
@@ -184,25 +191,21 @@ def create_topology(qm: Any, layout: QueueLayout, run_id: str) -> Topology:
         paths[format_name] = path
         return format_name, properties
 
-    distributions: dict[str, tuple[str, ...]] = {}
+    distributions: dict[str, str] = {}
     public: dict[str, str] = {}
-    for key, shards in layout.distributions.items():
-        names = []
-        for shard in range(1, shards + 1):
-            format_name, properties = create(rf".\{queue_name(key, shard, shards)}",
-                                             f"Debian changelog entries for {key}"[:124], True)
-            names.append(format_name)
-            public[format_name] = f"PUBLIC={properties.instance}"
-        distributions[key] = tuple(names)
-    bugs = tuple(create(rf".\private$\{'bugs' if layout.bugs == 1 else f'bugs-{n}'}",
-                        "entries that close bugs", True)[0]
-                 for n in range(1, layout.bugs + 1))
+    for key in layout.distributions:
+        format_name, properties = create(rf".\{queue_name(key)}",
+                                         f"Debian changelog entries for {key}"[:124], True)
+        distributions[key] = format_name
+        public[format_name] = f"PUBLIC={properties.instance}"
+    bugs = create(r".\private$\bugs", "entries that close bugs", True)[0]
     private = {name: create(rf".\private$\{name}", label, journal)[0]
                for name, label, journal in (
         ("security", "urgent entries for the security desk", True),
         ("security-replies", "the security desk's answers", True),
         ("changes-held", "entries nobody receives in time", False),
         ("admin", "acknowledgments", False),
+        ("latency-probe", "the paced run: end-to-end latency", True),
     )}
     directory = qm.directory
     alias = directory.create_alias(f"kmq-demo-{run_id}-security", private["security"],
@@ -215,7 +218,7 @@ def create_topology(qm: Any, layout: QueueLayout, run_id: str) -> Topology:
     return Topology(
         run_id=run_id, distributions=distributions, public=public, paths=paths, bugs=bugs,
         security=private["security"], replies=private["security-replies"],
-        held=private["changes-held"], admin=private["admin"],
+        held=private["changes-held"], admin=private["admin"], probe=private["latency-probe"],
         alias_name=alias.name, list_name=dl.name, list_format_name=dl.format_name,
         dead_letter=f"MACHINE={qm.guid};{SystemQueue.DEADLETTER.value}", layout=layout)
 
@@ -372,7 +375,7 @@ class EntrySender:
         queue = self.topology.queue_for(entry)
         if route == ROUTE_MULTI:
             # PUBLIC= for the distribution queue (through the directory), DIRECT= for bugs.
-            return self._open(f"{self.topology.public[queue]},{self.topology.bugs_for(entry)}")
+            return self._open(f"{self.topology.public[queue]},{self.topology.bugs}")
         return self._open(queue)
 
     def _open(self, format_name: str) -> Any:
@@ -385,6 +388,44 @@ class EntrySender:
         """Close the send handles."""
         for handle in [*self._handles.values(), self._list, self._security, self._held]:
             handle.close()
+
+
+def send_paced(handle: Any, ledger: Ledger, entries: list[ChangelogEntry], count: int,
+               rate: float, abort: threading.Event) -> int:
+    """The paced run: send ``count`` messages (changelog entries, cycled) to ``handle``'s queue
+    at a fixed ``rate``, each at its own time slot, and record each in the ledger (kind
+    ``probe``, route ``paced``). Receivers must already be waiting: the report's end-to-end
+    latency is send to receive of these messages.
+
+    Args:
+        handle (MessageQueue): the opened ``latency-probe`` queue.
+        ledger (Ledger): where sends are recorded.
+        entries (list[ChangelogEntry]): the corpus (non-empty).
+        count (int): messages to send.
+        rate (float): messages per second.
+        abort (threading.Event): stops sending when set.
+
+    Returns:
+        int: messages sent.
+
+    Raises:
+        MessageQueueError: a send was refused.
+    """
+    started = time.monotonic()
+    for index in range(count):
+        if abort.is_set():
+            return index
+        time.sleep(max(0.0, started + index / rate - time.monotonic()))
+        entry = entries[index % len(entries)]
+        message = Message(body=entry.text.encode("utf-8", "replace"), label=entry_label(entry),
+                          properties=entry_properties(entry), journal=JournalLevel.DEADLETTER)
+        sent = handle.send(message)
+        ledger.record_send(SentMessage(
+            message_id=str(sent.id), kind="probe", route=ROUTE_PACED, label=message.label,
+            format_name=handle.format_name,
+            queues=tuple(d.format_name for d in handle.destinations), expect="receive",
+            acknowledge=0, sender=entry.maintainer))
+    return count
 
 
 def write_poison_record(qm: Any, format_name: str, ledger: Ledger) -> str:
@@ -407,9 +448,11 @@ def write_poison_record(qm: Any, format_name: str, ledger: Ledger) -> str:
 
 
 class QueueDrain:
-    """Receives from one queue until its upstream is done and nothing is outstanding.
+    """One receiver on one queue: receives until its upstream is done and nothing is outstanding.
 
-    It stops when ``upstream_done()`` is true and either every copy the ledger expects in the
+    Several drains of one queue compete for its messages, each with its own handle opened with
+    ``prefetch`` (MSMQ's competing receivers; the queue arbitrates, so each copy goes to one).
+    A drain stops when ``upstream_done()`` is true and either every copy the ledger expects in the
     queue has been received, or nothing arrived for ``idle_limit`` seconds (a lost copy must not
     hang the demo: the verdict reports it). A :class:`ReceiverPool` worker runs it.
 
@@ -419,23 +462,28 @@ class QueueDrain:
         ledger (Ledger): receives are reported here.
         upstream_done (Callable[[], bool]): true once nothing more will be sent to the queue.
         idle_limit (float): seconds without a message, after upstream is done, before giving up.
+        prefetch (int): the handle's ``prefetch`` (0: one RECEIVE receipt per message).
 
     Attributes:
         received (int): messages received.
         transient_errors (int): receives that failed with a transient broker error and were
             retried.
+        ready (threading.Event): set once the drain's handle is open (it receives from then).
         done (threading.Event): set when the drain has finished (or failed).
     """
 
     def __init__(self, qm: Any, format_name: str, ledger: Ledger,
-                 upstream_done: Callable[[], bool], idle_limit: float = 10.0):
+                 upstream_done: Callable[[], bool], idle_limit: float = 10.0,
+                 prefetch: int = PREFETCH):
         self.qm = qm
+        self.prefetch = prefetch
         self.format_name = format_name
         self.ledger = ledger
         self.upstream_done = upstream_done
         self.idle_limit = idle_limit
         self.received = 0
         self.transient_errors = 0
+        self.ready = threading.Event()
         self.done = threading.Event()
 
     def run(self, abort: threading.Event) -> None:
@@ -446,7 +494,9 @@ class QueueDrain:
                 transient failures in a row, or a permanent error).
         """
         try:
-            with self.qm.open_queue(self.format_name) as queue:
+            with self.qm.open_queue(self.format_name, prefetch=self.prefetch) as queue:
+                queue.count()  # reads the queue up to its end now, not at the first receive
+                self.ready.set()
                 self._loop(queue, abort)
         finally:
             self.done.set()
@@ -530,16 +580,17 @@ class SecurityDesk(QueueDrain):
 
 
 class ReceiverPool:
-    """A few worker threads that drain queues one at a time, in the order given.
+    """A few worker threads that run drains in the order given, each until it ends; the
+    drains of one queue are next to each other, so their workers compete on it together.
 
-    Why a pool and not a thread per queue: every open queue view polls the broker for new
+    Why a pool and not a thread per drain: every open queue view polls the broker for new
     records every few milliseconds (``fetch.wait.max.ms=2``), which on Tansu costs about 7 % of
     a core per view even when idle. With a dozen views the broker saturates on polling alone
     and receipts come back late; a handful of busy views is what a 2-core machine sustains.
 
     Args:
-        drains (list[QueueDrain]): the queues, in the order workers should take them (a drain
-            whose upstream is another drain must come after it).
+        drains (list[QueueDrain]): in the order workers should take them (a drain whose
+            upstream is another drain must come after it).
         workers (int): threads.
         abort (threading.Event): set to stop every worker after its current receive; a
             worker's failure sets it too.
@@ -595,11 +646,7 @@ def read_all(qm: Any, format_name: str, observe: Callable[[Message], None]) -> i
     """
     count = 0
     with qm.open_queue(format_name) as queue, queue.cursor() as cursor:
-        try:
-            message = cursor.peek_current(timeout=0)
-            while True:
-                observe(message)
-                count += 1
-                message = cursor.peek_next(timeout=0)
-        except ReceiveTimeout:
-            return count
+        for message in cursor:  # ends at the last message, without raising
+            observe(message)
+            count += 1
+    return count

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from facade.cli import app
 from facade.config import KmqConfig
-from facade.demo import mapping, runner
+from facade.demo import runner
 from facade.demo.ledger import Ledger, SentMessage
 from facade.manager import QueueManager
 from tests.support.kafka import BrokerEndpoint
@@ -75,8 +75,6 @@ def _json(result) -> dict:
 def test_demo_accounts_for_every_copy(demo_env: Path, corpus: Path, tmp_path: Path,
                                       broker: BrokerEndpoint,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    # 15 entries per queue: unstable, experimental and bugs are each spread over two queues.
-    monkeypatch.setattr(mapping, "QUEUE_SHARD_SIZE", 15)
     report_dir = tmp_path / "report"
     data = _json(CliRunner().invoke(app, ["demo", "--corpus", str(corpus), "--report-dir",
                                           str(report_dir), "--json"]))
@@ -93,10 +91,12 @@ def test_demo_accounts_for_every_copy(demo_env: Path, corpus: Path, tmp_path: Pa
 
     by_queue = data["copies_by_queue"]
     assert sum(by_queue.values()) == data["copies"]
-    assert by_queue["bugs-1"] + by_queue["bugs-2"] == routes["multiple-element"]
+    assert by_queue["bugs"] == routes["multiple-element"]
     assert by_queue["changes-held"] == 1 and by_queue["security-replies"] == 12
-    assert {"changes-unstable-1", "changes-unstable-2", "changes-experimental-1",
-            "changes-experimental-2", "changes-bookworm-security", "changes-other"} <= set(by_queue)
+    assert {"changes-unstable", "changes-experimental", "changes-bookworm-security",
+            "changes-other"} <= set(by_queue)  # one queue per distribution, never split
+    receivers = data["receivers"]
+    assert receivers["per_queue"] >= 2 and receivers["prefetch"] > 1  # competing, in batches
     list_members = len([q for q in by_queue if q.startswith("changes-") and q != "changes-held"]) + 1
     # The held copy expires; the poison record is dead-lettered; everything else is received.
     assert data["received"] == data["copies"] - 1
@@ -114,7 +114,22 @@ def test_demo_accounts_for_every_copy(demo_env: Path, corpus: Path, tmp_path: Pa
     assert {"queue": "deadletter", "class": "NACK_RECEIVE_TIMEOUT", "count": 1} in \
         report["queue_classes"]
     assert report["top_senders"][0]["sender"].startswith("Maint ")
-    assert report["latency_ms"]["sent_to_received"]["count"] == data["received"]
+    latency = report["latency_ms"]
+    # Backlog (throughput run) and end-to-end (paced run) are measured apart, together once.
+    assert latency["paced_sent_to_received"]["count"] == data["paced"]["messages"] == \
+        data["sent"]["by_route"]["paced"] > 0
+    assert latency["sent_to_received"]["count"] + data["paced"]["messages"] == data["received"]
+    assert data["copies_by_queue"]["latency-probe"] == data["paced"]["messages"]
+    run = report["run"]
+    assert run["verdict"]["ok"] and run["verdict"]["outcomes"] == outcomes
+    assert run["parameters"]["receivers"].startswith("4 threads, 2 per queue, prefetch")
+    assert run["totals"]["copies"] == f"{data['copies']:,}"
+    security = next(e for e in run["explanations"] if e.startswith("security received"))
+    assert "12 urgent requests plus 1 announcements" in security
+    markdown = (report_dir / "report.md").read_text()
+    assert "PASSED: every copy accounted for" in markdown
+    assert "1 NACK_RECEIVE_REJECTED: the one raw poison record" in markdown
+    assert "Backlog, not latency" in markdown and "End-to-end latency" in markdown
     assert (report_dir / "report.md").is_file()
     try:
         import matplotlib  # noqa: F401

@@ -149,24 +149,17 @@ def test_mapping() -> None:
     assert select_distributions(many, min_share=0.05) == ["unstable", "experimental"]
 
 
-def test_big_distributions_are_spread_over_queues_by_package() -> None:
-    def entry(package: str, distribution: str, bugs: tuple[int, ...] = ()) -> ChangelogEntry:
-        return ChangelogEntry(package, "1", (distribution,), "", "", None, "", "", bugs, "")
+def test_every_distribution_gets_one_queue_however_big() -> None:
+    def entry(package: str, distribution: str) -> ChangelogEntry:
+        return ChangelogEntry(package, "1", (distribution,), "", "", None, "", "", (), "")
 
-    # p0 has 8 entries, p1..p17 one each: 25 unstable entries, all closing bugs.
-    entries = ([entry("p0", "unstable", (1,)) for _ in range(8)]
-               + [entry(f"p{i}", "unstable", (i,)) for i in range(1, 18)]
-               + [entry(f"q{i}", "experimental") for i in range(9)] + [entry("r", "rare")])
-    layout = plan_layout(entries, shard_size=10)
-    assert layout.distributions == {"unstable": 3, "experimental": 1, "rare": 1, "other": 1}
-    assert layout.bugs == 3
-    loads = [sum(1 for e in entries[:25] if layout.shard(e) == q) for q in range(3)]
-    assert sorted(loads) == [8, 8, 9]  # dealt biggest first: balanced, p0 kept whole
-    assert len({layout.shard(e) for e in entries[:8]}) == 1
-    assert layout.shard(entries[-1]) == 0 and layout.distribution_of(entries[-1]) == "rare"
-    assert queue_name("unstable", 2, 3) == "changes-unstable-2"
+    entries = ([entry(f"p{i}", "unstable") for i in range(5000)]
+               + [entry(f"q{i}", "experimental") for i in range(90)] + [entry("r", "rare")])
+    layout = plan_layout(entries)
+    assert layout.distributions == ["unstable", "experimental", "other"]
+    assert layout.distribution_of(entries[-1]) == "other"  # rare: under 1 % of the entries
     assert queue_name("unstable") == "changes-unstable"
-    assert plan_layout(entries, shard_size=10) == layout  # the same on every run
+    assert plan_layout(entries) == layout  # the same on every run
 
 
 # -- ledger --------------------------------------------------------------------------------------
