@@ -92,7 +92,7 @@ def run_report_job(sources: _Sources, *, top_senders: int, probe_source: str,
         table = _stream_into_memory(spark, sources, timeout)
         rows = spark.table(table)
         return SparkFigures(queue_classes=_queue_classes(rows),
-                            top_senders=_top_senders(rows, top_senders),
+                            top_senders=_top_senders(rows, top_senders, probe_source),
                             acknowledgments=_acknowledgments(rows),
                             latencies=_latencies(rows, probe_source, paced=False),
                             paced_latencies=_latencies(rows, probe_source, paced=True))
@@ -134,14 +134,12 @@ def _queue_classes(rows: Any) -> list[dict[str, Any]]:
     return sorted(result, key=lambda r: (r["queue"], r["class"]))
 
 
-def _top_senders(rows: Any, limit: int) -> list[dict[str, Any]]:
+def _top_senders(rows: Any, limit: int, probe_source: str) -> list[dict[str, Any]]:
     from pyspark.sql import functions as F
-
-    from facade.demo.report import PROBE_QUEUE
 
     # The paced run resends corpus entries: its copies would count their senders twice.
     journals = rows.where(F.col("source").endswith(";journal")
-                          & (F.col("source") != f"{PROBE_QUEUE};journal"))
+                          & (F.col("source") != probe_source))
     senders = (journals.select(F.col("properties").getItem(_SENDER_PROPERTY).alias("sender"), "id")
                .where(F.col("sender").isNotNull())
                .groupBy("sender").agg(F.countDistinct("id").alias("messages"))
