@@ -14,12 +14,14 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from facade import Message, QueueNotFound
 from facade.config import KmqConfig
+from facade.kafka import readers_at_rest
 from facade.manager import QueueManager
 from tests.support.kafka import BrokerEndpoint
 
@@ -40,7 +42,10 @@ _HOLDER = textwrap.dedent(r"""
     qm = QueueManager.open(KmqConfig.load(bootstrap_servers=bootstrap, queue_manager=name))
     doomed = qm.open_queue(r".\private$\doomed")
     doomed.count()
+    deadline = time.monotonic() + 60
     while not readers_at_rest():
+        if time.monotonic() > deadline:
+            sys.exit("readers still fetching after 60 s unused")
         time.sleep(0.05)
     print("ready", flush=True)
     sys.stdin.readline()
@@ -57,6 +62,7 @@ _HOLDER = textwrap.dedent(r"""
 """)
 
 
+@pytest.mark.timeout(300)
 def test_a_process_with_the_queue_open_gets_queue_not_found_when_another_deletes_it(
     broker: BrokerEndpoint, qm: QueueManager
 ) -> None:
@@ -68,7 +74,7 @@ def test_a_process_with_the_queue_open_gets_queue_not_found_when_another_deletes
         env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         assert holder.stdout is not None and holder.stdin is not None
-        assert holder.stdout.readline().strip() == "ready"
+        assert holder.stdout.readline().strip() == "ready", "the holder failed before deletion"
         qm.delete_queue(r".\private$\doomed")
         holder.stdin.write("go\n")
         holder.stdin.flush()
@@ -130,3 +136,21 @@ def test_a_receive_waiting_on_a_queue_another_manager_deletes_ends_with_queue_no
     receiver.join(timeout=60)
     assert not receiver.is_alive()
     assert len(outcome) == 1 and isinstance(outcome[0], QueueNotFound), outcome
+
+
+def test_a_handle_whose_reader_rested_reads_what_arrived_meanwhile(
+    broker: BrokerEndpoint, qm: QueueManager
+) -> None:
+    q = qm.create_queue(r".\private$\quiet")
+    q.send(Message(body=b"before"), wait=True)
+    assert q.count() == 1
+    deadline = time.monotonic() + 60
+    while not readers_at_rest():
+        assert time.monotonic() < deadline, "readers still fetching after 60 s unused"
+        time.sleep(0.05)
+    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers, queue_manager=qm.name)
+    with QueueManager.open(config) as other:
+        other.open_queue(r".\private$\quiet").send(Message(body=b"while resting"), wait=True)
+    assert q.count() == 2
+    assert [q.receive(timeout=30).body for _ in range(2)] == [b"before", b"while resting"]
+    assert q.count() == 0
