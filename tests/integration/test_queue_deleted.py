@@ -100,8 +100,7 @@ def test_a_second_queue_manager_deleting_a_queue_leaves_the_first_one_working(
     assert doomed.count() == 1
     other = qm.create_queue(r".\private$\other")
     other.send(Message(body=b"kept"), wait=True)
-    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers, queue_manager=qm.name)
-    with QueueManager.open(config) as admin:
+    with _another_manager(broker, qm) as admin:
         admin.delete_queue(r".\private$\doomed")
     with pytest.raises(QueueNotFound) as raised:
         doomed.count()
@@ -130,8 +129,7 @@ def test_a_receive_waiting_on_a_queue_another_manager_deletes_ends_with_queue_no
     receiver = threading.Thread(target=receive)
     receiver.start()
     assert waiting.wait(timeout=30)
-    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers, queue_manager=qm.name)
-    with QueueManager.open(config) as admin:
+    with _another_manager(broker, qm) as admin:
         admin.delete_queue(r".\private$\doomed")
     receiver.join(timeout=60)
     assert not receiver.is_alive()
@@ -141,16 +139,27 @@ def test_a_receive_waiting_on_a_queue_another_manager_deletes_ends_with_queue_no
 def test_a_handle_whose_reader_rested_reads_what_arrived_meanwhile(
     broker: BrokerEndpoint, qm: QueueManager
 ) -> None:
-    q = qm.create_queue(r".\private$\quiet")
-    q.send(Message(body=b"before"), wait=True)
-    assert q.count() == 1
+    with _another_manager(broker, qm) as other:
+        sender = other.create_queue(r".\private$\quiet")
+        sender.send(Message(body=b"before"), wait=True)
+        q = qm.open_queue(r".\private$\quiet")
+        assert q.count() == 1
+        _wait_until_readers_rest()
+        sender.send(Message(body=b"while resting"), wait=True)
+        assert q.count() == 2
+        assert [q.receive(timeout=30).body for _ in range(2)] == [b"before", b"while resting"]
+        assert q.count() == 0
+
+
+def _another_manager(broker: BrokerEndpoint, qm: QueueManager) -> QueueManager:
+    """A second queue manager object of the same name in this process."""
+    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers, queue_manager=qm.name)
+    return QueueManager.open(config)
+
+
+def _wait_until_readers_rest() -> None:
+    """Wait (a condition, 60 s at most) until no reader of this process fetches."""
     deadline = time.monotonic() + 60
     while not readers_at_rest():
         assert time.monotonic() < deadline, "readers still fetching after 60 s unused"
         time.sleep(0.05)
-    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers, queue_manager=qm.name)
-    with QueueManager.open(config) as other:
-        other.open_queue(r".\private$\quiet").send(Message(body=b"while resting"), wait=True)
-    assert q.count() == 2
-    assert [q.receive(timeout=30).body for _ in range(2)] == [b"before", b"while resting"]
-    assert q.count() == 0
