@@ -10,10 +10,12 @@ in receipts topics, not in committed offsets).
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,8 +59,10 @@ __all__ = [
     "produce_async",
     "client_logging",
     "refusal",
+    "readers_at_rest",
     "refused_bootstrap_servers",
     "resolve_bootstrap_servers",
+    "stop_reading",
 ]
 
 log = logging.getLogger("kmq.kafka")
@@ -91,6 +95,8 @@ MAX_FETCH_WAIT_MS = 500
 STARVED_AFTER = 0.25
 #: Seconds ``read_to_end`` always reads first: a few fetch cycles, so watermarks are current.
 _SETTLE = 0.03
+#: Seconds a reader may go unused before it stops fetching (see :class:`TopicReader`).
+REST_AFTER = 0.5
 
 _UNAVAILABLE = {
     KafkaError._TRANSPORT,
@@ -626,8 +632,27 @@ class KafkaSession:
         self._admin = None
 
 
+def _in_use(method: Any) -> Any:
+    """Run a :class:`TopicReader` method as one call (see ``TopicReader._use``)."""
+    @functools.wraps(method)
+    def call(self: TopicReader, *args: Any, **kwargs: Any) -> Any:
+        with self._use():
+            return method(self, *args, **kwargs)
+    return call
+
+
 class TopicReader:
     """Reads single-partition topics from explicit offsets, without a consumer group.
+
+    **Resting.** librdkafka fetches assigned partitions in the background, between calls too,
+    and librdkafka 2.16 can crash the whole process (SIGSEGV in
+    ``rd_kafka_metadata_update_op``) on the Fetch response for a topic deleted under it, as
+    Tansu answers it (an unknown topic id with a KIP-951 ``CurrentLeader`` hint). Queues are
+    deleted by other processes at any time (``kmq queue delete``), so a reader unused for
+    :data:`REST_AFTER` seconds stops fetching (its partitions are paused, positions kept),
+    and the next call checks with one metadata request that its topics still exist before
+    fetching again; :meth:`stop_reading` stops it at once for topics about to be deleted in this
+    process. A deletion while a call is reading remains exposed to that librdkafka bug.
 
     Args:
         base (Mapping[str, Any]): common librdkafka settings (bootstrap servers, security).
@@ -641,6 +666,16 @@ class TopicReader:
         self._next: dict[str, int] = {}
         self._paused: set[str] = set()
         self._idle_since: float | None = None
+        #: Topics paused because the reader rested (see :meth:`rest`), not by :meth:`pause`.
+        self._rested: set[str] = set()
+        #: Topics :meth:`stop_reading` named: never fetched again.
+        self._deleted: set[str] = set()
+        #: Guards _rested and the consumer's pause state: :meth:`rest` runs on other threads.
+        self._state_lock = threading.Lock()
+        self._busy = 0
+        self._last_used = time.monotonic()
+        self._closed = False
+        _RESTER.watch(self)
 
     def _new_consumer(self) -> Consumer:
         return Consumer({
@@ -658,17 +693,24 @@ class TopicReader:
             "fetch.queue.backoff.ms": 1,
         })
 
+    @_in_use
     def assign(self, positions: Mapping[str, int]) -> None:
         """Read each topic (partition 0) from the given offset; replaces earlier assignments."""
-        self._next = dict(positions)
-        self._paused.clear()
-        self._assign(self._next)
+        with self._state_lock:
+            deleted = sorted(self._deleted & set(positions))
+            if deleted:
+                raise _deleted_error(deleted)
+            self._next = dict(positions)
+            self._paused.clear()
+            self._rested.clear()
+            self._assign(self._next)
 
     def _assign(self, positions: Mapping[str, int]) -> None:
         parts = [TopicPartition(t, 0, o if o >= 0 else OFFSET_BEGINNING) for t, o in positions.items()]
         with map_kafka_errors("assign topics"):
             self._consumer.assign(parts)
 
+    @_in_use
     def poll(self, timeout: float, max_records: int = 1000) -> list[KafkaRecord]:
         """Records available within ``timeout`` seconds (may be empty).
 
@@ -684,6 +726,8 @@ class TopicReader:
                 first = self._consumer.poll(timeout)
                 if first is not None:
                     batch = [first, *self._consumer.consume(max_records - 1, 0)]
+        if self._deleted:
+            self._wake()  # stop_reading() was called during this poll
         records = []
         for msg in batch:
             error = msg.error()
@@ -750,12 +794,16 @@ class TopicReader:
         self._wait_ms = min(self._wait_ms * 8, MAX_FETCH_WAIT_MS)
         log.info("reader of %s %s for %.2f s while behind: fetch.wait.max.ms raised to %d",
                  ", ".join(sorted(self._next)), why, STARVED_AFTER, self._wait_ms)
-        self._consumer.close()
-        self._consumer = self._new_consumer()
-        self._assign(self._next)
-        for topic in self._paused:
-            self._consumer.pause([TopicPartition(topic, 0)])
+        with self._state_lock:
+            if self._closed:
+                return
+            self._consumer.close()
+            self._consumer = self._new_consumer()
+            self._assign(self._next)
+            for topic in self._paused | self._rested:
+                self._consumer.pause([TopicPartition(topic, 0)])
 
+    @_in_use
     def seek(self, topic: str, offset: int) -> None:
         """Read ``topic`` (partition 0) again from ``offset``; records already fetched past it
         are dropped and fetched again.
@@ -767,26 +815,31 @@ class TopicReader:
             self._consumer.seek(TopicPartition(topic, 0, offset))
         self._next[topic] = offset
 
+    @_in_use
     def pause(self, topic: str) -> None:
         """Stop fetching ``topic`` (partition 0) until :meth:`resume`; the position is kept.
 
         Raises:
             BrokerError: the partition is not assigned to this reader.
         """
-        with map_kafka_errors("pause", topic):
-            self._consumer.pause([TopicPartition(topic, 0)])
-        self._paused.add(topic)
+        with self._state_lock, map_kafka_errors("pause", topic):
+            if topic not in self._rested:
+                self._consumer.pause([TopicPartition(topic, 0)])
+            self._paused.add(topic)
 
+    @_in_use
     def resume(self, topic: str) -> None:
         """Fetch ``topic`` (partition 0) again after :meth:`pause`, from where it stopped.
 
         Raises:
             BrokerError: the partition is not assigned to this reader.
         """
-        with map_kafka_errors("resume", topic):
-            self._consumer.resume([TopicPartition(topic, 0)])
-        self._paused.discard(topic)
+        with self._state_lock, map_kafka_errors("resume", topic):
+            if topic not in self._rested:
+                self._consumer.resume([TopicPartition(topic, 0)])
+            self._paused.discard(topic)
 
+    @_in_use
     def caught_up(self, topics: Iterable[str]) -> bool:
         """True when every topic has been read up to the high watermark of its latest fetch
         response (a watermark is known only after the first fetch response for the topic).
@@ -803,6 +856,7 @@ class TopicReader:
                     return False
         return True
 
+    @_in_use
     def end_offsets(self, topics: Sequence[str], timeout: float = 10.0) -> dict[str, int]:
         """The offset the next record of each topic (partition 0) will get, from a ListOffsets
         query to the broker (not the cached fetch watermark).
@@ -822,6 +876,7 @@ class TopicReader:
                 ends[topic] = max(high, 0)
         return ends
 
+    @_in_use
     def watermarks(self, topics: Sequence[str], timeout: float = 10.0) -> dict[str, tuple[int, int]]:
         """The log start and end offsets of each topic (partition 0), from a fetch response.
 
@@ -883,7 +938,149 @@ class TopicReader:
 
     def close(self) -> None:
         """Leave and release the consumer."""
-        self._consumer.close()
+        with self._state_lock:
+            self._closed = True
+            self._consumer.close()
+
+    # -- resting (see the class docstring) ------------------------------------------------------
+
+    @contextmanager
+    def _use(self) -> Iterator[None]:
+        """Mark the reader in use for one call; wake it first if it rested."""
+        with self._state_lock:
+            self._busy += 1
+        try:
+            self._wake()
+            yield
+        finally:
+            with self._state_lock:
+                self._busy -= 1
+                self._last_used = time.monotonic()
+
+    def _wake(self) -> None:
+        """Fetch the rested topics again, once a metadata request shows they still exist.
+
+        Raises:
+            QueueNotFound: a topic was deleted (or :meth:`stop_reading` named it); it stays
+                paused, so every later call raises the same.
+        """
+        with self._state_lock:
+            rested, deleted = set(self._rested), set(self._deleted)
+        if not rested and not deleted:
+            return
+        gone = deleted | {topic for topic in rested - deleted if not self._topic_exists(topic)}
+        if gone:
+            raise _deleted_error(sorted(gone))
+        with self._state_lock, map_kafka_errors("resume", ", ".join(sorted(rested))):
+            resumed = rested & self._rested - self._paused
+            if resumed:
+                self._consumer.resume([TopicPartition(topic, 0) for topic in resumed])
+            self._rested -= rested
+
+    def _topic_exists(self, topic: str) -> bool:
+        """One metadata request for ``topic`` (never creates it: auto-creation is off)."""
+        with map_kafka_errors("describe topic", topic):
+            found = self._consumer.list_topics(topic=topic, timeout=ADMIN_TIMEOUT).topics.get(topic)
+        return found is not None and found.error is None
+
+    def rest(self, *, idle_for: float = 0.0) -> bool:
+        """Stop fetching every assigned topic if no call is under way and the last one ended
+        ``idle_for`` seconds ago or more; the next call fetches again (see the class docstring).
+
+        Thread-safe: called by the process's rester thread.
+
+        Returns:
+            bool: whether the reader rests now.
+        """
+        with self._state_lock:
+            if self._closed or self._busy or time.monotonic() - self._last_used < idle_for:
+                return bool(self._rested)
+            awake = set(self._next) - self._paused - self._rested
+            if awake:
+                self._consumer.pause([TopicPartition(topic, 0) for topic in awake])
+                self._rested |= awake
+            return bool(self._rested)
+
+    @_in_use
+    def wake(self) -> None:
+        """Fetch again now if the reader rested (every other call does it too).
+
+        Raises:
+            QueueNotFound: one of its topics was deleted meanwhile.
+        """
+
+    def fetching(self) -> bool:
+        """Whether librdkafka fetches any of this reader's topics in the background now."""
+        with self._state_lock:
+            return not self._closed and bool(set(self._next) - self._paused - self._rested)
+
+    def stop_reading(self, topics: Iterable[str]) -> None:
+        """Stop fetching ``topics`` for good, because they are about to be deleted: every later
+        call (and a :meth:`poll` under way) raises QueueNotFound naming them. Thread-safe.
+        """
+        with self._state_lock:
+            doomed = set(topics) & set(self._next)
+            if self._closed or not doomed:
+                return
+            awake = doomed - self._paused - self._rested
+            if awake:
+                self._consumer.pause([TopicPartition(topic, 0) for topic in awake])
+            self._rested |= doomed
+            self._deleted |= doomed
+
+
+def _deleted_error(topics: Sequence[str]) -> QueueNotFound:
+    return QueueNotFound(f"topic {', '.join(map(repr, topics))} was deleted while this process "
+                         "was reading it: its queue no longer exists", queue=topics[0],
+                         hint="the queue was deleted (kmq queue delete); open or create it again")
+
+
+class _Rester:
+    """The process's one thread that lets unused readers rest (see :class:`TopicReader`)."""
+
+    def __init__(self) -> None:
+        self._readers: weakref.WeakSet[TopicReader] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, reader: TopicReader) -> None:
+        with self._lock:
+            self._readers.add(reader)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="kmq-reader-rest",
+                                                daemon=True)
+                self._thread.start()
+
+    def readers(self) -> list[TopicReader]:
+        with self._lock:
+            return list(self._readers)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(REST_AFTER / 5)
+            for reader in self.readers():
+                try:
+                    reader.rest(idle_for=REST_AFTER)
+                except Exception:  # noqa: BLE001 - a daemon thread must outlive any one reader
+                    log.exception("could not let an unused Kafka reader rest")
+
+
+_RESTER = _Rester()
+
+
+def stop_reading(topics: Iterable[str]) -> None:
+    """Stop every reader of this process from fetching ``topics``, which are about to be
+    deleted (see :meth:`TopicReader.stop_reading`)."""
+    topics = set(topics)
+    for reader in _RESTER.readers():
+        reader.stop_reading(topics)
+
+
+def readers_at_rest() -> bool:
+    """True when no reader of this process fetches in the background now: every open reader
+    rests (or reads nothing). A process waits for this before a queue it reads may be
+    deleted safely (tests do)."""
+    return not any(reader.fetching() for reader in _RESTER.readers())
 
 
 def produce_and_wait(producer: Producer, topic: str, value: bytes | None, *, key: bytes | None = None,

@@ -39,7 +39,7 @@ from facade.formatnames import (
     parse_path_name,
     parse_queue_reference,
 )
-from facade.kafka import KafkaSession, TransactionalProducer, produce_and_wait
+from facade.kafka import KafkaSession, TransactionalProducer, produce_and_wait, stop_reading
 from facade.message import Delivery, Message, MessageClass
 from facade.outputs import SystemOutputs
 from facade.peeklock import DEFAULT_PREFETCH_LEASE, lease_to_ms
@@ -280,11 +280,14 @@ class QueueManager:
         journal = topics.journal()
         doomed = [topics.data, topics.receipts, journal.data, journal.receipts]
         # Handles on the queue stop reading it first: librdkafka can crash when a topic a
-        # consumer is assigned to disappears under it (seen with librdkafka 2.16).
+        # consumer is assigned to disappears under it (seen with librdkafka 2.16). Readers of
+        # other queue managers of this process stop too, and raise QueueNotFound from then
+        # on; other processes' readers rest while unused (see facade.kafka.TopicReader).
         for queue in list(self._open_queues):
             if any(d.topics.data in doomed for d in queue.destinations):
                 queue.close()
         self.outputs.forget(doomed)
+        stop_reading(doomed)
         self.session.delete_topics(doomed)
 
     def queue_exists(self, path_or_format_name: str) -> bool:

@@ -41,6 +41,7 @@ from facade.errors import (
     MessageLockedUnderTransaction,
     MessageNotFound,
     MessageQueueError,
+    QueueNotFound,
     QueueQuotaExceeded,
     ReceiveTimeout,
     TransactionUsage,
@@ -792,6 +793,12 @@ class MessageQueue(PeekLockReceives):
     def _open_view(self) -> QueueView:
         if self._view is None:
             self._view = QueueView(self.manager.session, self._single().topics)
+            return self._view
+        try:
+            self._view.wake()
+        except QueueNotFound as exc:
+            raise QueueNotFound(f"queue {self.format_name!r} was deleted", queue=self.format_name,
+                                hint="create it again (kmq queue create) and open it again") from exc
         return self._view
 
     def _wait(self, pick: Callable[[QueueView, int], IndexEntry | None], remove: bool,

@@ -459,6 +459,15 @@ class QueueView:
         self._awaiting.discard(pending.receipt.claim_id)
         self._outcomes.pop(pending.receipt.claim_id, None)
 
+    def wake(self) -> None:
+        """Fetch the queue's topics again if the view's reader rested while unused (see
+        :class:`~facade.kafka.TopicReader`).
+
+        Raises:
+            QueueNotFound: the queue's topics were deleted meanwhile.
+        """
+        self._reader.wake()
+
     def close(self) -> None:
         """Close the reader and flush the producer."""
         self._producer.flush(5.0)

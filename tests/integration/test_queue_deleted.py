@@ -1,0 +1,165 @@
+"""Deleting a queue that applications have open: they get QueueNotFound on their next
+operation on it and keep working for every other queue; they are never killed.
+
+librdkafka 2.16 could crash a process (SIGSEGV) whose consumer was fetching a topic when it
+was deleted; these tests failed with exit status -11 before readers rested while unused
+(``facade.kafka.TopicReader``) and deletes stopped this process's readers first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from facade import Message, QueueNotFound
+from facade.config import KmqConfig
+from facade.kafka import readers_at_rest
+from facade.manager import QueueManager
+from tests.support.kafka import BrokerEndpoint
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: Opens the doomed queue, counts it, waits (a condition, not a deadline) until no reader
+#: fetches in the background, says "ready", and after "go" uses its queue manager and handle.
+_HOLDER = textwrap.dedent(r"""
+    import json, sys, time
+    from facade.config import KmqConfig
+    from facade.errors import QueueNotFound
+    from facade.kafka import readers_at_rest
+    from facade.manager import QueueManager
+
+    bootstrap, name = sys.argv[1:3]
+    qm = QueueManager.open(KmqConfig.load(bootstrap_servers=bootstrap, queue_manager=name))
+    doomed = qm.open_queue(r".\private$\doomed")
+    doomed.count()
+    deadline = time.monotonic() + 60
+    while not readers_at_rest():
+        if time.monotonic() > deadline:
+            sys.exit("readers still fetching after 60 s unused")
+        time.sleep(0.05)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    report = {"queues": [p.queue_name for p in qm.list_queues()]}
+    for attempt in ("first", "second"):
+        try:
+            doomed.count()
+        except QueueNotFound as exc:
+            report[attempt] = [type(exc).__name__, exc.queue, str(exc)]
+    other = qm.open_queue(r".\private$\other")
+    report["other"] = other.receive(timeout=30).body.decode()
+    qm.close()
+    print(json.dumps(report), flush=True)
+""")
+
+
+@pytest.mark.timeout(300)
+def test_a_process_with_the_queue_open_gets_queue_not_found_when_another_deletes_it(
+    broker: BrokerEndpoint, qm: QueueManager
+) -> None:
+    qm.create_queue(r".\private$\doomed").close()
+    qm.create_queue(r".\private$\other").send(Message(body=b"still here"), wait=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-X", "faulthandler", "-c", _HOLDER, broker.bootstrap_servers, qm.name],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "ready", "the holder failed before deletion"
+        qm.delete_queue(r".\private$\doomed")
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        out = holder.stdout.read()
+        assert holder.wait(timeout=120) == 0, f"the holder died (status {holder.returncode})"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["queues"] == ["other"]
+    for attempt in ("first", "second"):
+        kind, queue, text = report[attempt]
+        assert kind == "QueueNotFound" and queue == r".\private$\doomed"
+        assert "deleted" in text
+    assert report["other"] == "still here"
+
+
+def test_a_second_queue_manager_deleting_a_queue_leaves_the_first_one_working(
+    broker: BrokerEndpoint, qm: QueueManager
+) -> None:
+    doomed = qm.create_queue(r".\private$\doomed")
+    doomed.send(Message(body=b"gone with the queue"), wait=True)
+    assert doomed.count() == 1
+    other = qm.create_queue(r".\private$\other")
+    other.send(Message(body=b"kept"), wait=True)
+    with _another_manager(broker, qm) as admin:
+        admin.delete_queue(r".\private$\doomed")
+    with pytest.raises(QueueNotFound) as raised:
+        doomed.count()
+    assert raised.value.queue == doomed.format_name and "deleted" in str(raised.value)
+    with pytest.raises(QueueNotFound):
+        doomed.receive(timeout=0)
+    assert other.receive(timeout=30).body == b"kept"
+    assert [p.queue_name for p in qm.list_queues()] == ["other"]
+
+
+def test_a_receive_waiting_on_a_queue_another_manager_deletes_ends_with_queue_not_found(
+    broker: BrokerEndpoint, qm: QueueManager
+) -> None:
+    doomed = qm.create_queue(r".\private$\doomed")
+    doomed.count()
+    outcome: list[BaseException] = []
+    waiting = threading.Event()
+
+    def receive() -> None:
+        waiting.set()
+        try:
+            doomed.receive(timeout=60)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+
+    receiver = threading.Thread(target=receive)
+    receiver.start()
+    assert waiting.wait(timeout=30)
+    with _another_manager(broker, qm) as admin:
+        admin.delete_queue(r".\private$\doomed")
+    receiver.join(timeout=60)
+    assert not receiver.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], QueueNotFound), outcome
+
+
+def test_a_handle_whose_reader_rested_reads_what_arrived_meanwhile(
+    broker: BrokerEndpoint, qm: QueueManager
+) -> None:
+    with _another_manager(broker, qm) as other:
+        sender = other.create_queue(r".\private$\quiet")
+        sender.send(Message(body=b"before"), wait=True)
+        q = qm.open_queue(r".\private$\quiet")
+        assert q.count() == 1
+        _wait_until_readers_rest()
+        sender.send(Message(body=b"while resting"), wait=True)
+        assert q.count() == 2
+        assert [q.receive(timeout=30).body for _ in range(2)] == [b"before", b"while resting"]
+        assert q.count() == 0
+
+
+def _another_manager(broker: BrokerEndpoint, qm: QueueManager) -> QueueManager:
+    """A second queue manager object of the same name in this process."""
+    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers, queue_manager=qm.name)
+    return QueueManager.open(config)
+
+
+def _wait_until_readers_rest() -> None:
+    """Wait (a condition, 60 s at most) until no reader of this process fetches."""
+    deadline = time.monotonic() + 60
+    while not readers_at_rest():
+        assert time.monotonic() < deadline, "readers still fetching after 60 s unused"
+        time.sleep(0.05)
