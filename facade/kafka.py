@@ -386,9 +386,10 @@ class KafkaSession:
         with map_kafka_errors("create producer"):
             return Producer(self.producer_config(delivery, transactional_id, extra))
 
-    def reader(self) -> TopicReader:
-        """A new :class:`TopicReader` (an unsubscribed consumer: assign-only, no commits)."""
-        return TopicReader(self._base)
+    def reader(self, extra: Mapping[str, Any] | None = None) -> TopicReader:
+        """A new :class:`TopicReader` (an unsubscribed consumer: assign-only, no commits);
+        ``extra`` adds librdkafka consumer settings (e.g. a smaller prefetch queue)."""
+        return TopicReader({**self._base, **(extra or {})})
 
     def watermarks(self, topics: Sequence[str], timeout: float = 10.0) -> dict[str, tuple[int, int]]:
         """``(low, high)`` offsets of each single-partition topic, read by a throwaway reader

@@ -62,6 +62,7 @@ __all__ = [
     "OffsetState",
     "OffsetStatus",
     "QueueState",
+    "StateSnapshot",
 ]
 
 #: Dedupe window, in data offsets: a record is a duplicate when a record with the same dedupe
@@ -385,6 +386,37 @@ def _removed_code(action: ReceiptAction) -> int:
 def _removed_status(code: int) -> OffsetStatus:
     action = None if code == _REMOVED_OTHER else ReceiptAction(code - _REMOVED)
     return OffsetStatus(OffsetState.REMOVED, action)
+
+
+@dataclass(frozen=True, slots=True)
+class StateSnapshot:
+    """A :class:`QueueState` as plain data (:meth:`QueueState.export`), which
+    :meth:`QueueState.from_snapshot` turns back into an equal state. ``facade.snapshot`` writes
+    it as a ``kmq.QueueSnapshot`` record (``schemas/queue_snapshot.avsc``, where each field is
+    described).
+
+    Attributes:
+        data_start (int), data_offset (int), receipts_offset (int), dedupe_window (int),
+            purge_floor (int), codes_base (int): offsets, see the schema.
+        codes (bytes): one state code per data offset in ``[codes_base, data_offset)``.
+        entries (tuple[IndexEntry, ...]): the records in the queue, in offset order.
+        abort_counts (tuple[tuple[int, int], ...]): ``(offset, count)`` pairs, offset order.
+        dedupe (tuple[tuple[str, int], ...]): ``(dedupe key, offset of its latest record)`` in
+            offset order.
+        lock_ids (tuple[str, ...]): the latest lock claim ids, oldest first.
+    """
+
+    data_start: int
+    data_offset: int
+    receipts_offset: int
+    dedupe_window: int
+    purge_floor: int
+    codes_base: int
+    codes: bytes
+    entries: tuple[IndexEntry, ...]
+    abort_counts: tuple[tuple[int, int], ...]
+    dedupe: tuple[tuple[str, int], ...]
+    lock_ids: tuple[str, ...]
 
 
 # --------------------------------------------------------------------------------------------
@@ -1349,3 +1381,100 @@ class QueueState:
         for claim in self._incomplete.values():
             limit = min(limit, *claim.offsets)
         return max(limit, self._data_start)
+
+    # ----------------------------------------------------------------------------------------
+    # Snapshots
+    # ----------------------------------------------------------------------------------------
+
+    @property
+    def exportable(self) -> bool:
+        """bool: whether :meth:`export` can capture the state now: no lock holds offsets, no
+        receipt names data not read yet, no system claim waits for its COMPLETED. Those parts
+        of the state are short-lived; a snapshot waits until they are settled."""
+        return not (self._held or self._locks or self._ahead or self._incomplete
+                    or self._unpurged)
+
+    def export(self) -> StateSnapshot | None:
+        """Capture the state as plain data (a queue snapshot).
+
+        The result is a function of the log prefixes read (data offsets below
+        :attr:`data_offset`, receipts below :attr:`receipts_offset`), so two processes that
+        read the same prefixes export equal snapshots. Per-offset codes below the floor are
+        left out: those offsets are settled (removed, duplicates or gaps) either way.
+
+        Returns:
+            StateSnapshot | None: None while :attr:`exportable` is False.
+        """
+        if not self.exportable:
+            return None
+        self.floor()
+        start = max(self._floor, self._base)
+        entries = tuple(sorted(self._entries.values(), key=_offset_of))
+        return StateSnapshot(
+            data_start=self._data_start, data_offset=self._data_offset,
+            receipts_offset=self._receipts_offset, dedupe_window=self._dedupe_window,
+            purge_floor=self._purge_floor, codes_base=start,
+            codes=bytes(self._codes[start - self._base:]), entries=entries,
+            abort_counts=tuple(sorted(self._aborts.items())),
+            dedupe=tuple(self._dedupe.items()), lock_ids=tuple(self._lock_ids))
+
+    @classmethod
+    def from_snapshot(cls, snapshot: StateSnapshot,
+                      dedupe_window: int = DEDUPE_WINDOW) -> QueueState:
+        """Rebuild the state a snapshot captured; feed it the logs from its offsets on.
+
+        Args:
+            snapshot (StateSnapshot): from :meth:`export` (possibly another process's).
+            dedupe_window (int): this process's window; a snapshot built with another one
+                is refused (duplicates would be judged differently).
+
+        Returns:
+            QueueState: equal in every verdict to one fed the same prefixes from offset 0.
+
+        Raises:
+            ValueError: the snapshot is inconsistent (offsets out of order or range, codes
+                that disagree with the entries, an unknown code, another dedupe window).
+        """
+        _check_snapshot(snapshot, dedupe_window)
+        state = cls(data_start=snapshot.data_start, receipts_start=snapshot.receipts_offset,
+                    dedupe_window=dedupe_window)
+        state._data_offset = snapshot.data_offset
+        state._base = state._floor = snapshot.codes_base
+        state._codes = bytearray(snapshot.codes)
+        state._purge_floor = snapshot.purge_floor
+        for entry in snapshot.entries:
+            state._index(entry)
+        state._aborts = dict(snapshot.abort_counts)
+        state._dedupe = OrderedDict(snapshot.dedupe)
+        state._lock_ids = OrderedDict.fromkeys(snapshot.lock_ids)
+        return state
+
+
+_SNAPSHOT_CODES = frozenset({_GAP, _PENDING, _DUPLICATE, *range(_REMOVED, 256)})
+
+
+def _check_snapshot(snap: StateSnapshot, dedupe_window: int) -> None:
+    """Raise ValueError unless ``snap`` is a consistent state (see from_snapshot)."""
+    if snap.dedupe_window != dedupe_window:
+        raise ValueError(f"built with dedupe window {snap.dedupe_window}, not {dedupe_window}")
+    if not 0 <= snap.data_start <= snap.codes_base <= snap.data_offset or snap.receipts_offset < 0:
+        raise ValueError("offsets out of order")
+    if len(snap.codes) != snap.data_offset - snap.codes_base:
+        raise ValueError(f"{len(snap.codes)} codes for {snap.data_offset - snap.codes_base} offsets")
+    if not _SNAPSHOT_CODES.issuperset(set(snap.codes)):
+        raise ValueError("unknown offset code")
+    offsets = [e.offset for e in snap.entries]
+    if offsets != sorted(set(offsets)) or snap.codes.count(_PENDING) != len(offsets):
+        raise ValueError("entries disagree with the codes")
+    for entry in snap.entries:
+        if not snap.codes_base <= entry.offset < snap.data_offset \
+                or snap.codes[entry.offset - snap.codes_base] != _PENDING \
+                or not 0 <= entry.priority < _PRIORITIES:
+            raise ValueError(f"entry at offset {entry.offset} is not a record in the queue")
+    last = -1
+    for _key, offset in snap.dedupe:
+        if not last < offset < snap.data_offset:
+            raise ValueError("dedupe keys out of offset order")
+        last = offset
+    if any(offset < 0 or count < 1 for offset, count in snap.abort_counts):
+        raise ValueError("abort count out of range")
