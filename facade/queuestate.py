@@ -30,8 +30,10 @@ The view answers MSMQ's receive order (priority 7 first, then arrival order), lo
 message id, correlation id and lookup id (the offset), cursor steps, TTBR expiry, timed dequeue
 (not-before) and the poison records to dead-letter.
 
-Memory: a pending message costs one :class:`IndexEntry` (slots) plus a few dict and list slots;
-a removed one costs one byte (its state code) until the floor passes it, plus its dedupe key
+Memory: a pending message costs one compact :class:`IndexEntry` (about 72 bytes, its message id
+an int of 32) plus its offset, a slot in the offset dict, the message-id dict, the dedupe dict
+and its priority lane: about 320 bytes in all (``benchmarks/state_bench.py``). A removed one
+costs one byte (its state code) until the floor passes it, plus its dedupe key
 while inside the dedupe window. A held offset keeps its entry (so a release needs no re-fetch)
 until its lock is settled; the ids of the last :data:`LOCK_MEMORY` locks are kept to ignore
 duplicated LOCK receipts.
@@ -42,7 +44,7 @@ from __future__ import annotations
 import heapq
 import re
 from bisect import bisect_left, bisect_right
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -98,6 +100,43 @@ _ID_TEXT = re.compile(
 )
 _UINT32_MAX = 2**32 - 1
 _offset_of = attrgetter("offset")
+# Record sizes seen, to share one int object per size among index entries (memory).
+_SIZES: dict[int, int] = {}
+_SIZES_KEPT = 1 << 16
+# Interned message-id prefixes (``guid\``, or ``guid\`` + "@origin" suffix pairs) for _ident.
+_PREFIXES: dict[tuple[str, str], int] = {}
+_PREFIX_TEXT: list[tuple[str, str]] = []
+_PREFIXES_KEPT = 1 << 20
+_SEQ_BITS = 32
+_SEQ_MASK = (1 << _SEQ_BITS) - 1
+_ID_PARTS = re.compile(r"(.+\\)(0|[1-9][0-9]{0,9})(@.*)?", re.DOTALL)
+
+
+def _ident(text: str, *, add: bool = True) -> int | str:
+    r"""A message id or dedupe key (``guid\seq`` or ``guid\seq@origin``) as one int: the index
+    of its interned prefix and suffix, shifted, plus the sequence number. 32 bytes instead of
+    about 96 for the text, and the same object serves as the key of every index. Text of
+    another shape (tests, poison ids "") stays text. ``add=False`` only looks up (None-safe
+    for lookups of ids no record had: returns the text)."""
+    match = _ID_PARTS.fullmatch(text)
+    if match is None or int(match.group(2)) > _SEQ_MASK:
+        return text
+    pair = (match.group(1), match.group(3) or "")
+    index = _PREFIXES.get(pair)
+    if index is None:
+        if not add or len(_PREFIX_TEXT) >= _PREFIXES_KEPT:
+            return text
+        index = _PREFIXES[pair] = len(_PREFIX_TEXT)
+        _PREFIX_TEXT.append(pair)
+    return (index << _SEQ_BITS) | int(match.group(2))
+
+
+def _ident_text(ident: int | str) -> str:
+    """The text of an :func:`_ident`."""
+    if isinstance(ident, str):
+        return ident
+    prefix, suffix = _PREFIX_TEXT[ident >> _SEQ_BITS]
+    return f"{prefix}{ident & _SEQ_MASK}{suffix}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -105,11 +144,14 @@ _offset_of = attrgetter("offset")
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
 class IndexEntry:
     r"""What the queue view knows of one data record, from its headers.
 
-    Attributes:
+    Immutable. Kept compact, because a view holds one per message in the queue: the message id
+    and dedupe key are stored as one int each (an interned ``guid\`` prefix and the sequence
+    number, see :func:`_ident`), the rarely set fields in one optional tuple.
+
+    Args and attributes:
         offset (int): the data-topic offset, which is the message's lookup id
             (PROPID_M_LOOKUPID).
         priority (int): 0 (lowest) to 7 (highest), PROPID_M_PRIORITY.
@@ -126,15 +168,83 @@ class IndexEntry:
             (claimed with POISON), never handed to an application.
     """
 
-    offset: int
-    priority: int
-    message_id: str
-    correlation_id: str | None
-    expires_ms: int | None
-    not_before_ms: int | None
-    size: int
-    dedupe_key: str
-    poison: bool = False
+    __slots__ = ("_extra", "_id", "offset", "priority", "size")
+
+    def __init__(self, offset: int, priority: int, message_id: str,
+                 correlation_id: str | None, expires_ms: int | None,
+                 not_before_ms: int | None, size: int, dedupe_key: str, poison: bool = False):
+        ident = _ident(message_id)
+        set_ = object.__setattr__
+        set_(self, "offset", offset)
+        set_(self, "priority", priority)
+        set_(self, "size", _SIZES.setdefault(size, size) if len(_SIZES) < _SIZES_KEPT else size)
+        set_(self, "_id", ident)
+        dedupe = ident if dedupe_key == message_id else _ident(dedupe_key)
+        if correlation_id is None and expires_ms is None and not_before_ms is None \
+                and dedupe is ident and not poison:
+            set_(self, "_extra", None)
+        else:
+            set_(self, "_extra", (correlation_id, expires_ms, not_before_ms, dedupe, poison))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"IndexEntry is immutable (cannot set {name!r})")
+
+    @property
+    def message_id(self) -> str:
+        r"""str: ``guid\seq`` text of PROPID_M_MSGID, "" for a poison record without one."""
+        return _ident_text(self._id)
+
+    @property
+    def correlation_id(self) -> str | None:
+        """str | None: PROPID_M_CORRELATIONID text, if any."""
+        return None if self._extra is None else self._extra[0]
+
+    @property
+    def expires_ms(self) -> int | None:
+        """int | None: TTBR deadline, epoch ms."""
+        return None if self._extra is None else self._extra[1]
+
+    @property
+    def not_before_ms(self) -> int | None:
+        """int | None: timed dequeue, epoch ms."""
+        return None if self._extra is None else self._extra[2]
+
+    @property
+    def dedupe_key(self) -> str:
+        """str: message id (plus ``@origin``); "" for poison records."""
+        return _ident_text(self.dedupe_ident)
+
+    @property
+    def dedupe_ident(self) -> int | str:
+        """int | str: the dedupe key in the compact form the state indexes it by."""
+        return self._id if self._extra is None else self._extra[3]
+
+    @property
+    def poison(self) -> bool:
+        """bool: the record must be dead-lettered, never handed to an application."""
+        return self._extra is not None and self._extra[4]
+
+    def _key(self) -> tuple:
+        return (self.offset, self.priority, self.size, self._id, self._extra)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, IndexEntry):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (f"IndexEntry(offset={self.offset}, priority={self.priority}, "
+                f"message_id={self.message_id!r}, correlation_id={self.correlation_id!r}, "
+                f"expires_ms={self.expires_ms}, not_before_ms={self.not_before_ms}, "
+                f"size={self.size}, dedupe_key={self.dedupe_key!r}, poison={self.poison})")
+
+    def __reduce__(self) -> tuple:
+        return (IndexEntry, (self.offset, self.priority, self.message_id, self.correlation_id,
+                             self.expires_ms, self.not_before_ms, self.size, self.dedupe_key,
+                             self.poison))
 
     @classmethod
     def from_record(
@@ -201,7 +311,10 @@ class IndexEntry:
         Returns:
             bool: True when ``not_before_ms <= now_ms < expires_ms`` (absent bounds pass).
         """
-        nb, ex = self.not_before_ms, self.expires_ms
+        extra = self._extra
+        if extra is None:
+            return True
+        ex, nb = extra[1], extra[2]
         return (nb is None or nb <= now_ms) and (ex is None or ex > now_ms)
 
 
@@ -543,7 +656,7 @@ class QueueState:
         self._entries: dict[int, IndexEntry] = {}
         self._lanes = [_Lane() for _ in range(_PRIORITIES)]
         self._poison: dict[int, IndexEntry] = {}  # insertion order = offset order
-        self._by_id: dict[str, int | list[int]] = {}
+        self._by_id: dict[int | str, int | list[int]] = {}  # by IndexEntry._id
         self._by_cid: dict[str, int | list[int]] = {}
         self._expiry: list[tuple[int, int]] = []  # heap of (expires_ms, offset), lazy
         self._not_before: list[tuple[int, int]] = []  # heap of (not_before_ms, offset), lazy
@@ -558,7 +671,12 @@ class QueueState:
         self._ahead_heap: list[int] = []
         self._purge_floor = 0  # every offset below is removed (max purge_below seen)
         # Dedupe key -> offset of its latest record, oldest first (move_to_end on repeats).
-        self._dedupe: OrderedDict[str, int] = OrderedDict()
+        self._dedupe: dict[int | str, int] = {}  # by IndexEntry.dedupe_ident
+        # Every (key, offset) added, in offset order, to expire keys as the window passes; an
+        # entry whose key was seen again since is stale and skipped. Cheaper than an
+        # OrderedDict with move_to_end (about 40 bytes per key).
+        self._dedupe_keys: deque[int | str] = deque()
+        self._dedupe_offsets: deque[int] = deque()
         self._incomplete: dict[str, IncompleteClaim] = {}
         self._adds = 0
         # Locks: held offset -> its hold; lock claim id -> the lock, for those still holding
@@ -617,7 +735,7 @@ class QueueState:
             )
         self._fill_gap(offset)
         removed = self._arrival_code(offset)
-        duplicate = not entry.poison and self._seen(entry.dedupe_key, offset)
+        duplicate = not entry.poison and self._seen(entry.dedupe_ident, offset)
         self._data_offset = offset + 1
         if removed is not None:
             self._codes.append(removed)
@@ -691,17 +809,16 @@ class QueueState:
 
     def _seen(self, key: str, offset: int) -> bool:
         """Record ``key`` at ``offset``; True if it appeared within the dedupe window."""
-        dedupe = self._dedupe
+        dedupe, keys, offsets = self._dedupe, self._dedupe_keys, self._dedupe_offsets
         oldest_kept = offset - self._dedupe_window
-        while dedupe:
-            first_key = next(iter(dedupe))
-            if dedupe[first_key] >= oldest_kept:
-                break
-            del dedupe[first_key]
+        while offsets and offsets[0] < oldest_kept:
+            old_key, old_offset = keys.popleft(), offsets.popleft()
+            if dedupe.get(old_key) == old_offset:
+                del dedupe[old_key]
         duplicate = key in dedupe
         dedupe[key] = offset
-        if duplicate:
-            dedupe.move_to_end(key)
+        keys.append(key)
+        offsets.append(offset)
         return duplicate
 
     def _index(self, entry: IndexEntry, *, restore: bool = False) -> None:
@@ -721,7 +838,7 @@ class QueueState:
             lane.entries.append(entry)
         self._count += 1
         self._bytes += entry.size
-        _index_add(self._by_id, entry.message_id, offset)
+        _index_add(self._by_id, entry._id, offset)
         if entry.correlation_id is not None:
             _index_add(self._by_cid, entry.correlation_id, offset)
         if entry.expires_ms is not None:
@@ -973,7 +1090,7 @@ class QueueState:
             return
         self._count -= 1
         self._bytes -= entry.size
-        _index_remove(self._by_id, entry.message_id, offset)
+        _index_remove(self._by_id, entry._id, offset)
         if entry.correlation_id is not None:
             _index_remove(self._by_cid, entry.correlation_id, offset)
         lane = self._lanes[entry.priority]
@@ -1232,7 +1349,7 @@ class QueueState:
             IndexEntry | None: the first match in receive order (copies from several origins
             can share an id), or None.
         """
-        key = _canonical_id(message_id) or message_id
+        key = _ident(_canonical_id(message_id) or message_id, add=False)
         return self._first(_index_get(self._by_id, key), now_ms)
 
     def by_correlation_id(
@@ -1416,7 +1533,9 @@ class QueueState:
             purge_floor=self._purge_floor, codes_base=start,
             codes=bytes(self._codes[start - self._base:]), entries=entries,
             abort_counts=tuple(sorted(self._aborts.items())),
-            dedupe=tuple(self._dedupe.items()), lock_ids=tuple(self._lock_ids))
+            dedupe=tuple((_ident_text(k), o) for k, o in sorted(self._dedupe.items(),
+                                                                 key=itemgetter(1))),
+            lock_ids=tuple(self._lock_ids))
 
     @classmethod
     def from_snapshot(cls, snapshot: StateSnapshot,
@@ -1445,7 +1564,10 @@ class QueueState:
         for entry in snapshot.entries:
             state._index(entry)
         state._aborts = dict(snapshot.abort_counts)
-        state._dedupe = OrderedDict(snapshot.dedupe)
+        idents = [_ident(key) for key, _ in snapshot.dedupe]
+        state._dedupe = dict(zip(idents, (offset for _, offset in snapshot.dedupe)))
+        state._dedupe_keys = deque(idents)
+        state._dedupe_offsets = deque(offset for _, offset in snapshot.dedupe)
         state._lock_ids = OrderedDict.fromkeys(snapshot.lock_ids)
         return state
 

@@ -17,7 +17,13 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from facade.errors import BrokerUnavailable, EnvelopeError, MessageAlreadyReceived, MessageQueueError
+from facade.errors import (
+    BrokerError,
+    BrokerUnavailable,
+    EnvelopeError,
+    MessageAlreadyReceived,
+    MessageQueueError,
+)
 from facade.kafka import KafkaRecord, KafkaSession, PendingRecord, produce_async
 from facade.message import Delivery
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState, QueueState
@@ -86,6 +92,8 @@ class QueueView:
         self.malformed_snapshots = 0
         self.snapshot_topic = snapshot_topic(topics.data)
         self._snapshot_topic_ready = False
+        #: Data records below this offset were deleted by this view or need no deleting.
+        self._deleted_below = 0
         #: Records applied since the snapshot this view opened from or last wrote.
         self._since_snapshot = 0
         self.state = self._open_state()
@@ -437,14 +445,18 @@ class QueueView:
     # -- snapshots -----------------------------------------------------------------------------
 
     def _open_state(self) -> QueueState:
-        """The state from the latest valid snapshot of this queue, or an empty one (read the
-        logs from offset 0). Invalid and stale snapshots are skipped (see _skip_snapshot)."""
-        if not self._session.topic_exists(self.snapshot_topic):
-            return QueueState()
-        self._snapshot_topic_ready = True
-        candidates = self._snapshot_records()
-        if not candidates:
-            return QueueState()
+        """The state from the latest valid snapshot of this queue, else an empty state that
+        starts at the data topic's log start. Invalid and stale snapshots are skipped (see
+        _skip_snapshot).
+
+        Raises:
+            BrokerError: receipts below the receipts topic's log start are gone and no valid
+                snapshot covers them (the verdicts cannot be rebuilt).
+        """
+        candidates: list[KafkaRecord] = []
+        if self._session.topic_exists(self.snapshot_topic):
+            self._snapshot_topic_ready = True
+            candidates = self._snapshot_records()
         bounds = self._session.watermarks((self.topics.data, self.topics.receipts))
         for record in reversed(candidates):
             try:
@@ -454,7 +466,21 @@ class QueueView:
                 return QueueState.from_snapshot(snapshot.state)
             except (EnvelopeError, ValueError) as exc:
                 self._skip_snapshot(record, exc)
-        return QueueState()
+        return self._state_at_log_start(bounds)
+
+    def _state_at_log_start(self, bounds: dict[str, tuple[int, int]]) -> QueueState:
+        """An empty state for reading the logs from their start. Data records below the data
+        topic's log start were deleted because every process had removed them (retention:
+        below the retention floor), so they count as removed. Receipts are never deleted by
+        kmq; if some are gone (a topic with time retention), the state cannot be rebuilt."""
+        receipts_start = bounds[self.topics.receipts][0]
+        if receipts_start > 0:
+            raise BrokerError(
+                f"receipts below offset {receipts_start} of {self.topics.receipts!r} were "
+                f"deleted and no snapshot of {self.topics.data!r} covers them: which messages "
+                "they removed is lost", hint="set retention.ms=-1 on the receipts topic "
+                "(`kmq doctor` says how); messages removed by the lost receipts would come back")
+        return QueueState(data_start=bounds[self.topics.data][0])
 
     def _snapshot_records(self) -> list[KafkaRecord]:
         """The newest few records of the snapshot topic keyed by this queue's data topic."""
@@ -521,6 +547,26 @@ class QueueView:
             self._snapshot_topic_ready = True
         self._producer.produce(self.snapshot_topic, value, key=self.topics.data.encode(),
                                on_delivery=self._snapshot_delivered)
+        self._delete_removed()
+
+    def _delete_removed(self) -> None:
+        """Retention: delete the data records below the retention floor, where every record
+        is removed and no process needs it any more (``QueueState.retention_floor``: below the
+        floor, outside the dedupe window, not named by an incomplete system claim), on
+        brokers that support DeleteRecords (``KafkaSession.delete_records_support``). A
+        failure is logged and retried with the next snapshot; the queue is whole without it."""
+        floor = self.state.retention_floor()
+        if floor <= self._deleted_below:
+            return
+        try:
+            supported, _why = self._session.delete_records_support()
+            if supported:
+                floor = self._session.delete_records(self.topics.data, floor)
+        except MessageQueueError as exc:
+            log.warning("records of %s below offset %d not deleted: %s", self.topics.data,
+                        floor, exc)
+            return
+        self._deleted_below = floor
 
     def _snapshot_delivered(self, error: object, message: object) -> None:
         if error is not None:  # the queue is whole without it; a later snapshot replaces it
