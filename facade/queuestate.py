@@ -121,14 +121,21 @@ def _ident(text: str, *, add: bool = True) -> int | str:
     match = _ID_PARTS.fullmatch(text)
     if match is None or int(match.group(2)) > _SEQ_MASK:
         return text
-    pair = (match.group(1), match.group(3) or "")
-    index = _PREFIXES.get(pair)
+    prefix, suffix = match.group(1), match.group(3) or ""
+    index = _intern(prefix, suffix) if add else _PREFIXES.get((prefix, suffix))
     if index is None:
-        if not add or len(_PREFIX_TEXT) >= _PREFIXES_KEPT:
-            return text
+        return text
+    return (index << _SEQ_BITS) | int(match.group(2))
+
+
+def _intern(prefix: str, suffix: str) -> int | None:
+    """The index of an id prefix and suffix, added if new; None once the table is full."""
+    pair = (prefix, suffix)
+    index = _PREFIXES.get(pair)
+    if index is None and len(_PREFIX_TEXT) < _PREFIXES_KEPT:
         index = _PREFIXES[pair] = len(_PREFIX_TEXT)
         _PREFIX_TEXT.append(pair)
-    return (index << _SEQ_BITS) | int(match.group(2))
+    return index
 
 
 def _ident_text(ident: int | str) -> str:
@@ -514,8 +521,11 @@ class StateSnapshot:
         codes (bytes): one state code per data offset in ``[codes_base, data_offset)``.
         entries (tuple[IndexEntry, ...]): the records in the queue, in offset order.
         abort_counts (tuple[tuple[int, int], ...]): ``(offset, count)`` pairs, offset order.
-        dedupe (tuple[tuple[str, int], ...]): ``(dedupe key, offset of its latest record)`` in
-            offset order.
+        dedupe (tuple[tuple[str, str, int, tuple[int, ...]], ...]): the dedupe keys seen within
+            the window with the offset of their latest record, as runs ``(prefix, suffix,
+            first_seq, offset_deltas)``: keys ``prefix + str(first_seq + i) + suffix`` at
+            offsets given as differences from the previous one (the first from 0); a
+            ``first_seq`` of -1 means the key is ``prefix`` alone.
         lock_ids (tuple[str, ...]): the latest lock claim ids, oldest first.
     """
 
@@ -528,7 +538,7 @@ class StateSnapshot:
     codes: bytes
     entries: tuple[IndexEntry, ...]
     abort_counts: tuple[tuple[int, int], ...]
-    dedupe: tuple[tuple[str, int], ...]
+    dedupe: tuple[tuple[str, str, int, tuple[int, ...]], ...]
     lock_ids: tuple[str, ...]
 
 
@@ -1533,8 +1543,7 @@ class QueueState:
             purge_floor=self._purge_floor, codes_base=start,
             codes=bytes(self._codes[start - self._base:]), entries=entries,
             abort_counts=tuple(sorted(self._aborts.items())),
-            dedupe=tuple((_ident_text(k), o) for k, o in sorted(self._dedupe.items(),
-                                                                 key=itemgetter(1))),
+            dedupe=_dedupe_runs(self._dedupe),
             lock_ids=tuple(self._lock_ids))
 
     @classmethod
@@ -1564,10 +1573,10 @@ class QueueState:
         for entry in snapshot.entries:
             state._index(entry)
         state._aborts = dict(snapshot.abort_counts)
-        idents = [_ident(key) for key, _ in snapshot.dedupe]
-        state._dedupe = dict(zip(idents, (offset for _, offset in snapshot.dedupe)))
-        state._dedupe_keys = deque(idents)
-        state._dedupe_offsets = deque(offset for _, offset in snapshot.dedupe)
+        pairs = sorted(_dedupe_pairs(snapshot.dedupe), key=itemgetter(1))
+        state._dedupe = dict(pairs)
+        state._dedupe_keys = deque(ident for ident, _ in pairs)
+        state._dedupe_offsets = deque(offset for _, offset in pairs)
         state._lock_ids = OrderedDict.fromkeys(snapshot.lock_ids)
         return state
 
@@ -1593,10 +1602,49 @@ def _check_snapshot(snap: StateSnapshot, dedupe_window: int) -> None:
                 or snap.codes[entry.offset - snap.codes_base] != _PENDING \
                 or not 0 <= entry.priority < _PRIORITIES:
             raise ValueError(f"entry at offset {entry.offset} is not a record in the queue")
-    last = -1
-    for _key, offset in snap.dedupe:
-        if not last < offset < snap.data_offset:
-            raise ValueError("dedupe keys out of offset order")
-        last = offset
+    for prefix, suffix, first, deltas in snap.dedupe:
+        if first >= 0 and (not prefix.endswith("\\") or suffix[:1] not in ("", "@")
+                           or first + len(deltas) - 1 > _SEQ_MASK):
+            raise ValueError(f"dedupe run {prefix!r}...{suffix!r} is not of message ids")
+        if not deltas or (first < 0 and len(deltas) != 1) or deltas[0] < 0 \
+                or any(d < 1 for d in deltas[1:]) or sum(deltas) >= snap.data_offset:
+            raise ValueError("dedupe offsets out of order or range")
     if any(offset < 0 or count < 1 for offset, count in snap.abort_counts):
         raise ValueError("abort count out of range")
+
+
+def _dedupe_runs(dedupe: dict[int | str, int]) -> tuple[tuple[str, str, int, tuple[int, ...]], ...]:
+    """The dedupe keys as runs of consecutive sequence numbers (see StateSnapshot.dedupe),
+    in the order of their first offset; computed from the interned ints, without text."""
+    runs: list[tuple[str, str, int, list[int]]] = []
+    open_runs: dict[int, list] = {}  # prefix index -> [run, next seq, last offset]
+    for ident, offset in sorted(dedupe.items(), key=itemgetter(1)):
+        if isinstance(ident, str):
+            runs.append((ident, "", -1, [offset]))
+            continue
+        index, seq = ident >> _SEQ_BITS, ident & _SEQ_MASK
+        current = open_runs.get(index)
+        if current is not None and current[1] == seq:
+            current[0][3].append(offset - current[2])
+            current[1], current[2] = seq + 1, offset
+            continue
+        prefix, suffix = _PREFIX_TEXT[index]
+        run = (prefix, suffix, seq, [offset])
+        runs.append(run)
+        open_runs[index] = [run, seq + 1, offset]
+    return tuple((prefix, suffix, first, tuple(deltas)) for prefix, suffix, first, deltas in runs)
+
+
+def _dedupe_pairs(runs: Iterable[tuple[str, str, int, tuple[int, ...]]]) -> Iterator[tuple[int | str, int]]:
+    """(ident, offset) pairs of :func:`_dedupe_runs`' runs."""
+    for prefix, suffix, first, deltas in runs:
+        index = None if first < 0 else _intern(prefix, suffix)
+        offset = 0
+        for i, delta in enumerate(deltas):
+            offset += delta
+            if first < 0:
+                yield _ident(prefix), offset
+            elif index is None:  # the intern table is full: text, as _ident gives then
+                yield f"{prefix}{first + i}{suffix}", offset
+            else:
+                yield (index << _SEQ_BITS) | (first + i), offset

@@ -16,9 +16,7 @@ numbers with their offsets as differences, one to two bytes per key.
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Iterable
 
 from facade.avro import DecodeFailure, family
 from facade.errors import EnvelopeError
@@ -28,7 +26,6 @@ from facade.topics import QueueTopics
 __all__ = ["QueueSnapshotRecord", "decode_snapshot", "encode_snapshot"]
 
 _SCHEMA = family("queue_snapshot.avsc")
-_SEQUENCED = re.compile(r"(.*\\)(0|[1-9][0-9]{0,18})(@.*)?", re.DOTALL)
 
 
 class QueueSnapshotRecord:
@@ -73,7 +70,8 @@ def encode_snapshot(record: QueueSnapshotRecord) -> bytes:
         "codes": state.codes,
         "entries": [_entry_record(e) for e in state.entries],
         "abort_counts": [{"offset": o, "count": n} for o, n in state.abort_counts],
-        "dedupe_runs": _runs(state.dedupe),
+        "dedupe_runs": [{"prefix": p, "suffix": x, "first_seq": f, "offsets": list(d)}
+                        for p, x, f, d in state.dedupe],
         "lock_ids": list(state.lock_ids),
         "writer": record.writer,
         "time": record.time_ms,
@@ -107,7 +105,9 @@ def decode_snapshot(value: bytes | None, *, topic: str | None = None,
             purge_floor=r["purge_floor"], codes_base=r["codes_base"], codes=bytes(r["codes"]),
             entries=tuple(_entry(e) for e in r["entries"]),
             abort_counts=tuple((a["offset"], a["count"]) for a in r["abort_counts"]),
-            dedupe=_keys(r["dedupe_runs"]), lock_ids=tuple(r["lock_ids"]))
+            dedupe=tuple((d["prefix"], d["suffix"], d["first_seq"], tuple(d["offsets"]))
+                         for d in r["dedupe_runs"]),
+            lock_ids=tuple(r["lock_ids"]))
         return QueueSnapshotRecord(topics, state, r["writer"], int(_millis(r["time"])))
     except DecodeFailure as exc:
         raise EnvelopeError(f"not a queue snapshot: {exc}", topic=topic, partition=partition,
@@ -135,40 +135,3 @@ def _entry(r: dict) -> IndexEntry:
     return IndexEntry(r["offset"], r["priority"], r["message_id"], r["correlation_id"],
                       r["expires_ms"], r["not_before_ms"], r["size"],
                       r["message_id"] if key is None else key, r["poison"])
-
-
-def _runs(dedupe: Iterable[tuple[str, int]]) -> list[dict]:
-    """Group (key, offset) pairs into runs of consecutive sequence numbers per prefix/suffix."""
-    runs: list[dict] = []
-    open_runs: dict[tuple[str, str], dict] = {}  # (prefix, suffix) -> its latest run
-    for key, offset in dedupe:
-        match = _SEQUENCED.fullmatch(key)
-        if match is None:
-            runs.append({"prefix": key, "suffix": "", "first_seq": -1, "offsets": [offset]})
-            continue
-        prefix, seq, suffix = match.group(1), int(match.group(2)), match.group(3) or ""
-        run = open_runs.get((prefix, suffix))
-        if run is not None and run["first_seq"] + len(run["offsets"]) == seq \
-                and str(seq) == match.group(2):
-            run["offsets"].append(offset - run["_last"])
-        else:
-            run = {"prefix": prefix, "suffix": suffix, "first_seq": seq, "offsets": [offset]}
-            runs.append(run)
-            open_runs[(prefix, suffix)] = run
-        run["_last"] = offset
-    for run in runs:
-        run.pop("_last", None)
-    return runs
-
-
-def _keys(runs: list[dict]) -> tuple[tuple[str, int], ...]:
-    """The (key, offset) pairs of :func:`_runs`, in offset order."""
-    pairs = []
-    for run in runs:
-        prefix, suffix, first = run["prefix"], run["suffix"], run["first_seq"]
-        offset = 0
-        for i, delta in enumerate(run["offsets"]):
-            offset += delta
-            pairs.append((prefix if first < 0 else f"{prefix}{first + i}{suffix}", offset))
-    pairs.sort(key=lambda pair: pair[1])
-    return tuple(pairs)

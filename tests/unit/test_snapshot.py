@@ -137,6 +137,9 @@ def test_an_inconsistent_snapshot_is_refused() -> None:
         good.__class__(**{**_fields(good), "entries": good.entries[:2]}),
         good.__class__(**{**_fields(good), "dedupe_window": DEDUPE_WINDOW + 1}),
         good.__class__(**{**_fields(good), "codes": b"\x01\x03\x01"}),
+        good.__class__(**{**_fields(good), "dedupe": (("no-backslash", "", 1, (0,)),)}),
+        good.__class__(**{**_fields(good), "dedupe": ((GUIDS[0] + "\\", "", 1, (0, 0)),)}),
+        good.__class__(**{**_fields(good), "dedupe": ((GUIDS[0] + "\\", "", 1, (7,)),)}),
     ):
         with pytest.raises(ValueError):
             QueueState.from_snapshot(bad)
