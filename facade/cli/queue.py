@@ -157,7 +157,8 @@ def show(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
     with _manager(as_json) as qm:
         q = qm.open_queue(resolve_queue_name(qm, queue))
         data = {**_queue_dict(q.properties), "messages": q.count(),
-                "malformed_receipts": q.malformed_receipts()}
+                "malformed_receipts": q.malformed_receipts(),
+                "malformed_snapshots": q.malformed_snapshots()}
     emit(data, as_json, lambda d: key_value_table(queue, d))
 
 

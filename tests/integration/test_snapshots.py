@@ -121,6 +121,7 @@ def test_a_garbage_snapshot_is_skipped_and_the_handle_uses_the_log(
         view.close()
     handle = qm.open_queue(r".\private$\snap-garbage")
     try:
+        assert handle.malformed_snapshots() == 3  # what `kmq queue show` reports
         assert len(handle.receive_many(100, timeout=10)) == 9
     finally:
         handle.close()
