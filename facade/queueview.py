@@ -24,7 +24,7 @@ from facade.errors import (
     MessageAlreadyReceived,
     MessageQueueError,
 )
-from facade.kafka import KafkaRecord, KafkaSession, PendingRecord, produce_async
+from facade.kafka import KafkaRecord, KafkaSession, PendingRecord, TopicReader, produce_async
 from facade.message import Delivery
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState, QueueState
 from facade.recordcache import RecordCache
@@ -453,11 +453,15 @@ class QueueView:
             BrokerError: receipts below the receipts topic's log start are gone and no valid
                 snapshot covers them (the verdicts cannot be rebuilt).
         """
-        candidates: list[KafkaRecord] = []
-        if self._session.topic_exists(self.snapshot_topic):
-            self._snapshot_topic_ready = True
-            candidates = self._snapshot_records()
-        bounds = self._session.watermarks((self.topics.data, self.topics.receipts))
+        reader = self._session.reader(extra=_READER_SETTINGS)  # one for both questions
+        try:
+            candidates: list[KafkaRecord] = []
+            if self._session.topic_exists(self.snapshot_topic):
+                self._snapshot_topic_ready = True
+                candidates = self._snapshot_records(reader)
+            bounds = reader.watermarks((self.topics.data, self.topics.receipts), CLAIM_TIMEOUT)
+        finally:
+            reader.close()
         for record in reversed(candidates):
             try:
                 snapshot = decode_snapshot(record.value, topic=record.topic,
@@ -482,18 +486,14 @@ class QueueView:
                 "(`kmq doctor` says how); messages removed by the lost receipts would come back")
         return QueueState(data_start=bounds[self.topics.data][0])
 
-    def _snapshot_records(self) -> list[KafkaRecord]:
+    def _snapshot_records(self, reader: TopicReader) -> list[KafkaRecord]:
         """The newest few records of the snapshot topic keyed by this queue's data topic."""
         key = self.topics.data.encode()
         found: list[KafkaRecord] = []
-        reader = self._session.reader(extra=_READER_SETTINGS)
-        try:
-            reader.assign({self.snapshot_topic: 0})
-            for batch in reader.read_to_end((self.snapshot_topic,), CATCH_UP_TIMEOUT):
-                found.extend(r for r in batch if r.key == key)
-                del found[:-_SNAPSHOT_CANDIDATES]
-        finally:
-            reader.close()
+        reader.assign({self.snapshot_topic: 0})
+        for batch in reader.read_to_end((self.snapshot_topic,), CATCH_UP_TIMEOUT):
+            found.extend(r for r in batch if r.key == key)
+            del found[:-_SNAPSHOT_CANDIDATES]
         return found
 
     def _check_covered(self, snapshot: QueueSnapshotRecord,
