@@ -94,7 +94,8 @@ class QueueView:
         self._snapshot_topic_ready = False
         #: Data records below this offset were deleted by this view or need no deleting.
         self._deleted_below = 0
-        #: Records applied since the snapshot this view opened from or last wrote.
+        #: Records applied since the snapshot this view opened from or last wrote (a receipt
+        #: counts once per offset it names).
         self._since_snapshot = 0
         self.state = self._open_state()
         #: Records of pending and held messages near the head; the rest is fetched by offset.
@@ -179,7 +180,6 @@ class QueueView:
                 self._add_data(record)
             else:
                 self._add_receipt(record)
-        self._since_snapshot += len(records)
         return len(records)
 
     def _rewind(self, topic: str, expected: int, found: int) -> bool:
@@ -285,6 +285,7 @@ class QueueView:
     def _add_data(self, record: KafkaRecord) -> None:
         entry = IndexEntry.from_record(record.offset, len(record.value or b""), record.headers)
         self.state.add(entry)
+        self._since_snapshot += 1
         if self._in_queue(record.offset):
             self.records.offer(record)
 
@@ -316,12 +317,16 @@ class QueueView:
         wedge on it. Logged once per view, counted in :attr:`malformed_receipts` (``kmq queue
         show``)."""
         self.malformed_receipts += 1
+        self._since_snapshot += 1
         self.state.advance_receipts_to(record.offset + 1)
         log.warning("skipped a malformed record in %s [%d] at offset %d (%s); every kmq process "
                     "skips it", record.topic, record.partition, record.offset, error.message)
 
     def _apply_receipt(self, receipt: Receipt, receipt_offset: int) -> None:
         outcome = self.state.apply(receipt, receipt_offset)
+        # A receipt counts once per message it names: one receive_many receipt changes as
+        # much state as a hundred single receives.
+        self._since_snapshot += max(1, len(receipt.offsets))
         for offset in outcome.won:
             # Locks and settle receipts may keep a record in the queue (held, or pending again).
             if not self._in_queue(offset):
@@ -413,7 +418,6 @@ class QueueView:
                 # waiting for our own receipt to come back (one round trip less).
                 self._applied_ahead[offset] = _OwnReceipt(claim_id, pending.value)
                 self._apply_receipt(pending.receipt, offset)
-                self._since_snapshot += 1
                 break
             if time.monotonic() > deadline:
                 raise BrokerUnavailable(
@@ -531,8 +535,7 @@ class QueueView:
         if self._since_snapshot < threshold or not self.state.exportable:
             return
         if self.state.pending_count() + len(self.state.poisoned()) > SNAPSHOT_MAX_ENTRIES:
-            self._since_snapshot = 0  # a long queue: opened from the log, checked again later
-            return
+            return  # a long queue: opened from the log; written once it is short enough
         snapshot = self.state.export()
         if snapshot is None:
             return
