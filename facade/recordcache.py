@@ -10,9 +10,9 @@ per message (see ``docs/design.md``, "Bounded state").
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from facade.errors import MessageNotFound
+from facade.errors import BrokerUnavailable, MessageNotFound
 from facade.kafka import KafkaRecord, KafkaSession, TopicReader
 
 __all__ = ["CACHE_BYTES", "CACHE_RECORDS", "FETCH_TIMEOUT", "RecordCache"]
@@ -88,7 +88,8 @@ class RecordCache:
 
         Raises:
             MessageNotFound: no record at ``offset`` (deleted, or never written).
-            BrokerUnavailable, BrokerError: the fetch failed.
+            BrokerUnavailable, BrokerError: the fetch failed or took longer than
+                :data:`FETCH_TIMEOUT`.
         """
         record = self._records.get(offset)
         if record is not None:
@@ -154,14 +155,20 @@ class RecordCache:
             self._records.clear()
             self._bytes = 0
 
-    def _read(self, start: int, end: int):
+    def _read(self, start: int, end: int) -> Iterator[KafkaRecord]:
         """Yield records of the topic from ``start`` until ``end`` (exclusive), a full cache,
-        or the log's end; stops early at :data:`FETCH_TIMEOUT`."""
+        or the log's end; stops early at :data:`FETCH_TIMEOUT`.
+
+        Raises:
+            BrokerUnavailable: no record read within :data:`FETCH_TIMEOUT` although the log
+                was not read to its end.
+        """
         reader = self._reader
         if reader is None:
             reader = self._reader = self._session.reader(extra=_FETCH_SETTINGS)
         reader.assign({self.topic: start})
         deadline = time.monotonic() + FETCH_TIMEOUT
+        read_any = False
         while time.monotonic() < deadline:
             batch = reader.poll(0.05, max_records=self._max_records)
             if not batch:
@@ -171,6 +178,10 @@ class RecordCache:
             for record in batch:
                 if record.offset < start:
                     continue
+                read_any = True
                 yield record
                 if record.offset + 1 >= end or not self._has_room():
                     return
+        if not read_any:  # a slow broker, not a missing record
+            raise BrokerUnavailable(f"no record of {self.topic!r} from offset {start} on within "
+                                    f"{FETCH_TIMEOUT:g} s", hint="check that the Kafka broker is running")
