@@ -53,7 +53,7 @@ HEADER_SIZE = 10
 #: not change the fingerprint.
 VERSION_ATTRIBUTE = "kmq.version"
 #: The current schema of every kmq record type, as file names in the schema directory.
-SCHEMA_FILES = ("message_envelope.avsc", "acknowledgment.avsc", "receipt.avsc")
+SCHEMA_FILES = ("message_envelope.avsc", "acknowledgment.avsc", "receipt.avsc", "queue_snapshot.avsc")
 
 
 def schema_dir() -> Path:

@@ -42,6 +42,7 @@ from facade.errors import (
     TransactionAborted,
 )
 from facade.message import Delivery
+from facade.topics import QUEUE_REGISTRY_TOPIC
 from facade.topicsettings import MAX_MESSAGE_BYTES, topic_config
 
 __all__ = [
@@ -330,6 +331,7 @@ class KafkaSession:
         self._base = {"bootstrap.servers": bootstrap_servers, "client.id": client_id,
                       **client_logging(), **(options or {})}
         self._admin: AdminClient | None = None
+        self._delete_records: tuple[bool, str] | None = None
         self.replication_factor, self.min_insync_replicas = replication_settings(
             replication_factor, min_insync_replicas)
 
@@ -395,9 +397,10 @@ class KafkaSession:
         with map_kafka_errors("create producer"):
             return Producer(self.producer_config(delivery, transactional_id, extra))
 
-    def reader(self) -> TopicReader:
-        """A new :class:`TopicReader` (an unsubscribed consumer: assign-only, no commits)."""
-        return TopicReader(self._base)
+    def reader(self, extra: Mapping[str, Any] | None = None) -> TopicReader:
+        """A new :class:`TopicReader` (an unsubscribed consumer: assign-only, no commits);
+        ``extra`` adds librdkafka consumer settings (e.g. a smaller prefetch queue)."""
+        return TopicReader({**self._base, **(extra or {})})
 
     def watermarks(self, topics: Sequence[str], timeout: float = 10.0) -> dict[str, tuple[int, int]]:
         """``(low, high)`` offsets of each single-partition topic, read by a throwaway reader
@@ -518,6 +521,67 @@ class KafkaSession:
         """
         with map_kafka_errors("read cluster metadata"):
             return len(self.admin.list_topics(timeout=ADMIN_TIMEOUT).brokers)
+
+    def delete_records_support(self) -> tuple[bool, str]:
+        """Whether the broker deletes records below an offset (Kafka's DeleteRecords), which kmq
+        uses to free what every process has removed (docs/design.md, "Retention").
+
+        Tansu (cluster id ``tansu...``) is not asked: Tansu 0.6 panics on a DeleteRecords
+        request and drops the connection. Other brokers are asked to delete the records of the
+        queue registry below offset 0, which deletes nothing: an answer means they handle the
+        request, an unsupported request or version means they do not. Answered once per
+        session.
+
+        Returns:
+            tuple[bool, str]: whether it is supported, and why not (empty when supported).
+
+        Raises:
+            BrokerUnavailable: the broker did not answer.
+        """
+        if self._delete_records is not None:
+            return self._delete_records
+        with map_kafka_errors("read cluster metadata"):
+            cluster_id = str(self.admin.list_topics(timeout=ADMIN_TIMEOUT).cluster_id or "")
+        if cluster_id.startswith("tansu"):
+            answer = (False, "Tansu 0.6 panics on DeleteRecords (its cluster id is "
+                             f"{cluster_id!r}); removed records are kept")
+        else:
+            answer = self._probe_delete_records()
+        self._delete_records = answer
+        return answer
+
+    def _probe_delete_records(self) -> tuple[bool, str]:
+        probe = TopicPartition(QUEUE_REGISTRY_TOPIC, 0, 0)  # below offset 0: deletes nothing
+        future = self.admin.delete_records([probe], request_timeout=ADMIN_TIMEOUT)[probe]
+        try:
+            future.result(ADMIN_TIMEOUT)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            code = None if error is None else error.code()
+            if code in (KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION,
+                        KafkaError.INVALID_REQUEST):
+                return (False, f"the broker refuses DeleteRecords ({error.name()})")
+            if code in (KafkaError._NOENT, KafkaError.UNKNOWN_TOPIC_OR_PART):
+                return (False, f"not probed: {QUEUE_REGISTRY_TOPIC} does not exist yet "
+                               "(open a queue manager first)")
+            with map_kafka_errors("probe DeleteRecords"):
+                raise
+        return (True, "")
+
+    def delete_records(self, topic: str, before: int) -> int:
+        """Delete the records of ``topic`` (partition 0) below offset ``before`` (Kafka
+        DeleteRecords); call only where :meth:`delete_records_support` says yes.
+
+        Returns:
+            int: the partition's new log start offset.
+
+        Raises:
+            BrokerUnavailable, AccessDenied, BrokerError: as mapped from Kafka.
+        """
+        part = TopicPartition(topic, 0, before)
+        with map_kafka_errors("delete records", topic):
+            result = self.admin.delete_records([part], request_timeout=ADMIN_TIMEOUT)[part]
+            return int(result.result(ADMIN_TIMEOUT).low_watermark)
 
     def describe_topics(self, names: Iterable[str] | None = None) -> dict[str, TopicDescription]:
         """Partitions, replication and configs of existing topics.

@@ -736,6 +736,13 @@ class MessageQueue(PeekLockReceives):
         view.catch_up()
         return view.malformed_receipts
 
+    def malformed_snapshots(self) -> int:
+        """Records of the queue manager's snapshot topic under this queue's key that this
+        handle skipped when it opened: not valid snapshots of this queue, or stale ones (see
+        ``docs/design.md``, "Bounded state"); the handle read the logs instead.
+        """
+        return self._open_view().malformed_snapshots
+
     def close(self) -> None:
         """Release this handle's Kafka reader and producer.
 

@@ -30,8 +30,10 @@ The view answers MSMQ's receive order (priority 7 first, then arrival order), lo
 message id, correlation id and lookup id (the offset), cursor steps, TTBR expiry, timed dequeue
 (not-before) and the poison records to dead-letter.
 
-Memory: a pending message costs one :class:`IndexEntry` (slots) plus a few dict and list slots;
-a removed one costs one byte (its state code) until the floor passes it, plus its dedupe key
+Memory: a pending message costs one compact :class:`IndexEntry` (about 72 bytes, its message id
+an int of 32) plus its offset, a slot in the offset dict, the message-id dict, the dedupe dict
+and its priority lane: about 320 bytes in all (``benchmarks/state_bench.py``). A removed one
+costs one byte (its state code) until the floor passes it, plus its dedupe key
 while inside the dedupe window. A held offset keeps its entry (so a release needs no re-fetch)
 until its lock is settled; the ids of the last :data:`LOCK_MEMORY` locks are kept to ignore
 duplicated LOCK receipts.
@@ -42,7 +44,7 @@ from __future__ import annotations
 import heapq
 import re
 from bisect import bisect_left, bisect_right
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -62,6 +64,7 @@ __all__ = [
     "OffsetState",
     "OffsetStatus",
     "QueueState",
+    "StateSnapshot",
 ]
 
 #: Dedupe window, in data offsets: a record is a duplicate when a record with the same dedupe
@@ -97,6 +100,50 @@ _ID_TEXT = re.compile(
 )
 _UINT32_MAX = 2**32 - 1
 _offset_of = attrgetter("offset")
+# Record sizes seen, to share one int object per size among index entries (memory).
+_SIZES: dict[int, int] = {}
+_SIZES_KEPT = 1 << 16
+# Interned message-id prefixes (``guid\``, or ``guid\`` + "@origin" suffix pairs) for _ident.
+_PREFIXES: dict[tuple[str, str], int] = {}
+_PREFIX_TEXT: list[tuple[str, str]] = []
+_PREFIXES_KEPT = 1 << 20
+_SEQ_BITS = 32
+_SEQ_MASK = (1 << _SEQ_BITS) - 1
+_ID_PARTS = re.compile(r"(.+\\)(0|[1-9][0-9]{0,9})(@.*)?", re.DOTALL)
+
+
+def _ident(text: str, *, add: bool = True) -> int | str:
+    r"""A message id or dedupe key (``guid\seq`` or ``guid\seq@origin``) as one int: the index
+    of its interned prefix and suffix, shifted, plus the sequence number. 32 bytes instead of
+    about 96 for the text, and the same object serves as the key of every index. Text of
+    another shape (tests, poison ids "") stays text. ``add=False`` only looks up (None-safe
+    for lookups of ids no record had: returns the text)."""
+    match = _ID_PARTS.fullmatch(text)
+    if match is None or int(match.group(2)) > _SEQ_MASK:
+        return text
+    prefix, suffix = match.group(1), match.group(3) or ""
+    index = _intern(prefix, suffix) if add else _PREFIXES.get((prefix, suffix))
+    if index is None:
+        return text
+    return (index << _SEQ_BITS) | int(match.group(2))
+
+
+def _intern(prefix: str, suffix: str) -> int | None:
+    """The index of an id prefix and suffix, added if new; None once the table is full."""
+    pair = (prefix, suffix)
+    index = _PREFIXES.get(pair)
+    if index is None and len(_PREFIX_TEXT) < _PREFIXES_KEPT:
+        index = _PREFIXES[pair] = len(_PREFIX_TEXT)
+        _PREFIX_TEXT.append(pair)
+    return index
+
+
+def _ident_text(ident: int | str) -> str:
+    """The text of an :func:`_ident`."""
+    if isinstance(ident, str):
+        return ident
+    prefix, suffix = _PREFIX_TEXT[ident >> _SEQ_BITS]
+    return f"{prefix}{ident & _SEQ_MASK}{suffix}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -104,11 +151,14 @@ _offset_of = attrgetter("offset")
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
 class IndexEntry:
     r"""What the queue view knows of one data record, from its headers.
 
-    Attributes:
+    Immutable. Kept compact, because a view holds one per message in the queue: the message id
+    and dedupe key are stored as one int each (an interned ``guid\`` prefix and the sequence
+    number, see :func:`_ident`), the rarely set fields in one optional tuple.
+
+    Args and attributes:
         offset (int): the data-topic offset, which is the message's lookup id
             (PROPID_M_LOOKUPID).
         priority (int): 0 (lowest) to 7 (highest), PROPID_M_PRIORITY.
@@ -125,15 +175,83 @@ class IndexEntry:
             (claimed with POISON), never handed to an application.
     """
 
-    offset: int
-    priority: int
-    message_id: str
-    correlation_id: str | None
-    expires_ms: int | None
-    not_before_ms: int | None
-    size: int
-    dedupe_key: str
-    poison: bool = False
+    __slots__ = ("_extra", "_id", "offset", "priority", "size")
+
+    def __init__(self, offset: int, priority: int, message_id: str,
+                 correlation_id: str | None, expires_ms: int | None,
+                 not_before_ms: int | None, size: int, dedupe_key: str, poison: bool = False):
+        ident = _ident(message_id)
+        set_ = object.__setattr__
+        set_(self, "offset", offset)
+        set_(self, "priority", priority)
+        set_(self, "size", _SIZES.setdefault(size, size) if len(_SIZES) < _SIZES_KEPT else size)
+        set_(self, "_id", ident)
+        dedupe = ident if dedupe_key == message_id else _ident(dedupe_key)
+        if correlation_id is None and expires_ms is None and not_before_ms is None \
+                and dedupe is ident and not poison:
+            set_(self, "_extra", None)
+        else:
+            set_(self, "_extra", (correlation_id, expires_ms, not_before_ms, dedupe, poison))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"IndexEntry is immutable (cannot set {name!r})")
+
+    @property
+    def message_id(self) -> str:
+        r"""str: ``guid\seq`` text of PROPID_M_MSGID, "" for a poison record without one."""
+        return _ident_text(self._id)
+
+    @property
+    def correlation_id(self) -> str | None:
+        """str | None: PROPID_M_CORRELATIONID text, if any."""
+        return None if self._extra is None else self._extra[0]
+
+    @property
+    def expires_ms(self) -> int | None:
+        """int | None: TTBR deadline, epoch ms."""
+        return None if self._extra is None else self._extra[1]
+
+    @property
+    def not_before_ms(self) -> int | None:
+        """int | None: timed dequeue, epoch ms."""
+        return None if self._extra is None else self._extra[2]
+
+    @property
+    def dedupe_key(self) -> str:
+        """str: message id (plus ``@origin``); "" for poison records."""
+        return _ident_text(self.dedupe_ident)
+
+    @property
+    def dedupe_ident(self) -> int | str:
+        """int | str: the dedupe key in the compact form the state indexes it by."""
+        return self._id if self._extra is None else self._extra[3]
+
+    @property
+    def poison(self) -> bool:
+        """bool: the record must be dead-lettered, never handed to an application."""
+        return self._extra is not None and self._extra[4]
+
+    def _key(self) -> tuple:
+        return (self.offset, self.priority, self.size, self._id, self._extra)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, IndexEntry):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (f"IndexEntry(offset={self.offset}, priority={self.priority}, "
+                f"message_id={self.message_id!r}, correlation_id={self.correlation_id!r}, "
+                f"expires_ms={self.expires_ms}, not_before_ms={self.not_before_ms}, "
+                f"size={self.size}, dedupe_key={self.dedupe_key!r}, poison={self.poison})")
+
+    def __reduce__(self) -> tuple:
+        return (IndexEntry, (self.offset, self.priority, self.message_id, self.correlation_id,
+                             self.expires_ms, self.not_before_ms, self.size, self.dedupe_key,
+                             self.poison))
 
     @classmethod
     def from_record(
@@ -200,7 +318,10 @@ class IndexEntry:
         Returns:
             bool: True when ``not_before_ms <= now_ms < expires_ms`` (absent bounds pass).
         """
-        nb, ex = self.not_before_ms, self.expires_ms
+        extra = self._extra
+        if extra is None:
+            return True
+        ex, nb = extra[1], extra[2]
         return (nb is None or nb <= now_ms) and (ex is None or ex > now_ms)
 
 
@@ -387,6 +508,40 @@ def _removed_status(code: int) -> OffsetStatus:
     return OffsetStatus(OffsetState.REMOVED, action)
 
 
+@dataclass(frozen=True, slots=True)
+class StateSnapshot:
+    """A :class:`QueueState` as plain data (:meth:`QueueState.export`), which
+    :meth:`QueueState.from_snapshot` turns back into an equal state. ``facade.snapshot`` writes
+    it as a ``kmq.QueueSnapshot`` record (``schemas/queue_snapshot.avsc``, where each field is
+    described).
+
+    Attributes:
+        data_start (int), data_offset (int), receipts_offset (int), dedupe_window (int),
+            purge_floor (int), codes_base (int): offsets, see the schema.
+        codes (bytes): one state code per data offset in ``[codes_base, data_offset)``.
+        entries (tuple[IndexEntry, ...]): the records in the queue, in offset order.
+        abort_counts (tuple[tuple[int, int], ...]): ``(offset, count)`` pairs, offset order.
+        dedupe (tuple[tuple[str, str, int, tuple[int, ...]], ...]): the dedupe keys seen within
+            the window with the offset of their latest record, as runs ``(prefix, suffix,
+            first_seq, offset_deltas)``: keys ``prefix + str(first_seq + i) + suffix`` at
+            offsets given as differences from the previous one (the first from 0); a
+            ``first_seq`` of -1 means the key is ``prefix`` alone.
+        lock_ids (tuple[str, ...]): the latest lock claim ids, oldest first.
+    """
+
+    data_start: int
+    data_offset: int
+    receipts_offset: int
+    dedupe_window: int
+    purge_floor: int
+    codes_base: int
+    codes: bytes
+    entries: tuple[IndexEntry, ...]
+    abort_counts: tuple[tuple[int, int], ...]
+    dedupe: tuple[tuple[str, str, int, tuple[int, ...]], ...]
+    lock_ids: tuple[str, ...]
+
+
 # --------------------------------------------------------------------------------------------
 # Per-priority lanes
 # --------------------------------------------------------------------------------------------
@@ -511,7 +666,7 @@ class QueueState:
         self._entries: dict[int, IndexEntry] = {}
         self._lanes = [_Lane() for _ in range(_PRIORITIES)]
         self._poison: dict[int, IndexEntry] = {}  # insertion order = offset order
-        self._by_id: dict[str, int | list[int]] = {}
+        self._by_id: dict[int | str, int | list[int]] = {}  # by IndexEntry._id
         self._by_cid: dict[str, int | list[int]] = {}
         self._expiry: list[tuple[int, int]] = []  # heap of (expires_ms, offset), lazy
         self._not_before: list[tuple[int, int]] = []  # heap of (not_before_ms, offset), lazy
@@ -526,7 +681,12 @@ class QueueState:
         self._ahead_heap: list[int] = []
         self._purge_floor = 0  # every offset below is removed (max purge_below seen)
         # Dedupe key -> offset of its latest record, oldest first (move_to_end on repeats).
-        self._dedupe: OrderedDict[str, int] = OrderedDict()
+        self._dedupe: dict[int | str, int] = {}  # by IndexEntry.dedupe_ident
+        # Every (key, offset) added, in offset order, to expire keys as the window passes; an
+        # entry whose key was seen again since is stale and skipped. Cheaper than an
+        # OrderedDict with move_to_end (about 40 bytes per key).
+        self._dedupe_keys: deque[int | str] = deque()
+        self._dedupe_offsets: deque[int] = deque()
         self._incomplete: dict[str, IncompleteClaim] = {}
         self._adds = 0
         # Locks: held offset -> its hold; lock claim id -> the lock, for those still holding
@@ -585,7 +745,7 @@ class QueueState:
             )
         self._fill_gap(offset)
         removed = self._arrival_code(offset)
-        duplicate = not entry.poison and self._seen(entry.dedupe_key, offset)
+        duplicate = not entry.poison and self._seen(entry.dedupe_ident, offset)
         self._data_offset = offset + 1
         if removed is not None:
             self._codes.append(removed)
@@ -659,17 +819,16 @@ class QueueState:
 
     def _seen(self, key: str, offset: int) -> bool:
         """Record ``key`` at ``offset``; True if it appeared within the dedupe window."""
-        dedupe = self._dedupe
+        dedupe, keys, offsets = self._dedupe, self._dedupe_keys, self._dedupe_offsets
         oldest_kept = offset - self._dedupe_window
-        while dedupe:
-            first_key = next(iter(dedupe))
-            if dedupe[first_key] >= oldest_kept:
-                break
-            del dedupe[first_key]
+        while offsets and offsets[0] < oldest_kept:
+            old_key, old_offset = keys.popleft(), offsets.popleft()
+            if dedupe.get(old_key) == old_offset:
+                del dedupe[old_key]
         duplicate = key in dedupe
         dedupe[key] = offset
-        if duplicate:
-            dedupe.move_to_end(key)
+        keys.append(key)
+        offsets.append(offset)
         return duplicate
 
     def _index(self, entry: IndexEntry, *, restore: bool = False) -> None:
@@ -689,7 +848,7 @@ class QueueState:
             lane.entries.append(entry)
         self._count += 1
         self._bytes += entry.size
-        _index_add(self._by_id, entry.message_id, offset)
+        _index_add(self._by_id, entry._id, offset)
         if entry.correlation_id is not None:
             _index_add(self._by_cid, entry.correlation_id, offset)
         if entry.expires_ms is not None:
@@ -941,7 +1100,7 @@ class QueueState:
             return
         self._count -= 1
         self._bytes -= entry.size
-        _index_remove(self._by_id, entry.message_id, offset)
+        _index_remove(self._by_id, entry._id, offset)
         if entry.correlation_id is not None:
             _index_remove(self._by_cid, entry.correlation_id, offset)
         lane = self._lanes[entry.priority]
@@ -1200,7 +1359,7 @@ class QueueState:
             IndexEntry | None: the first match in receive order (copies from several origins
             can share an id), or None.
         """
-        key = _canonical_id(message_id) or message_id
+        key = _ident(_canonical_id(message_id) or message_id, add=False)
         return self._first(_index_get(self._by_id, key), now_ms)
 
     def by_correlation_id(
@@ -1349,3 +1508,143 @@ class QueueState:
         for claim in self._incomplete.values():
             limit = min(limit, *claim.offsets)
         return max(limit, self._data_start)
+
+    # ----------------------------------------------------------------------------------------
+    # Snapshots
+    # ----------------------------------------------------------------------------------------
+
+    @property
+    def exportable(self) -> bool:
+        """bool: whether :meth:`export` can capture the state now: no lock holds offsets, no
+        receipt names data not read yet, no system claim waits for its COMPLETED. Those parts
+        of the state are short-lived; a snapshot waits until they are settled."""
+        return not (self._held or self._locks or self._ahead or self._incomplete
+                    or self._unpurged)
+
+    def export(self) -> StateSnapshot | None:
+        """Capture the state as plain data (a queue snapshot).
+
+        The result is a function of the log prefixes read (data offsets below
+        :attr:`data_offset`, receipts below :attr:`receipts_offset`), so two processes that
+        read the same prefixes export equal snapshots. Per-offset codes below the floor are
+        left out: those offsets are settled (removed, duplicates or gaps) either way.
+
+        Returns:
+            StateSnapshot | None: None while :attr:`exportable` is False.
+        """
+        if not self.exportable:
+            return None
+        self.floor()
+        start = max(self._floor, self._base)
+        entries = tuple(sorted(self._entries.values(), key=_offset_of))
+        return StateSnapshot(
+            data_start=self._data_start, data_offset=self._data_offset,
+            receipts_offset=self._receipts_offset, dedupe_window=self._dedupe_window,
+            purge_floor=self._purge_floor, codes_base=start,
+            codes=bytes(self._codes[start - self._base:]), entries=entries,
+            abort_counts=tuple(sorted(self._aborts.items())),
+            dedupe=_dedupe_runs(self._dedupe),
+            lock_ids=tuple(self._lock_ids))
+
+    @classmethod
+    def from_snapshot(cls, snapshot: StateSnapshot,
+                      dedupe_window: int = DEDUPE_WINDOW) -> QueueState:
+        """Rebuild the state a snapshot captured; feed it the logs from its offsets on.
+
+        Args:
+            snapshot (StateSnapshot): from :meth:`export` (possibly another process's).
+            dedupe_window (int): this process's window; a snapshot built with another one
+                is refused (duplicates would be judged differently).
+
+        Returns:
+            QueueState: equal in every verdict to one fed the same prefixes from offset 0.
+
+        Raises:
+            ValueError: the snapshot is inconsistent (offsets out of order or range, codes
+                that disagree with the entries, an unknown code, another dedupe window).
+        """
+        _check_snapshot(snapshot, dedupe_window)
+        state = cls(data_start=snapshot.data_start, receipts_start=snapshot.receipts_offset,
+                    dedupe_window=dedupe_window)
+        state._data_offset = snapshot.data_offset
+        state._base = state._floor = snapshot.codes_base
+        state._codes = bytearray(snapshot.codes)
+        state._purge_floor = snapshot.purge_floor
+        for entry in snapshot.entries:
+            state._index(entry)
+        state._aborts = dict(snapshot.abort_counts)
+        pairs = sorted(_dedupe_pairs(snapshot.dedupe), key=itemgetter(1))
+        state._dedupe = dict(pairs)
+        state._dedupe_keys = deque(ident for ident, _ in pairs)
+        state._dedupe_offsets = deque(offset for _, offset in pairs)
+        state._lock_ids = OrderedDict.fromkeys(snapshot.lock_ids)
+        return state
+
+
+_SNAPSHOT_CODES = frozenset({_GAP, _PENDING, _DUPLICATE, *range(_REMOVED, 256)})
+
+
+def _check_snapshot(snap: StateSnapshot, dedupe_window: int) -> None:
+    """Raise ValueError unless ``snap`` is a consistent state (see from_snapshot)."""
+    if snap.dedupe_window != dedupe_window:
+        raise ValueError(f"built with dedupe window {snap.dedupe_window}, not {dedupe_window}")
+    if not 0 <= snap.data_start <= snap.codes_base <= snap.data_offset or snap.receipts_offset < 0:
+        raise ValueError("offsets out of order")
+    if len(snap.codes) != snap.data_offset - snap.codes_base:
+        raise ValueError(f"{len(snap.codes)} codes for {snap.data_offset - snap.codes_base} offsets")
+    if not _SNAPSHOT_CODES.issuperset(set(snap.codes)):
+        raise ValueError("unknown offset code")
+    offsets = [e.offset for e in snap.entries]
+    if offsets != sorted(set(offsets)) or snap.codes.count(_PENDING) != len(offsets):
+        raise ValueError("entries disagree with the codes")
+    for entry in snap.entries:
+        if not snap.codes_base <= entry.offset < snap.data_offset \
+                or snap.codes[entry.offset - snap.codes_base] != _PENDING \
+                or not 0 <= entry.priority < _PRIORITIES:
+            raise ValueError(f"entry at offset {entry.offset} is not a record in the queue")
+    for prefix, suffix, first, deltas in snap.dedupe:
+        if first >= 0 and (not prefix.endswith("\\") or suffix[:1] not in ("", "@")
+                           or first + len(deltas) - 1 > _SEQ_MASK):
+            raise ValueError(f"dedupe run {prefix!r}...{suffix!r} is not of message ids")
+        if not deltas or (first < 0 and len(deltas) != 1) or deltas[0] < 0 \
+                or any(d < 1 for d in deltas[1:]) or sum(deltas) >= snap.data_offset:
+            raise ValueError("dedupe offsets out of order or range")
+    if any(offset < 0 or count < 1 for offset, count in snap.abort_counts):
+        raise ValueError("abort count out of range")
+
+
+def _dedupe_runs(dedupe: dict[int | str, int]) -> tuple[tuple[str, str, int, tuple[int, ...]], ...]:
+    """The dedupe keys as runs of consecutive sequence numbers (see StateSnapshot.dedupe),
+    in the order of their first offset; computed from the interned ints, without text."""
+    runs: list[tuple[str, str, int, list[int]]] = []
+    open_runs: dict[int, list] = {}  # prefix index -> [run, next seq, last offset]
+    for ident, offset in sorted(dedupe.items(), key=itemgetter(1)):
+        if isinstance(ident, str):
+            runs.append((ident, "", -1, [offset]))
+            continue
+        index, seq = ident >> _SEQ_BITS, ident & _SEQ_MASK
+        current = open_runs.get(index)
+        if current is not None and current[1] == seq:
+            current[0][3].append(offset - current[2])
+            current[1], current[2] = seq + 1, offset
+            continue
+        prefix, suffix = _PREFIX_TEXT[index]
+        run = (prefix, suffix, seq, [offset])
+        runs.append(run)
+        open_runs[index] = [run, seq + 1, offset]
+    return tuple((prefix, suffix, first, tuple(deltas)) for prefix, suffix, first, deltas in runs)
+
+
+def _dedupe_pairs(runs: Iterable[tuple[str, str, int, tuple[int, ...]]]) -> Iterator[tuple[int | str, int]]:
+    """(ident, offset) pairs of :func:`_dedupe_runs`' runs."""
+    for prefix, suffix, first, deltas in runs:
+        index = None if first < 0 else _intern(prefix, suffix)
+        offset = 0
+        for i, delta in enumerate(deltas):
+            offset += delta
+            if first < 0:
+                yield _ident(prefix), offset
+            elif index is None:  # the intern table is full: text, as _ident gives then
+                yield f"{prefix}{first + i}{suffix}", offset
+            else:
+                yield (index << _SEQ_BITS) | (first + i), offset

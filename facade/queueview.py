@@ -1,9 +1,10 @@
 """A live view of one queue: its data and receipts topics read into a :class:`QueueState`.
 
 Each process that peeks or receives holds one view per queue. The view reads both topics from
-the start (``assign()``, no consumer group), keeps the values of pending records so a won claim
-can be decoded without another fetch (and of records held by locks, which a release makes
-pending again), and appends receipts to claim messages. A claim's outcome
+the start (``assign()``, no consumer group) into an index of the pending messages, without
+their bodies: a record is fetched by offset when it is handed out, with a bounded cache of the
+records near the head (:class:`~facade.recordcache.RecordCache`). It appends receipts to claim
+messages. A claim's outcome
 is known once the view has read the receipts topic up to the claim's own offset: the first
 receipt naming an offset wins (see ``docs/design.md``).
 """
@@ -19,12 +20,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from facade.envelope import HEADER_TXN
-from facade.errors import BrokerUnavailable, EnvelopeError, MessageAlreadyReceived, MessageNotFound
-from facade.kafka import KafkaRecord, KafkaSession, PendingRecord, produce_async
+from facade.errors import (
+    BrokerError,
+    BrokerUnavailable,
+    EnvelopeError,
+    MessageAlreadyReceived,
+    MessageQueueError,
+)
+from facade.kafka import KafkaRecord, KafkaSession, PendingRecord, TopicReader, produce_async
 from facade.message import Delivery
-from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState, OffsetStatus, QueueState
+from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState, QueueState
+from facade.recordcache import RecordCache
 from facade.receipts import Receipt, ReceiptAction, decode_receipt, encode_receipt, new_claim
-from facade.topics import QueueTopics
+from facade.snapshot import QueueSnapshotRecord, decode_snapshot, encode_snapshot
+from facade.topics import QueueTopics, snapshot_topic
+from facade.topicsettings import KAFKA_DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = ["PendingClaim", "QueueView"]
 
@@ -36,6 +46,21 @@ CLAIM_TIMEOUT = 30.0
 GAP_PATIENCE = 1.0
 #: Seconds a view may take to read its topics to their end (a queue's whole history on open).
 CATCH_UP_TIMEOUT = 60.0
+#: librdkafka settings of the view's reader. It keeps no bodies, so what librdkafka fetches
+#: ahead is most of its memory while it reads a long queue: the default prefetch (64 MiB) cost
+#: about 400 bytes per pending message of RSS in ``benchmarks/state_bench.py``, this 1 MiB about
+#: 80, and reading the log is no slower.
+_READER_SETTINGS = {"queued.max.messages.kbytes": 1024, "fetch.max.bytes": 1024 * 1024}
+#: Records a view applies between two snapshots it writes (see docs/design.md, "Snapshots").
+SNAPSHOT_EVERY = 10_000
+#: Records applied since the last snapshot for which close() writes one.
+SNAPSHOT_ON_CLOSE = 1_000
+#: Most messages a snapshot lists: a longer queue is opened from the log.
+SNAPSHOT_MAX_ENTRIES = 10_000
+#: Largest snapshot record written, bytes: within Kafka's default record limit.
+SNAPSHOT_MAX_BYTES = KAFKA_DEFAULT_MAX_MESSAGE_BYTES - 4096
+#: Snapshots of one queue kept in memory while the snapshot topic is read on open (newest).
+_SNAPSHOT_CANDIDATES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +90,19 @@ class QueueView:
     def __init__(self, session: KafkaSession, topics: QueueTopics, claimant: str | None = None):
         self.topics = topics
         self.claimant = claimant or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.state = QueueState()
-        self._values: dict[int, KafkaRecord] = {}  # pending records
-        self._held_values: dict[int, KafkaRecord] = {}  # records held by locks
+        self._session = session
+        #: Records of the snapshot topic that are not valid snapshots of this queue (skipped).
+        self.malformed_snapshots = 0
+        self.snapshot_topic = snapshot_topic(topics.data)
+        self._snapshot_topic_ready = False
+        #: Data records below this offset were deleted by this view or need no deleting.
+        self._deleted_below = 0
+        #: Records applied since the snapshot this view opened from or last wrote (a receipt
+        #: counts once per offset it names).
+        self._since_snapshot = 0
+        self.state = self._open_state()
+        #: Records of pending and held messages near the head; the rest is fetched by offset.
+        self.records = RecordCache(session, topics.data)
         self._awaiting: set[str] = set()
         #: Own receipts applied at their acknowledged offset before being read back.
         self._applied_ahead: dict[int, _OwnReceipt] = {}
@@ -78,9 +113,9 @@ class QueueView:
         self._markers_due: dict[str, int] = {}
         self._last_transaction: dict[str, str] = {}
         self._outcomes: dict[str, ClaimOutcome] = {}
-        self._session = session
-        self._reader = session.reader()
-        self._reader.assign({topics.data: 0, topics.receipts: 0})
+        self._reader = session.reader(extra=_READER_SETTINGS)
+        self._reader.assign({topics.data: self.state.data_offset,
+                             topics.receipts: self.state.receipts_offset})
         #: True while the receipts topic is not fetched (see start_claim).
         self._receipts_paused = False
         #: Whether this view has only received so far: then uncontended claims pause receipts.
@@ -113,7 +148,9 @@ class QueueView:
         """
         if receipts:
             self._want_receipts()
-        return self._apply(self._reader.poll(timeout))
+        applied = self._apply(self._reader.poll(timeout))
+        self._snapshot_if_due(SNAPSHOT_EVERY)
+        return applied
 
     def _want_receipts(self) -> None:
         """From now on fetch the receipts continuously: the view serves peeks, cursors, lookups,
@@ -225,72 +262,61 @@ class QueueView:
         for batch in self._reader.read_to_end((self.topics.data, self.topics.receipts), timeout):
             self._apply(batch)
         self._loaded = True
+        self._snapshot_if_due(SNAPSHOT_EVERY)
 
     def record(self, entry: IndexEntry) -> KafkaRecord:
-        """The stored record of a pending entry.
+        """The record of a pending entry: from the cache, else fetched by offset.
 
         Raises:
             MessageAlreadyReceived: the entry is no longer pending (a receipt applied since it
                 was picked removed it).
+            MessageNotFound: the record is no longer in the data topic (deleted).
         """
-        try:
-            return self._values[entry.offset]
-        except KeyError:
+        if not self.is_pending(entry):
             raise MessageAlreadyReceived(
                 f"message with lookup id {entry.offset} was removed from {self.topics.data!r}",
-                queue=self.topics.data) from None
+                queue=self.topics.data)
+        return self.records.get(entry.offset, self._in_queue, self.state.data_offset)
 
     def is_pending(self, entry: IndexEntry) -> bool:
         """Whether ``entry`` still waits in the queue (no receipt removed it since it was picked)."""
-        return entry.offset in self._values
+        return self.state.status(entry.offset).is_pending
 
     def held_record(self, offset: int) -> KafkaRecord:
-        """The stored record of an offset a lock holds (to dead-letter or move it).
+        """The record of an offset a lock holds (to dead-letter or move it).
 
         Raises:
             MessageAlreadyReceived: no lock holds ``offset`` now, as far as this view has read.
+            MessageNotFound: the record is no longer in the data topic (deleted).
         """
-        try:
-            return self._held_values[offset]
-        except KeyError:
+        status = self.state.status(offset)
+        if status.state is not OffsetState.LOCKED or status.entry is None:
             raise MessageAlreadyReceived(
                 f"message with lookup id {offset} is not locked in {self.topics.data!r}",
-                queue=self.topics.data) from None
+                queue=self.topics.data)
+        return self.records.get(offset, self._in_queue, self.state.data_offset)
 
-    def fetch(self, offset: int, timeout: float = 10.0) -> KafkaRecord:
+    def fetch(self, offset: int) -> KafkaRecord:
         """Read one data record by offset, even one already removed (recovery redoes claims).
 
         Raises:
             MessageNotFound: no record at ``offset`` (deleted by retention, or never written).
         """
-        reader = self._session.reader()
-        try:
-            reader.assign({self.topics.data: offset})
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                for record in reader.poll(0.05):
-                    if record.offset == offset:
-                        return record
-                    if record.offset > offset:
-                        break
-                else:
-                    continue
-                break
-        finally:
-            reader.close()
-        raise MessageNotFound(f"no record at offset {offset} of {self.topics.data!r}",
-                              queue=self.topics.data)
+        return self.records.fetch(offset)
+
+    def _in_queue(self, offset: int) -> bool:
+        """Whether the record at ``offset`` may still be handed out: pending or held."""
+        status = self.state.status(offset)
+        return status.is_pending or status.state is OffsetState.LOCKED
 
     def _add_data(self, record: KafkaRecord) -> None:
         entry = IndexEntry.from_record(record.offset, len(record.value or b""), record.headers)
         if record.headers:
             self._note_transaction(record.topic, _header(record.headers, HEADER_TXN))
         self.state.add(entry)
-        status = self.state.status(record.offset)
-        if status.is_pending:
-            self._values[record.offset] = record
-        elif status.state is OffsetState.LOCKED:
-            self._held_values[record.offset] = record
+        self._since_snapshot += 1
+        if self._in_queue(record.offset):
+            self.records.offer(record)
 
     def _add_receipt(self, record: KafkaRecord) -> None:
         expected = self._applied_ahead.pop(record.offset, None)
@@ -313,17 +339,6 @@ class QueueView:
                 del self._applied_ahead[stale]
         self._apply_receipt(receipt, record.offset)
 
-    def _keep_as(self, offset: int, status: OffsetStatus) -> None:
-        """Keep an offset's record where its new status needs it: with the pending ones, with
-        the held ones, or nowhere."""
-        record = self._values.pop(offset, None) or self._held_values.pop(offset, None)
-        if record is None:
-            return
-        if status.is_pending:
-            self._values[offset] = record
-        elif status.state is OffsetState.LOCKED:
-            self._held_values[offset] = record
-
     def _skip_malformed(self, record: KafkaRecord, error: EnvelopeError) -> None:
         """Skip a receipts record that is not a receipt (written by something else than kmq).
 
@@ -331,6 +346,7 @@ class QueueView:
         wedge on it. Logged once per view, counted in :attr:`malformed_receipts` (``kmq queue
         show``)."""
         self.malformed_receipts += 1
+        self._since_snapshot += 1
         self.state.advance_receipts_to(record.offset + 1)
         log.warning("skipped a malformed record in %s [%d] at offset %d (%s); every kmq process "
                     "skips it", record.topic, record.partition, record.offset, error.message)
@@ -339,19 +355,16 @@ class QueueView:
         if receipt.action is ReceiptAction.COMPLETED:  # the only receipts written in a Kafka transaction
             self._note_transaction(self.topics.receipts, receipt.transaction_id)
         outcome = self.state.apply(receipt, receipt_offset)
-        if receipt.action.is_lock or receipt.completes is not None:
-            # Locks and settle receipts move records between pending, held and removed.
-            for offset in outcome.won:
-                self._keep_as(offset, self.state.status(offset))
-        else:
-            for offset in outcome.won:
-                self._values.pop(offset, None)
+        # A receipt counts once per message it names: one receive_many receipt changes as
+        # much state as a hundred single receives.
+        self._since_snapshot += max(1, len(receipt.offsets))
+        for offset in outcome.won:
+            # Locks and settle receipts may keep a record in the queue (held, or pending again).
+            if not self._in_queue(offset):
+                self.records.discard(offset)
         if receipt.purge_below is not None:
             # A purge removes a range rather than naming offsets: free the records it removed.
-            below = receipt.purge_below
-            for offset in [o for o in self._values if o < below]:
-                if not self.state.status(offset).is_pending:
-                    del self._values[offset]
+            self.records.retain(self._in_queue)
         # Keep only the verdicts this view is waiting for: other processes' receipts flow
         # through here too, and storing theirs would grow without bound.
         if receipt.claim_id in self._awaiting:
@@ -469,9 +482,145 @@ class QueueView:
         self._reader.wake()
 
     def close(self) -> None:
-        """Close the reader and flush the producer."""
+        """Write a snapshot if enough was applied since the last one, close the readers and
+        flush the producer."""
+        try:
+            self._snapshot_if_due(SNAPSHOT_ON_CLOSE)
+        except MessageQueueError as exc:  # the queue is whole without it; say so and go on
+            log.warning("no snapshot of %s written on close: %s", self.topics.data, exc)
         self._producer.flush(5.0)
         self._reader.close()
+        self.records.close()
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    def _open_state(self) -> QueueState:
+        """The state from the latest valid snapshot of this queue, else an empty state that
+        starts at the data topic's log start. Invalid and stale snapshots are skipped (see
+        _skip_snapshot).
+
+        Raises:
+            BrokerError: receipts below the receipts topic's log start are gone and no valid
+                snapshot covers them (the verdicts cannot be rebuilt).
+        """
+        reader = self._session.reader(extra=_READER_SETTINGS)  # one for both questions
+        try:
+            candidates: list[KafkaRecord] = []
+            if self._session.topic_exists(self.snapshot_topic):
+                self._snapshot_topic_ready = True
+                candidates = self._snapshot_records(reader)
+            bounds = reader.watermarks((self.topics.data, self.topics.receipts), CLAIM_TIMEOUT)
+        finally:
+            reader.close()
+        for record in reversed(candidates):
+            try:
+                snapshot = decode_snapshot(record.value, topic=record.topic,
+                                           partition=record.partition, offset=record.offset)
+                self._check_covered(snapshot, bounds)
+                return QueueState.from_snapshot(snapshot.state)
+            except (EnvelopeError, ValueError) as exc:
+                self._skip_snapshot(record, exc)
+        return self._state_at_log_start(bounds)
+
+    def _state_at_log_start(self, bounds: dict[str, tuple[int, int]]) -> QueueState:
+        """An empty state for reading the logs from their start. Data records below the data
+        topic's log start were deleted because every process had removed them (retention:
+        below the retention floor), so they count as removed. Receipts are never deleted by
+        kmq; if some are gone (a topic with time retention), the state cannot be rebuilt."""
+        receipts_start = bounds[self.topics.receipts][0]
+        if receipts_start > 0:
+            raise BrokerError(
+                f"receipts below offset {receipts_start} of {self.topics.receipts!r} were "
+                f"deleted and no snapshot of {self.topics.data!r} covers them: which messages "
+                "they removed is lost", hint="set retention.ms=-1 on the receipts topic "
+                "(`kmq doctor` says how); messages removed by the lost receipts would come back")
+        return QueueState(data_start=bounds[self.topics.data][0])
+
+    def _snapshot_records(self, reader: TopicReader) -> list[KafkaRecord]:
+        """The newest few records of the snapshot topic keyed by this queue's data topic."""
+        key = self.topics.data.encode()
+        found: list[KafkaRecord] = []
+        reader.assign({self.snapshot_topic: 0})
+        for batch in reader.read_to_end((self.snapshot_topic,), CATCH_UP_TIMEOUT):
+            found.extend(r for r in batch if r.key == key)
+            del found[:-_SNAPSHOT_CANDIDATES]
+        return found
+
+    def _check_covered(self, snapshot: QueueSnapshotRecord,
+                       bounds: dict[str, tuple[int, int]]) -> None:
+        """Raise ValueError unless ``snapshot`` describes this queue at offsets its topics
+        hold: not past their ends (a topic deleted and created again), not below a log start
+        that passed what it covers (the records in between are gone)."""
+        if snapshot.topics != self.topics:
+            raise ValueError(f"it describes {snapshot.topics.data!r}, keyed as {self.topics.data!r}")
+        state = snapshot.state
+        for topic, covered in ((self.topics.data, state.data_offset),
+                               (self.topics.receipts, state.receipts_offset)):
+            low, high = bounds[topic]
+            if covered > high:
+                raise ValueError(f"stale: it covers {topic!r} up to offset {covered}, which "
+                                 f"ends at {high} (the topic was created again)")
+            if covered < low:
+                raise ValueError(f"stale: it covers {topic!r} up to offset {covered}, below its "
+                                 f"log start {low}")
+
+    def _skip_snapshot(self, record: KafkaRecord, error: Exception) -> None:
+        """Skip a snapshot record that cannot be used; the view falls back to an older one or
+        the logs, so nothing wedges. Logged once per view and record, counted in
+        :attr:`malformed_snapshots`."""
+        self.malformed_snapshots += 1
+        text = error.message if isinstance(error, EnvelopeError) else str(error)
+        log.warning("skipped the snapshot of %s in %s [%d] at offset %d (%s); the queue is "
+                    "read from an older snapshot or the log", self.topics.data, record.topic,
+                    record.partition, record.offset, text)
+
+    def _snapshot_if_due(self, threshold: int) -> None:
+        """Write a snapshot once ``threshold`` records were applied since the last one, if the
+        state can be captured now (no locks held, no claim ahead of the data, no incomplete
+        system claim) and is small enough; otherwise try again later."""
+        if self._since_snapshot < threshold or not self.state.exportable:
+            return
+        if self.state.pending_count() + len(self.state.poisoned()) > SNAPSHOT_MAX_ENTRIES:
+            return  # a long queue: opened from the log; written once it is short enough
+        snapshot = self.state.export()
+        if snapshot is None:
+            return
+        value = encode_snapshot(QueueSnapshotRecord(self.topics, snapshot, self.claimant))
+        self._since_snapshot = 0
+        if len(value) > SNAPSHOT_MAX_BYTES:
+            log.info("snapshot of %s is %d bytes, over %d: not written", self.topics.data,
+                     len(value), SNAPSHOT_MAX_BYTES)
+            return
+        if not self._snapshot_topic_ready:
+            self._session.create_topics([self.snapshot_topic], exist_ok=True)
+            self._snapshot_topic_ready = True
+        self._producer.produce(self.snapshot_topic, value, key=self.topics.data.encode(),
+                               on_delivery=self._snapshot_delivered)
+        self._delete_removed()
+
+    def _delete_removed(self) -> None:
+        """Retention: delete the data records below the retention floor, where every record
+        is removed and no process needs it any more (``QueueState.retention_floor``: below the
+        floor, outside the dedupe window, not named by an incomplete system claim), on
+        brokers that support DeleteRecords (``KafkaSession.delete_records_support``). A
+        failure is logged and retried with the next snapshot; the queue is whole without it."""
+        floor = self.state.retention_floor()
+        if floor <= self._deleted_below:
+            return
+        try:
+            supported, _why = self._session.delete_records_support()
+            if supported:
+                floor = self._session.delete_records(self.topics.data, floor)
+        except MessageQueueError as exc:
+            log.warning("records of %s below offset %d not deleted: %s", self.topics.data,
+                        floor, exc)
+            return
+        self._deleted_below = floor
+
+    def _snapshot_delivered(self, error: object, message: object) -> None:
+        if error is not None:  # the queue is whole without it; a later snapshot replaces it
+            log.warning("snapshot of %s not written to %s: %s", self.topics.data,
+                        self.snapshot_topic, error)
 
 
 def _header(headers: Iterable[tuple[str, bytes | None]], name: str) -> str | None:
@@ -483,3 +632,4 @@ def _header(headers: Iterable[tuple[str, bytes | None]], name: str) -> str | Non
             except UnicodeDecodeError:
                 return None
     return None
+

@@ -43,6 +43,7 @@ __all__ = [
     "id_block_topic",
     "is_topic_name",
     "queue_topics",
+    "snapshot_topic",
     "system_topics",
     "topic_role",
     "topics_for_path",
@@ -65,6 +66,7 @@ _KEPT = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-")
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,%d}" % MAX_TOPIC_LENGTH)
 _RECEIPTS_SUFFIX = ".receipts"
 _QUEUE_KINDS = ("private", "public")
+_SNAPSHOTS = "snapshots"
 
 
 def escape_name(name: str) -> str:
@@ -246,6 +248,28 @@ def system_topics(queue_manager: str, queue: SystemQueue) -> QueueTopics:
     return QueueTopics(f"{TOPIC_PREFIX}{escape_name(queue_manager)}.system.{queue.value.lower()}")
 
 
+def snapshot_topic(data_topic: str) -> str:
+    """The topic of queue snapshots of the queue manager that ``data_topic`` belongs to:
+    ``kmq.<qm>.system.snapshots``, compacted, keyed by data topic (see :mod:`facade.snapshot`).
+
+    Like ``idblocks`` it is no queue: ``snapshots`` is not the name of a system queue.
+
+    Args:
+        data_topic (str): a queue's data topic (``kmq.<qm>....``).
+
+    Returns:
+        str: the topic name.
+
+    Raises:
+        InvalidParameter: ``data_topic`` is not under ``kmq.<qm>.``.
+    """
+    parts = data_topic.split(".")
+    if len(parts) < 3 or parts[0] != TOPIC_PREFIX[:-1] or not parts[1]:
+        raise InvalidParameter(f"{data_topic!r} is not a kmq queue topic (kmq.<qm>.<kind>...)",
+                               hint="pass the data topic of a kmq queue")
+    return f"{TOPIC_PREFIX}{parts[1]}.system.{_SNAPSHOTS}"
+
+
 def id_block_topic(queue_manager: str) -> str:
     """The topic where a queue manager's processes lease blocks of message-id sequence numbers:
     ``kmq.<qm>.system.idblocks`` (see :mod:`facade.sequence`).
@@ -303,11 +327,13 @@ class TopicRole(enum.Enum):
             (dead-letter, transactional dead-letter, machine journal).
         RECEIPTS: the removal receipts of one of those.
         REGISTRY: a compacted registry (``__kmq.queues``, ``__kmq.queue_managers``).
+        SNAPSHOTS: a queue manager's compacted queue snapshots (``kmq.<qm>.system.snapshots``).
     """
 
     MESSAGES = "messages"
     RECEIPTS = "receipts"
     REGISTRY = "registry"
+    SNAPSHOTS = "snapshots"
 
 
 def topic_role(topic: str) -> TopicRole | None:
@@ -330,6 +356,8 @@ def topic_role(topic: str) -> TopicRole | None:
     if len(parts) < 4 or parts[0] != TOPIC_PREFIX[:-1] or not all(parts):
         return None
     kind, suffix = parts[2], parts[4:]
+    if kind == "system" and parts[3] == _SNAPSHOTS and not suffix:
+        return TopicRole.SNAPSHOTS
     if suffix[-1:] == ["receipts"]:
         suffix = suffix[:-1]
         role = TopicRole.RECEIPTS

@@ -53,6 +53,8 @@ _ROLE_CONFIG: dict[TopicRole, dict[str, str]] = {
     TopicRole.MESSAGES: {**_KEEP_UNTIL_REMOVED, "max.message.bytes": str(MAX_MESSAGE_BYTES)},
     TopicRole.RECEIPTS: dict(_KEEP_UNTIL_REMOVED),
     TopicRole.REGISTRY: {"cleanup.policy": "compact"},
+    # A snapshot of a long queue may pass Kafka's default record limit.
+    TopicRole.SNAPSHOTS: {"cleanup.policy": "compact", "max.message.bytes": str(MAX_MESSAGE_BYTES)},
 }
 
 

@@ -171,8 +171,9 @@ def _kafka_configs(bootstrap_servers: str, topic: str, key: str, value: str) -> 
 
 
 def cluster_findings(session: KafkaSession, config: KmqConfig, brokers: int) -> list[Finding]:
-    """Warnings about the cluster itself: fewer brokers than the configured replication, and a
-    broker that does not check topic configs (and so, most likely, does not apply them).
+    """Warnings about the cluster itself: fewer brokers than the configured replication, a
+    broker that cannot delete records (retention), and a broker that does not check topic
+    configs (and so, most likely, does not apply them).
 
     Args:
         session (KafkaSession): clients for the cluster.
@@ -195,6 +196,12 @@ def cluster_findings(session: KafkaSession, config: KmqConfig, brokers: int) -> 
             "configured",
             f"add brokers, or set KMQ_REPLICATION_FACTOR={brokers} (replication_factor in "
             "kmq.toml) to accept it"))
+    deletes, why = session.delete_records_support()
+    if not deletes:
+        findings.append(Finding(
+            WARNING, "cluster", "delete_records", "unsupported", "supported (Kafka DeleteRecords)",
+            f"{why}: records every process has removed stay in the topics (they only cost space)",
+            "run kmq on Apache Kafka where the topics must not grow without bound"))
     from facade.errors import AccessDenied
 
     try:

@@ -191,7 +191,8 @@ def show(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
     with _manager(as_json) as qm:
         with qm.open_queue(resolve_queue_name(qm, queue)) as q:
             data = {**_queue_dict(q.properties), **_counts(q),
-                    "malformed_receipts": q.malformed_receipts()}
+                    "malformed_receipts": q.malformed_receipts(),
+                    "malformed_snapshots": q.malformed_snapshots()}
     emit(data, as_json, lambda d: key_value_table(queue, d))
 
 

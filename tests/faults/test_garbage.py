@@ -7,7 +7,8 @@ confluent-kafka producer,
 in a few rounds, into every topic kmq owns: both queues' data and receipts topics, the queue
 journal's data and receipts, the dead-letter queue and its receipts, the machine journal and its
 receipts, ``__kmq.queues`` and ``__kmq.queue_managers`` (random keys, plus one garbage record
-under a real queue's key and one under the queue manager's name), and the id-block topic. The
+under a real queue's key and one under the queue manager's name), the id-block topic, and the
+queue snapshot topic (all under a real queue's key: its views skip them and read the logs). The
 garbage kinds: random bytes, an empty value, a tombstone, a truncated valid record, valid Avro of
 the wrong schema (with and without valid kmq headers on data topics), huge headers, non-UTF-8
 keys. Every record is checked first to be garbage for its topic's decoder.
@@ -64,6 +65,7 @@ from facade.message import (
     MessageClass,
     MessageId,
 )
+from facade.queuestate import QueueState
 from facade.receipts import ReceiptAction, decode_receipt, encode_receipt, new_claim
 from facade.registry import (
     decode_queue_manager_record,
@@ -71,10 +73,13 @@ from facade.registry import (
     decode_registry_key,
 )
 from facade.sequence import BLOCK_SIZE
+from facade.snapshot import QueueSnapshotRecord, decode_snapshot, encode_snapshot
 from facade.topics import (
     QUEUE_MANAGER_REGISTRY_TOPIC,
     QUEUE_REGISTRY_TOPIC,
+    QueueTopics,
     id_block_topic,
+    snapshot_topic,
     system_topics,
 )
 from tests.faults.conftest import eventually, report
@@ -180,6 +185,17 @@ def registry_garbage(rng: random.Random, topic: str) -> list[Garbage]:
 
 
 # -- premises: each record is garbage for its topic's decoder -------------------------------------
+
+
+def snapshot_garbage(rng: random.Random, key: bytes) -> list[Garbage]:
+    """Garbage for the snapshot topic, all under one queue's key (so its views try each)."""
+    valid = encode_snapshot(QueueSnapshotRecord(QueueTopics("kmq.x.private.y"),
+                                                QueueState().export()))  # type: ignore[arg-type]
+    return [Garbage(g.kind, key, g.value, g.headers) for g in _common(rng)] + [
+        Garbage("truncated snapshot", key, valid[:len(valid) - 3]),
+        Garbage("wrong schema (receipt)", key,
+                encode_receipt(new_claim(ReceiptAction.RECEIVE, (0,), "garbage"))),
+    ]
 
 
 def _refused(decode: Any, *args: Any) -> bool:
@@ -291,6 +307,8 @@ def test_garbage_in_every_kmq_topic(fault_qm: QueueManager, fault_config: KmqCon
     data_topics = [t.data for t in (*topics.values(), journal, dlq, machine_journal)]
     receipt_topics = [t.receipts for t in (*topics.values(), journal, dlq, machine_journal)]
     qm.registry.queue_managers()  # read to the end: what earlier tests left is counted too
+    snapshots = snapshot_topic(topics["garbage2"].data)
+    qm.session.create_topics([snapshots], exist_ok=True)
     baseline_registry = qm.registry.malformed
 
     common = dict(bootstrap=qm.session.bootstrap_servers, qm=qm.name)
@@ -320,6 +338,7 @@ def test_garbage_in_every_kmq_topic(fault_qm: QueueManager, fault_config: KmqCon
         for topic in (QUEUE_REGISTRY_TOPIC, QUEUE_MANAGER_REGISTRY_TOPIC):
             raw.write(topic, registry_garbage(rng, topic))
         raw.write(id_block_topic(qm.name), _common(rng))
+        raw.write(snapshots, snapshot_garbage(rng, topics["garbage2"].data.encode()))
         if round_ == 0:
             # Under real keys, followed by nothing: every view keeps the previous valid value.
             real_queue = qm.get_properties(QUEUES["garbage2"]).path_name.encode()
@@ -344,6 +363,7 @@ def test_garbage_in_every_kmq_topic(fault_qm: QueueManager, fault_config: KmqCon
         assert all(_refused(decode_message, g.value, g.headers) for _, g in raw.on(topic))
     for topic in receipt_topics:
         assert all(_refused(decode_receipt, g.value or b"") for _, g in raw.on(topic))
+    assert all(_refused(decode_snapshot, g.value) for _, g in raw.on(snapshots))
     registry_bad = sum(_registry_malformed(topic, g)
                        for topic in (QUEUE_REGISTRY_TOPIC, QUEUE_MANAGER_REGISTRY_TOPIC)
                        for _, g in raw.on(topic))
@@ -388,7 +408,7 @@ def test_garbage_in_every_kmq_topic(fault_qm: QueueManager, fault_config: KmqCon
              if source in poison and (poison[source][0] != "NACK_RECEIVE_REJECTED"
                                       or not poison[source][1])}
     report(f"garbage: {len(raw.written)} garbage records in {len(data_topics)} data, "
-           f"{len(receipt_topics)} receipts, 2 registry and 1 id-block topics, "
+           f"{len(receipt_topics)} receipts, 2 registry, 1 id-block and 1 snapshot topics, "
            f"{len(damaged)} damaged outgoing rows; {working:.1f} s with the workers; "
            f"{len(expected_poison)} dead-lettered as poison; {verdict.summary()}; "
            f"receives per receiver {sorted(by_receiver.values())}")
@@ -401,6 +421,10 @@ def test_garbage_in_every_kmq_topic(fault_qm: QueueManager, fault_config: KmqCon
     for label in QUEUES:
         assert shown[label]["messages"] == 0
         assert shown[label]["malformed_receipts"] == len(raw.on(topics[label].receipts))
+    # Snapshot garbage: a view tries the newest three under its queue's key, skips them, and
+    # reads the logs; another queue's views see none of it.
+    assert shown["garbage2"]["malformed_snapshots"] == 3
+    assert shown["garbage1"]["malformed_snapshots"] == 0
     for name, topic in ((journal_format_name(qm, QUEUES["garbage1"]), journal.receipts),
                         (f"MACHINE={qm.guid};DEADLETTER", dlq.receipts),
                         (f"MACHINE={qm.guid};JOURNAL", machine_journal.receipts)):

@@ -19,6 +19,7 @@ import facade.queueview as queueview
 from facade.kafka import KafkaRecord
 from facade.queuestate import QueueState
 from facade.queueview import QueueView
+from facade.recordcache import RecordCache
 from facade.receipts import ReceiptAction, encode_receipt, new_claim
 from facade.topics import QueueTopics
 
@@ -44,7 +45,8 @@ def _view(reader: _Reader) -> QueueView:
     view.topics = TOPICS
     view.claimant = "test"
     view.state = QueueState()
-    view._values, view._awaiting, view._outcomes = {}, set(), {}
+    view.records = RecordCache(None, TOPICS.data)
+    view._awaiting, view._outcomes, view._since_snapshot = set(), {}, 0
     view._applied_ahead, view._gaps = {}, {}
     view._receipts_paused, view._receive_only = False, True
     view._reader = reader

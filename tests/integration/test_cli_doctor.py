@@ -85,3 +85,14 @@ def test_a_queue_topic_made_by_hand_is_reported(broker: BrokerEndpoint,
         assert topic in line and "retention.ms = 604800000" in line and "kafka-configs" in line
     finally:
         admin.delete_topics([topic])[topic].result(30)
+
+
+def test_a_broker_without_delete_records_is_reported(doctor_qm: QueueManager) -> None:
+    supported, why = doctor_qm.session.delete_records_support()
+    _code, report = _doctor(doctor_qm)
+    found = [f for f in report["findings"] if f["setting"] == "delete_records"]
+    if supported:
+        assert found == []
+    else:
+        assert [(f["severity"], f["found"]) for f in found] == [("warning", "unsupported")]
+        assert why in found[0]["why"]

@@ -225,7 +225,7 @@ def test_purge_frees_the_records_it_removed(qm: QueueManager) -> None:
     _fill(q, 99)
     assert q.count() == 100
     assert q.purge() == 100
-    assert q._view is not None and not q._view._values
+    assert q._view is not None and len(q._view.records) == 0
 
 
 # -- item 8: timeouts --------------------------------------------------------------------------

@@ -1,0 +1,164 @@
+"""Queue-state cost of one handle: memory per pending message, and open time of a long history.
+
+Two measurements (issue 12, "bounded state"), each in a fresh child process so that nothing the
+parent allocated while filling the queue counts:
+
+* ``memory``: a queue with ``--pending`` messages (default 200,000) of ``--payload`` bytes
+  (default 200). The child opens the queue manager and a handle, reads its RSS, makes the handle
+  read the whole queue (``count()``), and reads its RSS again; it prints the difference per
+  pending message (target: at most 300 bytes).
+* ``open``: a queue whose history holds ``--received`` messages already received (default
+  200,000, received with ``receive_many(100)``) and ``--pending`` pending ones (default 1,000).
+  The child times a handle from creation to its first peek (target: under 1 s).
+
+Broker: ``KMQ_BOOTSTRAP_SERVERS``, else a private Tansu broker started for the run. Not part of
+the test run.
+
+    .venv/bin/python benchmarks/state_bench.py memory
+    .venv/bin/python benchmarks/state_bench.py open --received 200000 --pending 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from facade.config import DirectorySettings, KmqConfig  # noqa: E402
+from facade.manager import QueueManager  # noqa: E402
+from facade.message import Message  # noqa: E402
+
+_QUEUE = r".\private$\state-bench"
+_BATCH = 1000
+
+
+def _rss_bytes() -> int:
+    """Resident set size of this process, from /proc (Linux)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _config(bootstrap: str, work: Path, qm_name: str) -> KmqConfig:
+    base = KmqConfig.load()
+    return dataclasses.replace(base, bootstrap_servers=bootstrap, home=work, queue_manager=qm_name,
+                               directory=DirectorySettings(url=f"embedded:{work / 'directory.json'}"))
+
+
+def _fill(queue, count: int, payload: int) -> None:
+    body = b"x" * payload
+    sent = 0
+    while sent < count:
+        n = min(_BATCH, count - sent)
+        sent += n
+        queue.send_many([Message(body=body) for _ in range(n)], wait=sent >= count)
+
+
+def _prepare(args: argparse.Namespace, config: KmqConfig) -> None:
+    """Create the queue and write its history (parent process)."""
+    with QueueManager.open(config) as qm:
+        queue = qm.create_queue(_QUEUE)
+        try:
+            if args.scenario == "open" and args.received:
+                _fill(queue, args.received, args.payload)
+                taken = 0
+                while taken < args.received:
+                    taken += len(queue.receive_many(min(100, args.received - taken), timeout=30))
+            _fill(queue, args.pending, args.payload)
+        finally:
+            queue.close()
+
+
+def _measure_open(args: argparse.Namespace, config: KmqConfig) -> dict:
+    """Seconds from a new handle to its first peek (child process)."""
+    with QueueManager.open(config) as qm:
+        queue = qm.open_queue(_QUEUE)
+        try:
+            started = time.perf_counter()
+            if os.environ.get("STATE_BENCH_PROFILE"):
+                import cProfile
+                import pstats
+                profile = cProfile.Profile()
+                profile.runcall(queue.peek, timeout=30)
+                pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
+            else:
+                queue.peek(timeout=30)
+            opened = time.perf_counter() - started
+            return {"pending": queue.count(), "open_seconds": round(opened, 3)}
+        finally:
+            queue.close()
+
+
+def _measure_memory(args: argparse.Namespace, config: KmqConfig) -> dict:
+    """RSS of a fresh process with a handle, before and after the handle reads the queue."""
+    with QueueManager.open(config) as qm:
+        gc.collect()
+        before = _rss_bytes()
+        queue = qm.open_queue(_QUEUE)
+        try:
+            count = queue.count()
+            gc.collect()
+            after = _rss_bytes()
+            return {"pending": count, "rss_before": before, "rss_after": after,
+                    "bytes_per_message": round((after - before) / max(count, 1), 1)}
+        finally:
+            queue.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", choices=("memory", "open"))
+    parser.add_argument("--pending", type=int, default=None)
+    parser.add_argument("--received", type=int, default=200_000)
+    parser.add_argument("--payload", type=int, default=200)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.pending is None:
+        args.pending = 200_000 if args.scenario == "memory" else 1_000
+    if args.child:
+        bootstrap, work, qm_name = json.loads(args.child)
+        config = _config(bootstrap, Path(work), qm_name)
+        measure = _measure_memory if args.scenario == "memory" else _measure_open
+        print(json.dumps(measure(args, config)))
+        return
+    broker = None
+    bootstrap = os.environ.get("KMQ_BOOTSTRAP_SERVERS")
+    with tempfile.TemporaryDirectory(prefix="state-bench-") as work:
+        if not bootstrap:
+            from facade.devstack import start_tansu
+
+            record, broker = start_tansu(Path(work) / "broker.log")
+            bootstrap = record.bootstrap_servers
+        try:
+            qm_name = f"sb-{uuid.uuid4().hex[:8]}"
+            config = _config(bootstrap, Path(work), qm_name)
+            started = time.perf_counter()
+            _prepare(args, config)
+            print(f"prepared in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+            child = json.dumps([bootstrap, work, qm_name])
+            # "open" twice: the handle that wrote the history wrote a snapshot on close, so both
+            # open from it; the second shows the spread.
+            for run in range(2 if args.scenario == "open" else 1):
+                out = subprocess.run([sys.executable, __file__, args.scenario, "--pending",
+                                      str(args.pending), "--received", str(args.received),
+                                      "--payload", str(args.payload), "--child", child],
+                                     check=True, capture_output=True, text=True)
+                print(out.stderr.strip()[-6000:], file=sys.stderr)
+                print(f"{args.scenario} {run + 1}", out.stdout.strip())
+        finally:
+            if broker is not None:
+                broker.terminate()
+                broker.wait(10)
+
+
+if __name__ == "__main__":
+    main()
