@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from facade.errors import (
-    BrokerUnavailable,
     InvalidParameter,
     LockLost,
     MessageQueueError,
@@ -49,7 +48,7 @@ from facade.errors import (
 )
 from facade.kafka import TransactionalProducer, map_kafka_errors
 from facade.envelope import EncodedRecord, encode_message
-from facade.message import Delivery, Message, MessageClass
+from facade.message import Message, MessageClass
 
 if TYPE_CHECKING:
     from facade.destination import Destination
