@@ -41,6 +41,7 @@ from facade.errors import (
 )
 from facade.message import JournalLevel, Message, MessageClass, MessageId, check_enforceable
 from facade.peeklock import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, PeekLockReceives
+from facade.protection import MessageRejected
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
 from facade.sender import SendTracker
@@ -226,8 +227,8 @@ class MessageQueue(PeekLockReceives):
                                    source_machine_id=manager.guid,
                                    destination_format_name=self.format_name)
             sent.check()  # once per send: the application may have edited it since construction
-            check_enforceable(sent)  # signing, encryption, transactions: refused, never ignored
-            sent_messages.append(sent)
+            check_enforceable(sent)  # transactions: refused, never ignored
+            sent_messages.append(manager.protection.prepare(sent))  # checked, signed if asked
         outputs = manager.outputs
         accepted: list[tuple[Destination, Message, Any, Callable[[], None] | None]] = []
         refused = []  # over quota and not dead-lettered: the sender must hear of it
@@ -235,7 +236,8 @@ class MessageQueue(PeekLockReceives):
         for sent in sent_messages:
             journaled = not sent.journal & JournalLevel.JOURNAL
             for destination in destinations:
-                copy = sent.stamped(destination_queue=destination.format_name)
+                copy = manager.protection.seal(  # each copy for its own destination's key
+                    sent.stamped(destination_queue=destination.format_name), destination)
                 record = encode_message(copy, validate=False)
                 size = len(record.value)
                 if self._over_quota(destination, size, batched):
@@ -1062,6 +1064,13 @@ class MessageQueue(PeekLockReceives):
         return done
 
     def _send_poison_to_dead_letter(self, record: Any, reason: str) -> None:
+        try:
+            self._message(record, record.offset)
+        except MessageRejected as rejected:  # a valid envelope the arrival checks refuse
+            self.manager.protection.reject(rejected, self._single())
+            return
+        except EnvelopeError:
+            pass  # a poison record: dead-lettered as such below
         where = f"{record.topic}@{record.partition}:{record.offset}"
         self.manager.dead_letter(
             self.manager.poison_message(record.value, reason, self._single(), where))
@@ -1090,7 +1099,11 @@ class MessageQueue(PeekLockReceives):
                                  partition=record.partition, offset=record.offset)
         message.lookup_id = lookup_id
         message.arrived_time = dt.datetime.fromtimestamp(record.timestamp_ms / 1000, dt.timezone.utc)
-        return message
+        # Decrypted and verified here, so every receive, peek and system action sees the same;
+        # journals and dead-letter queues are read for inspection, never refused (None).
+        destination = self._single()
+        return self.manager.protection.accept(
+            message, None if destination.read_only else destination.properties)
 
 
 def _copy(message: Message, **changes: Any) -> Message:
