@@ -90,8 +90,8 @@ def register(sender: str | None = SenderOption, as_json: bool = JsonOption) -> N
 
 
 @app.command()
-def revoke(digest: str | None = typer.Option(None, "--digest", help="mSMQDigests value of the "
-                                             "certificate (default: the local identity's)."),
+def revoke(digest: str | None = text_option(None, "--digest", help="mSMQDigests value of the "
+                                            "certificate (default: the local identity's)."),
            sender: str | None = SenderOption, as_json: bool = JsonOption) -> None:
     """Remove a certificate from the directory: messages signed with it stop authenticating.
 
