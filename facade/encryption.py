@@ -2,11 +2,15 @@
 
 Each copy's body is encrypted for its own destination queue manager's X25519 public key:
 
-1. an ephemeral X25519 key pair is made per copy, and its exchange with the recipient's public
-   key, through HKDF-SHA256 (salted with both public keys), gives the AES key (128, 192 or 256
-   bits, from PROPID_M_ENCRYPTION_ALG);
-2. the body is encrypted with AES-GCM, the associated data binding it to the message id and the
-   copy's destination queue, so a ciphertext moved to another message or queue does not decrypt.
+1. an ephemeral X25519 key pair is made for the recipient, and its exchange with the recipient's
+   public key, through HKDF-SHA256 (salted with both public keys), gives the AES key (128, 192 or
+   256 bits, from PROPID_M_ENCRYPTION_ALG). Like MSMQ's session key per destination, a sender
+   keeps this key for a recipient for :data:`SESSION_SECONDS` or :data:`SESSION_MESSAGES`
+   messages (:class:`BodySealer`), and a recipient keeps the keys it derived (:class:`BodyOpener`),
+   so a message costs one AES-GCM operation on each side;
+2. the body is encrypted with AES-GCM under a random 96-bit nonce, the associated data binding it
+   to the message id and the copy's destination queue, so a ciphertext moved to another message
+   or queue does not decrypt.
 
 ``destination_symmetric_key`` (PROPID_M_DEST_SYMM_KEY) carries what the recipient needs to derive
 the key: a version byte and the ephemeral public key. The body becomes a 12-byte nonce followed by
@@ -17,6 +21,9 @@ the AES-GCM ciphertext and tag. Every primitive comes from ``cryptography``; dec
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections import OrderedDict
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
@@ -27,7 +34,15 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from facade.errors import InvalidParameter, MessageQueueError
 from facade.message import EncryptionAlgorithm, MessageId
 
-__all__ = ["EncryptionError", "key_bytes", "open_body", "public_bytes", "seal_body"]
+__all__ = ["BodyOpener", "BodySealer", "EncryptionError", "key_bytes", "open_body",
+           "public_bytes", "seal_body"]
+
+#: Seconds a sender uses one session key for a recipient.
+SESSION_SECONDS = 300.0
+#: Messages a sender encrypts with one session key (far below AES-GCM's 2**32 random nonces).
+SESSION_MESSAGES = 1_000_000
+#: Derived keys a recipient keeps (one per sending process and session).
+_OPENED_KEYS = 1024
 
 _VERSION = 1
 _NONCE = 12
@@ -80,18 +95,7 @@ def seal_body(body: bytes, recipient: bytes, algorithm: EncryptionAlgorithm,
     Raises:
         InvalidParameter: an algorithm kmq does not use, or ``recipient`` is not a key.
     """
-    size = key_bytes(algorithm)
-    try:
-        peer = X25519PublicKey.from_public_bytes(recipient)
-    except ValueError as exc:
-        raise InvalidParameter(f"the recipient's encryption key is not an X25519 key: {exc}",
-                               hint="republish it: kmq cert qm-key") from None
-    ephemeral = X25519PrivateKey.generate()
-    mine = public_bytes(ephemeral.public_key())
-    key = _derive(ephemeral.exchange(peer), mine, recipient, size)
-    nonce = os.urandom(_NONCE)
-    sealed = AESGCM(key).encrypt(nonce, body, _associated(message_id, destination_queue, size))
-    return nonce + sealed, bytes([_VERSION]) + mine
+    return BodySealer().seal(body, recipient, algorithm, message_id, destination_queue)
 
 
 def open_body(body: bytes, symmetric_key: bytes | None, own: X25519PrivateKey,
@@ -103,6 +107,95 @@ def open_body(body: bytes, symmetric_key: bytes | None, own: X25519PrivateKey,
         EncryptionError: anything that prevents decryption (missing or malformed key material,
             another recipient, a changed id, queue or body, an unknown algorithm).
     """
+    return BodyOpener(own).open(body, symmetric_key, algorithm, message_id, destination_queue)
+
+
+class BodySealer:
+    """Encrypts bodies with a session key per (recipient, key size); thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sessions: dict[tuple[bytes, int], tuple[AESGCM, bytes, float, int]] = {}
+
+    def seal(self, body: bytes, recipient: bytes, algorithm: EncryptionAlgorithm,
+             message_id: MessageId, destination_queue: str) -> tuple[bytes, bytes]:
+        """As :func:`seal_body`, with the recipient's current session key.
+
+        Raises:
+            InvalidParameter: see :func:`seal_body`.
+        """
+        size = key_bytes(algorithm)
+        now = time.monotonic()
+        with self._lock:
+            session = self._sessions.get((recipient, size))
+            if session is None or session[2] < now or session[3] >= SESSION_MESSAGES:
+                cipher, header = _new_session(recipient, size)
+                session = (cipher, header, now + SESSION_SECONDS, 0)
+            cipher, header, until, used = session
+            self._sessions[(recipient, size)] = (cipher, header, until, used + 1)
+        nonce = os.urandom(_NONCE)
+        sealed = cipher.encrypt(nonce, body, _associated(message_id, destination_queue, size))
+        return nonce + sealed, header
+
+
+class BodyOpener:
+    """Decrypts bodies sealed for ``own``, keeping the keys it derived; thread-safe.
+
+    Args:
+        own (X25519PrivateKey): the queue manager's key.
+    """
+
+    def __init__(self, own: X25519PrivateKey):
+        self._own = own
+        self._public = public_bytes(own.public_key())
+        self._lock = threading.Lock()
+        self._keys: OrderedDict[tuple[bytes, int], AESGCM] = OrderedDict()
+
+    def open(self, body: bytes, symmetric_key: bytes | None, algorithm: EncryptionAlgorithm,
+             message_id: MessageId | None, destination_queue: str | None) -> bytes:
+        """As :func:`open_body` with this opener's key.
+
+        Raises:
+            EncryptionError: see :func:`open_body`.
+        """
+        size = _checked(body, symmetric_key, algorithm, message_id, destination_queue)
+        assert symmetric_key is not None and message_id is not None  # checked above
+        theirs = symmetric_key[1:]
+        with self._lock:
+            cipher = self._keys.get((theirs, size))
+            if cipher is not None:
+                self._keys.move_to_end((theirs, size))
+        if cipher is None:
+            cipher = AESGCM(self._shared_key(theirs, size))
+            with self._lock:
+                self._keys[(theirs, size)] = cipher
+                while len(self._keys) > _OPENED_KEYS:
+                    self._keys.popitem(last=False)
+        return _decrypt(cipher, body, message_id, destination_queue or "", size)
+
+    def _shared_key(self, theirs: bytes, size: int) -> bytes:
+        try:
+            shared = self._own.exchange(X25519PublicKey.from_public_bytes(theirs))
+        except ValueError as exc:
+            raise EncryptionError(f"the message's ephemeral key is unusable: {exc}") from None
+        return _derive(shared, theirs, self._public, size)
+
+
+def _new_session(recipient: bytes, size: int) -> tuple[AESGCM, bytes]:
+    try:
+        peer = X25519PublicKey.from_public_bytes(recipient)
+    except ValueError as exc:
+        raise InvalidParameter(f"the recipient's encryption key is not an X25519 key: {exc}",
+                               hint="republish it: kmq cert qm-key") from None
+    ephemeral = X25519PrivateKey.generate()
+    mine = public_bytes(ephemeral.public_key())
+    key = _derive(ephemeral.exchange(peer), mine, recipient, size)
+    return AESGCM(key), bytes([_VERSION]) + mine
+
+
+def _checked(body: bytes, symmetric_key: bytes | None, algorithm: EncryptionAlgorithm,
+             message_id: MessageId | None, destination_queue: str | None) -> int:
+    """The key size, after checking the shape of what a decryption needs."""
     if message_id is None or destination_queue is None:
         raise EncryptionError("an encrypted message without id or destination queue")
     if (not symmetric_key or len(symmetric_key) != 1 + _PUBLIC or symmetric_key[0] != _VERSION):
@@ -110,18 +203,17 @@ def open_body(body: bytes, symmetric_key: bytes | None, own: X25519PrivateKey,
                               "missing or not kmq's")
     if len(body) < _NONCE + _TAG:
         raise EncryptionError("the encrypted body is too short")
-    size = _KEY_BYTES.get(algorithm)
+    size = _KEY_BYTES.get(algorithm)  # type: ignore[call-overload]
     if size is None:
         raise EncryptionError(f"unknown body cipher {algorithm!r}")
-    theirs = symmetric_key[1:]
+    return size
+
+
+def _decrypt(cipher: AESGCM, body: bytes, message_id: MessageId, destination_queue: str,
+             size: int) -> bytes:
     try:
-        shared = own.exchange(X25519PublicKey.from_public_bytes(theirs))
-    except ValueError as exc:
-        raise EncryptionError(f"the message's ephemeral key is unusable: {exc}") from None
-    key = _derive(shared, theirs, public_bytes(own.public_key()), size)
-    try:
-        return AESGCM(key).decrypt(body[:_NONCE], body[_NONCE:],
-                                   _associated(message_id, destination_queue, size))
+        return cipher.decrypt(body[:_NONCE], body[_NONCE:],
+                              _associated(message_id, destination_queue, size))
     except InvalidTag:
         raise EncryptionError("the body does not decrypt: encrypted for another queue "
                               "manager's key, or changed on the way") from None

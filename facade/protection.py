@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from cryptography import x509
 
 from facade.certificates import load_identity, queue_manager_key
-from facade.encryption import EncryptionError, key_bytes, open_body, public_bytes, seal_body
+from facade.encryption import BodyOpener, BodySealer, EncryptionError, key_bytes, public_bytes
 from facade.errors import EnvelopeError, InvalidParameter, MessageQueueError
 from facade.message import (
     AuthLevel,
@@ -133,9 +133,12 @@ class MessageProtection:
         self.manager = manager
         self._lock = threading.Lock()
         self._own_key: Any = None
+        self._opener: BodyOpener | None = None
+        self._sealer = BodySealer()
+        self._identity: _Cached | None = None
         self._keys: dict[str, _Cached] = {}
         self._registered: dict[tuple[str, bytes], _Cached] = {}
-        self._certificates: dict[bytes, x509.Certificate] = {}
+        self._certificates: dict[bytes, tuple[x509.Certificate, Any]] = {}
 
     # -- send -----------------------------------------------------------------------------------
 
@@ -159,11 +162,22 @@ class MessageProtection:
         if message.auth_level is AuthLevel.NONE:
             return message
         principal = self.manager.config.principal
-        identity = load_identity(self.manager.config.home, principal)
+        identity = self._signing_identity(principal)
         stamped = message.stamped(sender_id=principal.encode("utf-8"),
                                   sender_id_type=SenderIdType.SID,
                                   sender_certificate=identity.certificate_der)
         return stamped.stamped(signature=sign(stamped, identity))
+
+    def _signing_identity(self, principal: str) -> Any:
+        """The caller's identity, reread from its files at most once per second (a replaced
+        identity is used within that time)."""
+        now = time.monotonic()
+        cached = self._identity
+        if cached is not None and cached.until > now and cached.value.sender_id == principal:
+            return cached.value
+        identity = load_identity(self.manager.config.home, principal)
+        self._identity = _Cached(identity, now + 1.0)
+        return identity
 
     def seal(self, copy: Message, destination: Destination) -> Message:
         """``copy`` with its body encrypted for ``destination``'s queue manager when its privacy
@@ -176,8 +190,8 @@ class MessageProtection:
         if copy.privacy_level is PrivacyLevel.NONE:
             return copy
         recipient = self._recipient_key(destination)
-        body, key = seal_body(copy.body, recipient, copy.encryption_algorithm, copy.id,
-                              destination.format_name)
+        body, key = self._sealer.seal(copy.body, recipient, copy.encryption_algorithm, copy.id,
+                                      destination.format_name)
         return copy.stamped(body=body, destination_symmetric_key=key)
 
     def for_storage(self, message: Message) -> Message:
@@ -185,9 +199,9 @@ class MessageProtection:
         writes it to a journal, dead-letter queue or subqueue; other messages unchanged."""
         if message.privacy_level is PrivacyLevel.NONE or message.destination_symmetric_key:
             return message
-        body, key = seal_body(message.body, public_bytes(self._own().public_key()),
-                              message.encryption_algorithm, message.id,
-                              message.destination_queue or "")
+        body, key = self._sealer.seal(message.body, public_bytes(self._own().public_key()),
+                                      message.encryption_algorithm, message.id,
+                                      message.destination_queue or "")
         return message.stamped(body=body, destination_symmetric_key=key, authenticated=False)
 
     # -- arrival --------------------------------------------------------------------------------
@@ -217,9 +231,10 @@ class MessageProtection:
         encrypted = message.privacy_level is not PrivacyLevel.NONE
         if encrypted:
             try:
-                body = open_body(message.body, message.destination_symmetric_key, self._own(),
-                                 EncryptionAlgorithm(message.encryption_algorithm), message.id,
-                                 message.destination_queue)
+                body = self._opener_of_own().open(
+                    message.body, message.destination_symmetric_key,
+                    EncryptionAlgorithm(message.encryption_algorithm), message.id,
+                    message.destination_queue)
             except (EncryptionError, ValueError) as exc:
                 raise MessageRejected(message, MessageClass.NACK_BAD_ENCRYPTION, str(exc)) from None
             clear = message.stamped(body=body, destination_symmetric_key=None)
@@ -256,22 +271,23 @@ class MessageProtection:
             sender = message.sender_id.decode("utf-8")
         except UnicodeDecodeError:
             raise SignatureError("the sender id is not UTF-8 text") from None
-        certificate = self._certificate(der)
+        certificate, key = self._certificate(der)
         now = dt.datetime.now(dt.timezone.utc)
         if not certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc:
             raise SignatureError(f"the certificate of {sender!r} is outside its validity period")
-        verify(message, certificate)
+        verify(message, certificate, key)
         if not self._is_registered(sender, der):
             raise SignatureError(f"the certificate is not registered to sender {sender!r} in the "
                                  "directory (never registered, or revoked)")
 
-    def _certificate(self, der: bytes) -> x509.Certificate:
+    def _certificate(self, der: bytes) -> tuple[x509.Certificate, Any]:
+        """The parsed certificate and its public key (kept per process)."""
         with self._lock:
             cached = self._certificates.get(der)
         if cached is None:
             try:
-                cached = x509.load_der_x509_certificate(der)
-                cached.public_key()
+                certificate = x509.load_der_x509_certificate(der)
+                cached = (certificate, certificate.public_key())
             except (ValueError, TypeError) as exc:
                 raise SignatureError(f"the sender certificate is not a usable X.509 "
                                      f"certificate: {exc}") from None
@@ -311,6 +327,11 @@ class MessageProtection:
                 self._publish(key)
             self._own_key = key
         return self._own_key
+
+    def _opener_of_own(self) -> BodyOpener:
+        if self._opener is None:
+            self._opener = BodyOpener(self._own())
+        return self._opener
 
     def publish_key(self) -> bytes:
         """Create this queue manager's key if needed and publish its public key in the directory

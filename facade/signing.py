@@ -89,8 +89,14 @@ def sign(message: Message, identity: SenderIdentity) -> bytes:
     return key.sign(data, ec.ECDSA(algorithm))
 
 
-def verify(message: Message, certificate: x509.Certificate) -> None:
+def verify(message: Message, certificate: x509.Certificate,
+           key: ec.EllipticCurvePublicKey | rsa.RSAPublicKey | None = None) -> None:
     """Check ``message.signature`` against ``certificate``'s public key.
+
+    Args:
+        message (Message): the signed message.
+        certificate (x509.Certificate): the certificate it came with.
+        key: the certificate's public key, when the caller keeps it (saves extracting it).
 
     Raises:
         SignatureError: no signature, a hash kmq does not accept, an unusable key, or the
@@ -105,7 +111,7 @@ def verify(message: Message, certificate: x509.Certificate) -> None:
         raise SignatureError(str(exc)) from None
     data = digest_input(message)
     try:
-        key = certificate.public_key()
+        key = key or certificate.public_key()
         if isinstance(key, rsa.RSAPublicKey):
             key.verify(message.signature, data, _pss(algorithm), algorithm)
         elif isinstance(key, ec.EllipticCurvePublicKey):
