@@ -85,7 +85,7 @@ def _forge(qm: QueueManager, queue, message: Message,
     destination = queue.destinations[0]
     sent = message.stamped(id=qm.ids.new(), sent_time=dt.datetime.now(dt.timezone.utc),
                            source_machine_id=qm.guid, destination_format_name=queue.format_name,
-                           destination_queue=queue.format_name)
+                           destination_queue=destination.format_name)
     sent = qm.protection.seal(qm.protection.prepare(sent), destination)
     forged = tamper(sent)
     qm.write_system_copy(destination.topics.data, forged)
@@ -327,3 +327,20 @@ def test_forwarding_a_received_signed_message_needs_its_protection_cleared(
     queue.send(dataclasses.replace(received, sender_certificate=None, signature=None,
                                    authenticated=False), wait=True)
     assert queue.receive(timeout=10).authenticated
+
+
+@pytest.mark.parametrize("read", [
+    pytest.param(lambda q: q.peek(timeout=3), id="peek"),
+    pytest.param(lambda q: q.receive(timeout=3, lock=True), id="peek-lock"),
+    pytest.param(lambda q: q.cursor().peek_current(timeout=3), id="cursor"),
+])
+def test_every_read_path_refuses_a_tampered_message(qm: QueueManager, read) -> None:
+    _register(qm)
+    queue, admin = _queues(qm)
+    forged = _forge(qm, queue, _asking_for_nack(admin, body=SECRET, auth_level=AuthLevel.ALWAYS,
+                                                privacy_level=PrivacyLevel.BODY_AES),
+                    lambda m: m.stamped(label="changed"))
+    with pytest.raises(ReceiveTimeout):
+        read(queue)
+    _expect_rejected(qm, queue, admin, forged.id, MessageClass.NACK_BAD_SIGNATURE)
+    assert queue.count() == 0
