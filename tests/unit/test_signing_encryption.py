@@ -163,3 +163,47 @@ def test_accept_raises_only_message_rejected(tmp_path: Path, certificate, signat
     assert caught.value.stored is message
     # Journals and dead-letter queues hand it out as stored.
     assert protection.accept(message, None) is message
+
+
+def _ca_issued(subject: str, key) -> bytes:
+    """A certificate for ``key`` issued by a throwaway CA, PEM."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.timezone.utc)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Test CA")]))
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .sign(ca_key, hashes.SHA256()))
+    return certificate.public_bytes(serialization.Encoding.PEM)
+
+
+def test_imported_ca_issued_rsa_identity_signs_with_pss(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from facade.certificates import import_identity
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    imported = import_identity(tmp_path, "carol", _ca_issued("carol", key), key_pem)
+    assert load_identity(tmp_path, "carol").certificate_der == imported.certificate_der
+    message = _message(sender_id=b"carol")
+    verify(message.stamped(signature=sign(message, imported)), imported.certificate)
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    with pytest.raises(InvalidParameter, match="does not belong"):
+        import_identity(tmp_path, "dave", _ca_issued("dave", other), key_pem)
+    small = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    small_pem = small.private_bytes(serialization.Encoding.PEM,
+                                    serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption())
+    with pytest.raises(InvalidParameter, match="2048 bits"):
+        import_identity(tmp_path, "erin", _ca_issued("erin", small), small_pem)
