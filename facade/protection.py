@@ -220,35 +220,34 @@ class MessageProtection:
         Raises:
             MessageRejected: the message must not be handed out (never for system queues).
         """
+        encrypted = message.privacy_level is not PrivacyLevel.NONE
         try:
-            return self._accepted(message, properties)
+            clear = self._decrypted(message) if encrypted else message
         except MessageRejected:
             if properties is None:
-                return message
+                return message  # inspection: as stored
             raise
-
-    def _accepted(self, message: Message, properties: QueueProperties | None) -> Message:
-        encrypted = message.privacy_level is not PrivacyLevel.NONE
-        if encrypted:
-            try:
-                body = self._opener_of_own().open(
-                    message.body, message.destination_symmetric_key,
-                    EncryptionAlgorithm(message.encryption_algorithm), message.id,
-                    message.destination_queue)
-            except (EncryptionError, ValueError) as exc:
-                raise MessageRejected(message, MessageClass.NACK_BAD_ENCRYPTION, str(exc)) from None
-            clear = message.stamped(body=body, destination_symmetric_key=None)
-        else:
-            clear = message
         if message.auth_level is not AuthLevel.NONE:
             try:
                 self._verify(clear)
             except SignatureError as exc:
+                if properties is None:
+                    return clear  # inspection: readable, not authenticated
                 raise MessageRejected(message, MessageClass.NACK_BAD_SIGNATURE, str(exc)) from None
             clear = clear.stamped(authenticated=True)
         if properties is not None:
             _check_queue(message, clear.authenticated, encrypted, properties)
         return clear
+
+    def _decrypted(self, message: Message) -> Message:
+        try:
+            body = self._opener_of_own().open(
+                message.body, message.destination_symmetric_key,
+                EncryptionAlgorithm(message.encryption_algorithm), message.id,
+                message.destination_queue)
+        except (EncryptionError, ValueError) as exc:
+            raise MessageRejected(message, MessageClass.NACK_BAD_ENCRYPTION, str(exc)) from None
+        return message.stamped(body=body, destination_symmetric_key=None)
 
     def reject(self, rejected: MessageRejected, destination: Destination) -> None:
         """Dead-letter (if its journal level asks) and NACK a message the arrival checks refused.
@@ -257,9 +256,12 @@ class MessageProtection:
             BrokerUnavailable, BrokerError: the dead-letter copy was not written.
         """
         outputs = self.manager.outputs
-        outputs.dead_letter(rejected.stored, rejected.message_class)
-        outputs.acknowledge(rejected.stored, rejected.message_class, destination,
-                            reason=rejected.reason)
+        stored = rejected.stored
+        # kmq.* properties are not signed: the reason does not spoil the copy's signature.
+        outputs.dead_letter(stored.stamped(properties={**stored.properties,
+                                                       "kmq.reason": rejected.reason[:1000]}),
+                            rejected.message_class)
+        outputs.acknowledge(stored, rejected.message_class, destination, reason=rejected.reason)
 
     def _verify(self, message: Message) -> None:
         der = message.sender_certificate

@@ -71,6 +71,7 @@ def _expect_rejected(qm: QueueManager, queue, admin, sent_id, nack: MessageClass
     assert info.original_id == sent_id and info.reason
     dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
     assert dead.id == sent_id and dead.message_class is nack
+    assert dead.properties["kmq.reason"] == info.reason and dead.authenticated is False
     if dead.privacy_level:  # an encrypted body reaches neither the NACK nor the DLQ in clear
         assert info.original_body is None
         dead_letters = _raw_values(qm.config.bootstrap_servers, qm.dead_letter_topic)
