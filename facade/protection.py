@@ -22,11 +22,20 @@
 Journals and dead-letter queues hand a message that does not verify or
 decrypt out as it is, with ``authenticated`` False: they are read for inspection, and refusing
 there would put the message straight back.
+
+**Protection levels** (seed 004): sender and receiver each ask for none < authentication <
+authentication + integrity < authentication + integrity + privacy, and a message is returned
+only when the stronger of the two is met. The sender asks through the message's auth and privacy
+levels (:func:`protection_settings`), and a message that does not verify is refused on arrival,
+so the sender's level always holds for what is returned. The receiver asks with
+``MessageQueue.protection_level``; a message below it is refused as on arrival. A kmq signature
+covers every defined field, so an authenticated message has integrity too.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import logging
 import threading
 import time
@@ -53,7 +62,8 @@ if TYPE_CHECKING:
     from facade.manager import Destination, QueueManager
     from facade.registry import QueueProperties
 
-__all__ = ["CouldNotEncrypt", "MessageProtection", "MessageRejected", "check_protection"]
+__all__ = ["CouldNotEncrypt", "MessageProtection", "MessageRejected", "ProtectionLevel",
+           "achieved_level", "check_protection", "protection_settings"]
 
 log = logging.getLogger("kmq.protection")
 
@@ -64,6 +74,39 @@ DIRECTORY_CACHE_SECONDS = 5.0
 _SET_BY_QUEUE_MANAGER = ("sender_certificate", "signature", "destination_symmetric_key",
                          "authenticated")
 _QUEUE_PRIV_NONE, _QUEUE_PRIV_BODY = 0, 2
+
+
+class ProtectionLevel(enum.IntEnum):
+    """Seed 004's end-to-end protection levels, weakest first."""
+
+    NONE = 0
+    #: The sender is identified (a verified signature from a registered certificate).
+    AUTHENTICATION = 1
+    #: ... and the message cannot be changed unnoticed (kmq's signature covers every field).
+    INTEGRITY = 2
+    #: ... and only the destination queue manager can read the body (encrypted).
+    PRIVACY = 3
+
+
+def protection_settings(level: ProtectionLevel) -> dict[str, object]:
+    """The message properties a sender sets to ask for ``level``:
+    ``Message(body=..., **protection_settings(ProtectionLevel.PRIVACY))``."""
+    level = ProtectionLevel(level)
+    settings: dict[str, object] = {}
+    if level >= ProtectionLevel.AUTHENTICATION:
+        settings["auth_level"] = AuthLevel.ALWAYS
+    if level >= ProtectionLevel.PRIVACY:
+        settings["privacy_level"] = PrivacyLevel.BODY_AES
+    return settings
+
+
+def achieved_level(message: Message, encrypted: bool) -> ProtectionLevel:
+    """The protection a message had on the way: PRIVACY when it was authenticated and
+    ``encrypted``, INTEGRITY when authenticated, else NONE (encryption alone does not identify
+    the sender)."""
+    if not message.authenticated:
+        return ProtectionLevel.NONE
+    return ProtectionLevel.PRIVACY if encrypted else ProtectionLevel.INTEGRITY
 
 
 class CouldNotEncrypt(MessageQueueError):
@@ -206,11 +249,14 @@ class MessageProtection:
 
     # -- arrival --------------------------------------------------------------------------------
 
-    def accept(self, message: Message, properties: QueueProperties | None) -> Message:
+    def accept(self, message: Message, properties: QueueProperties | None,
+               required: ProtectionLevel = ProtectionLevel.NONE) -> Message:
         """Decrypt and verify a stored message for hand-out (see the module docstring).
 
         Args:
             message (Message): as decoded from its record.
+            required (ProtectionLevel): the receiver's protection level (seed 004); not applied
+                to journals and dead-letter queues.
             properties (QueueProperties | None): the queue's properties; None for journals and
                 dead-letter queues (read for inspection: nothing is refused there).
 
@@ -237,6 +283,7 @@ class MessageProtection:
             clear = clear.stamped(authenticated=True)
         if properties is not None:
             _check_queue(message, clear.authenticated, encrypted, properties)
+            _check_required(message, achieved_level(clear, encrypted), required)
         return clear
 
     def _decrypted(self, message: Message) -> Message:
@@ -408,3 +455,14 @@ def _check_queue(message: Message, authenticated: bool, encrypted: bool,
         raise MessageRejected(message, MessageClass.NACK_BAD_ENCRYPTION,
                               f"queue {properties.path_name} accepts only encrypted messages "
                               "(privacy level BODY)")
+
+
+def _check_required(message: Message, achieved: ProtectionLevel,
+                    required: ProtectionLevel) -> None:
+    """The receiver's protection level (seed 004)."""
+    if achieved >= required:
+        return
+    missing = (MessageClass.NACK_BAD_ENCRYPTION if achieved >= ProtectionLevel.INTEGRITY
+               else MessageClass.NACK_BAD_SIGNATURE)
+    raise MessageRejected(message, missing, f"the receiver requires protection level "
+                                            f"{required.name}; the message has {achieved.name}")

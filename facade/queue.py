@@ -41,7 +41,7 @@ from facade.errors import (
 )
 from facade.message import JournalLevel, Message, MessageClass, MessageId, check_enforceable
 from facade.peeklock import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, PeekLockReceives
-from facade.protection import MessageRejected
+from facade.protection import MessageRejected, ProtectionLevel
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
 from facade.sender import SendTracker
@@ -82,7 +82,12 @@ class MessageQueue(PeekLockReceives):
     Attributes:
         format_name (str): the canonical text of ``reference`` (PROPID_M_DEST_FORMAT_NAME of
             what is sent through this handle).
+        protection_level (ProtectionLevel): seed 004, the protection this receiver requires
+            (default NONE); a message below it is never returned: it is refused as on arrival
+            (NACK, dead-lettered if it asks), see :mod:`facade.protection`.
     """
+
+    protection_level: ProtectionLevel = ProtectionLevel.NONE
 
     def __init__(self, manager: QueueManager, reference: FormatName | QueuePath,
                  destinations: list[Destination], *, prefetch: int = 0,
@@ -1103,7 +1108,8 @@ class MessageQueue(PeekLockReceives):
         # journals and dead-letter queues are read for inspection, never refused (None).
         destination = self._single()
         return self.manager.protection.accept(
-            message, None if destination.read_only else destination.properties)
+            message, None if destination.read_only else destination.properties,
+            self.protection_level)
 
 
 def _copy(message: Message, **changes: Any) -> Message:

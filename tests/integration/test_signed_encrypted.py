@@ -28,7 +28,12 @@ from facade.envelope import decode_acknowledgment
 from facade.errors import ConfigurationError, InvalidParameter, ReceiveTimeout
 from facade.manager import QueueManager
 from facade.message import Acknowledgment, JournalLevel, MessageClass
-from facade.protection import CouldNotEncrypt
+from facade.protection import (
+    CouldNotEncrypt,
+    ProtectionLevel,
+    achieved_level,
+    protection_settings,
+)
 from facade.signing import sign
 from tests.support.kafka import BrokerEndpoint
 
@@ -71,7 +76,7 @@ def _expect_rejected(qm: QueueManager, queue, admin, sent_id, nack: MessageClass
     assert info.original_id == sent_id and info.reason
     dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
     assert dead.id == sent_id and dead.message_class is nack
-    assert dead.properties["kmq.reason"] == info.reason and dead.authenticated is False
+    assert dead.properties["kmq.reason"] == info.reason
     if dead.privacy_level:  # an encrypted body reaches neither the NACK nor the DLQ in clear
         assert info.original_body is None
         dead_letters = _raw_values(qm.config.bootstrap_servers, qm.dead_letter_topic)
@@ -345,3 +350,32 @@ def test_every_read_path_refuses_a_tampered_message(qm: QueueManager, read) -> N
         read(queue)
     _expect_rejected(qm, queue, admin, forged.id, MessageClass.NACK_BAD_SIGNATURE)
     assert queue.count() == 0
+
+
+# --- protection levels (seed 004) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("sent_level, required, delivered, nack", [
+    (ProtectionLevel.NONE, ProtectionLevel.NONE, True, None),
+    (ProtectionLevel.INTEGRITY, ProtectionLevel.NONE, True, None),
+    (ProtectionLevel.NONE, ProtectionLevel.AUTHENTICATION, False, MessageClass.NACK_BAD_SIGNATURE),
+    (ProtectionLevel.INTEGRITY, ProtectionLevel.INTEGRITY, True, None),
+    (ProtectionLevel.INTEGRITY, ProtectionLevel.PRIVACY, False, MessageClass.NACK_BAD_ENCRYPTION),
+    (ProtectionLevel.PRIVACY, ProtectionLevel.INTEGRITY, True, None),
+    (ProtectionLevel.PRIVACY, ProtectionLevel.PRIVACY, True, None),
+])
+def test_a_message_is_returned_only_at_the_stronger_of_both_levels(
+        qm: QueueManager, sent_level: ProtectionLevel, required: ProtectionLevel,
+        delivered: bool, nack: MessageClass | None) -> None:
+    _register(qm)
+    queue, admin = _queues(qm)
+    queue.protection_level = required
+    sent = queue.send(_asking_for_nack(admin, body=SECRET, **protection_settings(sent_level)),
+                      wait=True)
+    if delivered:
+        received = queue.receive(timeout=10)
+        assert received.id == sent.id and received.body == SECRET
+        assert achieved_level(received, sent.privacy_level is not PrivacyLevel.NONE) >= max(
+            sent_level, required)
+    else:
+        _expect_rejected(qm, queue, admin, sent.id, nack)
