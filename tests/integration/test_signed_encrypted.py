@@ -379,3 +379,30 @@ def test_a_message_is_returned_only_at_the_stronger_of_both_levels(
             sent_level, required)
     else:
         _expect_rejected(qm, queue, admin, sent.id, nack)
+
+
+def test_signed_and_encrypted_with_each_directory_kind(broker: BrokerEndpoint, kmq_home: Path,
+                                                       directory_settings) -> None:
+    """The same flow with the certificate and the key in the embedded store and in slapd."""
+    principal = f"sender-{uuid.uuid4().hex[:8]}"  # the slapd server is shared by the session
+    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers, principal=principal,
+                            queue_manager=f"qm-{uuid.uuid4().hex[:10]}",
+                            directory=directory_settings)
+    with QueueManager.open(config) as manager:
+        manager.directory.initialize()
+        queue, admin = _queues(manager)
+        unregistered = queue.send(_asking_for_nack(admin, body=SECRET,
+                                                   **protection_settings(ProtectionLevel.NONE)),
+                                  wait=True)
+        assert queue.receive(timeout=10).id == unregistered.id  # plain: no directory needed
+        identity = create_identity(manager.config.home, principal)
+        sent = queue.send(_asking_for_nack(admin, body=SECRET, auth_level=AuthLevel.ALWAYS,
+                                           privacy_level=PrivacyLevel.BODY_AES), wait=True)
+        _expect_rejected(manager, queue, admin, sent.id, MessageClass.NACK_BAD_SIGNATURE)
+        register_certificate(manager.directory, principal, identity.certificate_der,
+                             identity.digest)
+        manager.protection.publish_key()
+        queue.send(Message(body=SECRET, auth_level=AuthLevel.ALWAYS,
+                           privacy_level=PrivacyLevel.BODY_AES), wait=True)
+        received = queue.receive(timeout=10)
+        assert received.body == SECRET and received.authenticated
