@@ -841,9 +841,10 @@ def unsupported_security(names: Iterable[str], hint: str | None = None) -> Inval
         hint (str | None): what to do instead; default: leave them at their defaults.
     """
     return InvalidParameter(
-        f"message signing and encryption ({', '.join(sorted(names))}) are not supported yet: "
-        "kmq does not sign or encrypt messages, and will not send one unprotected",
-        hint=hint or "leave these properties at their defaults (send without them)")
+        f"message signing and encryption ({', '.join(sorted(names))}) are not supported on "
+        "this path: it does not sign or encrypt messages, and will not send one unprotected",
+        hint=hint or "send through MessageQueue.send (which signs and encrypts), or leave "
+                     "these properties at their defaults")
 
 
 def check_enforceable(message: Message) -> None:
