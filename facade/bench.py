@@ -23,6 +23,12 @@ Scenario                   kmq                                          raw conf
 ``recoverable-send-batch`` ``send_many()`` of 100 RECOVERABLE (one      produce, ``acks=all`` +
                            fsync'd commit per batch), ``wait`` on the   idempotence, flush
                            last batch
+``signed-send``,           ``send()`` EXPRESS signed (ECDSA P-256) /    ``send()`` EXPRESS of a
+``encrypted-send``         encrypted (X25519 + AES-GCM)                 plain message (issue 15:
+                                                                        within 4x, ratio 0.25)
+``signed-encrypted-        ``receive_many(100)`` of signed and          the same plain express
+receive``                  encrypted messages (decrypt, verify, cached  send
+                           directory check)
 ``spark-decode``           ``benchmarks/spark_decode_bench.py``: the    Spark read of the raw
                            queue read and decoded by Spark (opt-in:     log of the same topic
                            it starts a JVM; needs pyspark)
@@ -66,7 +72,7 @@ from facade.benchnames import DEFAULT_SCENARIOS
 from facade.kafka import client_logging, resolve_bootstrap_servers
 from facade.manager import QueueManager
 from facade.envelope import envelope_record, envelope_writer
-from facade.message import Delivery, Message, MessageId
+from facade.message import AuthLevel, Delivery, Message, MessageId, PrivacyLevel
 
 __all__ = [
     "SCENARIOS",
@@ -79,7 +85,8 @@ __all__ = [
 
 #: Targets from the benchmarks issue (ratio kmq / raw); scenarios without one have None.
 TARGETS: dict[str, float] = {"express-send": 0.8, "receive": 0.7, "dl-fanout": 0.3,
-                             "send-batch": 0.3}
+                             "send-batch": 0.3, "signed-send": 0.25, "encrypted-send": 0.25,
+                             "signed-encrypted-receive": 0.25}
 #: Fan-out width of the distribution-list scenario.
 FANOUT = 10
 #: Messages per receive_many and send_many in the batch scenarios.
@@ -370,10 +377,15 @@ class _Context:
 
 
 def _send_loop(queue: Any, n: int, payload: bytes, delivery: Delivery) -> float:
-    queue.send(Message(body=payload, delivery=delivery), wait=True)  # untimed warm-up
+    return _message_loop(queue, n, lambda: Message(body=payload, delivery=delivery))
+
+
+def _message_loop(queue: Any, n: int, make: Callable[[], Message]) -> float:
+    """msg/s of ``n`` sends of ``make()``, one by one, waiting on the last."""
+    queue.send(make(), wait=True)  # untimed warm-up
     start = time.perf_counter()
     for i in range(n):
-        queue.send(Message(body=payload, delivery=delivery), wait=i == n - 1, timeout=_TIMEOUT)
+        queue.send(make(), wait=i == n - 1, timeout=_TIMEOUT)
     return n / (time.perf_counter() - start)
 
 
@@ -691,6 +703,67 @@ def _drop(qm: QueueManager, queue: Any) -> None:
         pass
 
 
+def _security_ready(qm: QueueManager) -> None:
+    """A signing identity for the run's principal, registered in the run's directory."""
+    from facade.certificates import create_identity, identity_names
+    from facade.directory.certificates import register_certificate
+
+    home, principal = qm.config.home, qm.config.principal
+    if principal not in identity_names(home):
+        identity = create_identity(home, principal)
+        register_certificate(qm.directory, principal, identity.certificate_der, identity.digest)
+
+
+_SIGNED: dict[str, Any] = {"auth_level": AuthLevel.ALWAYS}
+_ENCRYPTED: dict[str, Any] = {"privacy_level": PrivacyLevel.BODY_AES}
+
+
+def _protected_send(ctx: _Context, scenario: str, protection: dict[str, Any]
+                    ) -> tuple[float, float]:
+    """(protected express send, plain express send) msg/s, each on a fresh queue."""
+    _security_ready(ctx.qm)
+    plain = _queue_rate(ctx, f"{scenario}-plain", _send_loop, Delivery.EXPRESS)
+    queue = ctx.qm.create_queue(ctx.queue_name(scenario))
+    try:
+        return _message_loop(queue, ctx.messages,
+                             lambda: Message(body=ctx.payload, **protection)), plain
+    finally:
+        _drop(ctx.qm, queue)
+
+
+def _signed_send(ctx: _Context) -> tuple[float, float]:
+    return _protected_send(ctx, "signed-send", _SIGNED)
+
+
+def _encrypted_send(ctx: _Context) -> tuple[float, float]:
+    return _protected_send(ctx, "encrypted-send", _ENCRYPTED)
+
+
+def _signed_encrypted_receive(ctx: _Context) -> tuple[float, float]:
+    """(receive_many(BATCH) of signed + encrypted messages: decrypt, verify, directory check
+    from the cache; plain express send) msg/s. Batches, as one receive() per message is bound
+    by its receipt's round trip (the ``receive`` scenario), not by the cryptography."""
+    _security_ready(ctx.qm)
+    plain = _queue_rate(ctx, "signed-encrypted-plain", _send_loop, Delivery.EXPRESS)
+    queue = ctx.qm.create_queue(ctx.queue_name("signed-encrypted-receive"))
+    try:
+        total = ctx.messages + 1
+        for first in range(0, total, BATCH):
+            queue.send_many([Message(body=ctx.payload, **_SIGNED, **_ENCRYPTED)
+                             for _ in range(min(BATCH, total - first))], wait=True,
+                            timeout=_TIMEOUT)
+        queue.receive(timeout=_TIMEOUT)  # untimed: view start-up, first fetch
+        got, start = 0, time.perf_counter()
+        while got < ctx.messages:
+            batch = queue.receive_many(min(BATCH, ctx.messages - got), timeout=_TIMEOUT)
+            if not all(m.authenticated for m in batch):
+                raise ConfigurationError("signed-encrypted-receive: a message did not verify")
+            got += len(batch)
+        return ctx.messages / (time.perf_counter() - start), plain
+    finally:
+        _drop(ctx.qm, queue)
+
+
 _Scenario = Callable[[_Context], tuple[float, float]]
 
 #: name -> (description, function); ``spark-decode`` is run by :func:`_spark_decode`.
@@ -715,6 +788,12 @@ SCENARIOS: dict[str, tuple[str, _Scenario | None]] = {
     "transactional-move": ("transactional receive + send per transaction vs raw "
                            "consume-transform-produce (send_offsets_to_transaction)",
                            _transactional_move),
+    "signed-send": ("signed express send vs plain express send (kmq both)", _signed_send),
+    "encrypted-send": ("encrypted express send vs plain express send (kmq both)",
+                       _encrypted_send),
+    "signed-encrypted-receive": (f"signed + encrypted receive_many({BATCH}) vs plain express "
+                                 "send (kmq both)",
+                                 _signed_encrypted_receive),
     "spark-decode": ("Spark decode rows/s vs raw Spark read of the topic", None),
 }
 

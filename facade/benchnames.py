@@ -10,7 +10,8 @@ __all__ = ["DEFAULT_SCENARIOS", "OPT_IN_SCENARIOS", "SCENARIO_NAMES"]
 #: Every scenario, in the order ``kmq bench`` runs them.
 SCENARIO_NAMES = ("express-send", "envelope-send", "recoverable-send", "send-batch",
                   "recoverable-send-batch", "receive", "receive-batch", "receive-contended", "peek",
-                  "dl-fanout", "transactional-send", "transactional-move", "spark-decode")
+                  "dl-fanout", "transactional-send", "transactional-move", "signed-send",
+                  "encrypted-send", "signed-encrypted-receive", "spark-decode")
 #: Scenarios run only when named: ``spark-decode`` starts a JVM; ``receive-contended`` starts
 #: four receiver processes and takes about 30 s a round on the local broker.
 OPT_IN_SCENARIOS = ("receive-contended", "spark-decode")

@@ -43,6 +43,7 @@ from facade.kafka import KafkaSession, TransactionalProducer, produce_and_wait, 
 from facade.message import Delivery, Message, MessageClass
 from facade.outputs import SystemOutputs
 from facade.peeklock import DEFAULT_PREFETCH_LEASE, lease_to_ms
+from facade.protection import MessageProtection
 from facade.registry import (
     DEFAULT_RECEIVE_RETRY_COUNT,
     QueueManagerRecord,
@@ -101,6 +102,7 @@ class QueueManager:
         #: process it replaces. Two live processes must never share one.
         self.transactional_id = f"kmq.{self.name}.{uuid.uuid4().hex}"
         self._transactions: TransactionalProducer | None = None
+        self.protection = MessageProtection(self)
 
     @classmethod
     def open(cls, config: KmqConfig | None = None, *, lease_ids: bool = True,
@@ -179,7 +181,7 @@ class QueueManager:
                      journal: bool = False, quota_kb: int | None = None,
                      journal_quota_kb: int | None = None, base_priority: int = 0,
                      type_id: str | None = None, authenticate: bool = False,
-                     privacy_level: int = 0,
+                     privacy_level: int = 1,
                      receive_retry_count: int | None = DEFAULT_RECEIVE_RETRY_COUNT
                      ) -> MessageQueue:
         """Create a queue (MSMQ ``MQCreateQueue`` / ``MessageQueue.Create``).
@@ -193,8 +195,10 @@ class QueueManager:
             journal_quota_kb (int | None): PROPID_Q_JOURNAL_QUOTA in KB; None = unlimited.
             base_priority (int): PROPID_Q_BASEPRIORITY.
             type_id (str | None): PROPID_Q_TYPE GUID.
-            authenticate (bool): PROPID_Q_AUTHENTICATE.
-            privacy_level (int): PROPID_Q_PRIV_LEVEL.
+            authenticate (bool): PROPID_Q_AUTHENTICATE: accept only authenticated (signed and
+                verified) messages; others are refused on arrival (NACK_BAD_SIGNATURE).
+            privacy_level (int): PROPID_Q_PRIV_LEVEL: 0 NONE (clear text only), 1 OPTIONAL
+                (MSMQ's default), 2 BODY (encrypted only); refused: NACK_BAD_ENCRYPTION.
             receive_retry_count (int | None): poison-message handling for peek-lock receives:
                 a message released more than this many times goes to ``;poison`` (default 5,
                 None = no limit; see :class:`~facade.registry.QueueProperties`).
@@ -207,9 +211,7 @@ class QueueManager:
             QueueExists: a queue with that path exists.
             UnsupportedFormatNameOperation: the path names a journal, subqueue or system queue,
                 or another queue manager.
-            InvalidParameter: a property outside its range, or ``authenticate`` /
-                ``privacy_level=2`` (BODY), which kmq cannot enforce yet (refused, never
-                accepted and ignored).
+            InvalidParameter: a property outside its range.
             DirectoryUnavailable: a public queue (a path without ``private$``) and no directory
                 (workgroup mode) or it is down; nothing is created.
 
@@ -217,7 +219,6 @@ class QueueManager:
         queue's PROPID_Q_INSTANCE, so ``PUBLIC=<guid>`` names it) with its properties as
         attributes; the queue manager is published first if needed.
         """
-        _check_enforceable_queue(authenticate=authenticate, privacy_level=privacy_level)
         queue_path, queue_name = self._local_path(path)
         topics = queue_topics(self.name, queue_name, private=queue_path.private)
         properties = QueueProperties(
@@ -357,8 +358,6 @@ class QueueManager:
                                    hint="settable: label, journal, quota_kb, journal_quota_kb, "
                                    "base_priority, type_id, authenticate, privacy_level, "
                                    "receive_retry_count")
-        _check_enforceable_queue(**{name: changes[name] for name in
-                                    ("authenticate", "privacy_level") if name in changes})
         updated = self._properties(path_or_format_name).with_changes(**changes)
         if not updated.private:
             published = {name: getattr(updated, name) for name in changes
@@ -532,7 +531,7 @@ class QueueManager:
             BrokerUnavailable: not acknowledged within ``timeout`` seconds.
             BrokerError: the broker rejected the record.
         """
-        record = encode_message(message)
+        record = encode_message(self.protection.for_storage(message))
         produce_and_wait(self.producer(Delivery.RECOVERABLE), topic, record.value, key=record.key,
                          headers=record.headers, timeout=timeout, operation="write system queue")
 
@@ -650,20 +649,3 @@ def _unique_queue_number(properties: QueueProperties,
     while properties.queue_number in taken:
         properties = dataclasses.replace(properties, instance=str(uuid.uuid4()))
     return properties
-
-
-def _check_enforceable_queue(authenticate: bool = False, privacy_level: int = 0) -> None:
-    """Refuse queue settings that kmq cannot enforce yet: it neither verifies signatures nor
-    decrypts, so such a queue would accept unsigned plain-text messages.
-
-    Raises:
-        InvalidParameter: ``authenticate`` is true or ``privacy_level`` is 2 (BODY).
-    """
-    asked = ([f"authenticate={authenticate!r}"] if authenticate else []) + (
-        [f"privacy_level={privacy_level!r}"] if privacy_level == 2 else [])
-    if asked:
-        raise InvalidParameter(
-            f"queue settings {', '.join(asked)} are not supported yet: kmq does not verify "
-            "signatures or decrypt, so the queue would accept unsigned plain-text messages",
-            hint="create the queue with authenticate=False and privacy_level 0 (NONE) or 1 "
-                 "(OPTIONAL)")

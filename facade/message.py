@@ -828,9 +828,9 @@ class AcknowledgedQueue:
 _DEFAULTS: dict[str, object] = {f.name: f.default for f in fields(Message)
                                 if f.default is not MISSING}
 
-#: Message properties that ask for signing or encryption, which kmq does not do yet. A send that
-#: sets one (to anything but its default) is refused: never accepted and sent unprotected. The
-#: Spark sink refuses the columns of these names with the same error.
+#: Message properties that ask for signing or encryption. The queue manager implements them
+#: (``facade.protection``); the Spark sink does not sign or encrypt, and refuses the columns of
+#: these names with :func:`unsupported_security`.
 SECURITY_PROPERTIES = ("auth_level", "privacy_level", "hash_algorithm", "encryption_algorithm",
                        "sender_certificate", "signature", "destination_symmetric_key",
                        "authenticated")
@@ -845,24 +845,21 @@ def unsupported_security(names: Iterable[str], hint: str | None = None) -> Inval
         hint (str | None): what to do instead; default: leave them at their defaults.
     """
     return InvalidParameter(
-        f"message signing and encryption ({', '.join(sorted(names))}) are not supported yet: "
-        "kmq does not sign or encrypt messages, and will not send one unprotected",
-        hint=hint or "leave these properties at their defaults (send without them)")
+        f"message signing and encryption ({', '.join(sorted(names))}) are not supported on "
+        "this path: it does not sign or encrypt messages, and will not send one unprotected",
+        hint=hint or "send through MessageQueue.send (which signs and encrypts), or leave "
+                     "these properties at their defaults")
 
 
 def check_enforceable(message: Message) -> None:
     """Refuse a message that asks for what kmq does not enforce yet (checked at every send).
+    Security properties are checked by ``facade.protection.check_protection``.
 
     Raises:
-        InvalidParameter: a security property (:data:`SECURITY_PROPERTIES`) is set.
         TransactionUsage: ``transaction_id`` is set: the queue manager sets it when the message
             is sent with ``transaction=`` (:mod:`facade.transaction`); a caller's own value
             would claim a transaction that does not hold the message.
     """
-    values = message.__dict__
-    asked = [name for name in SECURITY_PROPERTIES if values[name] != _DEFAULTS[name]]
-    if asked:
-        raise unsupported_security(asked)
     if message.transaction_id is not None:
         raise TransactionUsage(
             f"transaction_id is set ({message.transaction_id!r}): the queue manager sets it when "

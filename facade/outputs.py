@@ -94,8 +94,10 @@ class SystemOutputs:
         info = AcknowledgmentInfo(
             original_id=original.id, message_class=message_class,
             queues=(AcknowledgedQueue(queue.format_name, guid),), reason=reason,
-            # MSMQ returns the body with negative acknowledgments so the sender can act on it.
-            original_body=original.body if message_class.is_nack else None,
+            # MSMQ returns the body with negative acknowledgments so the sender can act on it;
+            # not an encrypted one, which must not reach an admin queue in clear text.
+            original_body=(original.body if message_class.is_nack and not original.privacy_level
+                           else None),
         )
         ack = acknowledgment_message(info, label=original.label)
         try:

@@ -49,6 +49,7 @@ from facade.errors import (
 )
 from facade.message import JournalLevel, Message, MessageClass, MessageId, check_enforceable
 from facade.peeklock import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, PeekLockReceives, unlocked
+from facade.protection import MessageRejected, ProtectionLevel
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
 from facade.outputs import SystemOutputs, acknowledgment_requested
@@ -92,7 +93,12 @@ class MessageQueue(PeekLockReceives):
     Attributes:
         format_name (str): the canonical text of ``reference`` (PROPID_M_DEST_FORMAT_NAME of
             what is sent through this handle).
+        protection_level (ProtectionLevel): seed 004, the protection this receiver requires
+            (default NONE); a message below it is never returned: it is refused as on arrival
+            (NACK, dead-lettered if it asks), see :mod:`facade.protection`.
     """
+
+    protection_level: ProtectionLevel = ProtectionLevel.NONE
 
     def __init__(self, manager: QueueHost, reference: FormatName | QueuePath,
                  destinations: list[Destination], *, prefetch: int = 0,
@@ -257,8 +263,8 @@ class MessageQueue(PeekLockReceives):
                                    source_machine_id=manager.guid,
                                    destination_format_name=self.format_name)
             sent.check()  # once per send: the application may have edited it since construction
-            check_enforceable(sent)  # signing, encryption, transactions: refused, never ignored
-            sent_messages.append(sent)
+            check_enforceable(sent)  # transactions: refused, never ignored
+            sent_messages.append(manager.protection.prepare(sent))  # checked, signed if asked
         outputs = manager.outputs
         accepted: list[tuple[Destination, Message, EncodedRecord, Callable[[], object] | None]] = []
         refused = []  # over quota and not dead-lettered: the sender must hear of it
@@ -266,7 +272,8 @@ class MessageQueue(PeekLockReceives):
         for sent in sent_messages:
             journaled = not sent.journal & JournalLevel.JOURNAL
             for destination in destinations:
-                copy = sent.stamped(destination_queue=destination.format_name)
+                copy = manager.protection.seal(  # each copy for its own destination's key
+                    sent.stamped(destination_queue=destination.format_name), destination)
                 if destination in mismatched:
                     reject_copy(outputs, copy, destination, MessageClass.NACK_NOT_TRANSACTIONAL_MSG,
                                 "a nontransactional message sent to a transactional queue")
@@ -338,8 +345,10 @@ class MessageQueue(PeekLockReceives):
                                    transaction_id=transaction.id, priority=0,
                                    **transaction.timers(message))
             sent.check()
+            sent = manager.protection.prepare(sent)  # checked, signed if asked
             for destination in destinations:
-                copy = sent.stamped(destination_queue=destination.format_name)
+                copy = manager.protection.seal(  # each copy for its own destination's key
+                    sent.stamped(destination_queue=destination.format_name), destination)
                 if destination in mismatched:
                     rejected.append((copy, destination))
                     continue
@@ -1220,6 +1229,13 @@ class MessageQueue(PeekLockReceives):
         return done
 
     def _send_poison_to_dead_letter(self, record: Any, reason: str) -> None:
+        try:
+            self._message(record, record.offset)
+        except MessageRejected as rejected:  # a valid envelope the arrival checks refuse
+            self.manager.protection.reject(rejected, self._single())
+            return
+        except EnvelopeError:
+            pass  # a poison record: dead-lettered as such below
         where = f"{record.topic}@{record.partition}:{record.offset}"
         self.manager.dead_letter(
             self.manager.poison_message(record.value, reason, self._single(), where))
@@ -1248,7 +1264,12 @@ class MessageQueue(PeekLockReceives):
                                  partition=record.partition, offset=record.offset)
         message.lookup_id = lookup_id
         message.arrived_time = dt.datetime.fromtimestamp(record.timestamp_ms / 1000, dt.timezone.utc)
-        return message
+        # Decrypted and verified here, so every receive, peek and system action sees the same;
+        # journals and dead-letter queues are read for inspection, never refused (None).
+        destination = self._single()
+        return self.manager.protection.accept(
+            message, None if destination.read_only else destination.properties,
+            self.protection_level)
 
 
 def _copy(message: Message, **changes: Any) -> Message:

@@ -14,6 +14,7 @@ from facade.sender import SenderHost
 
 if TYPE_CHECKING:
     from facade.registry import QueueProperties
+    from facade.protection import MessageProtection
     from facade.sender import Sender
     from facade.transaction import MessageQueueTransaction
 
@@ -28,6 +29,11 @@ class QueueHost(SenderHost, OutputsHost, Protocol):
     @property
     def sender(self) -> Sender:
         """Produces sent copies and settles their outcome."""
+        ...
+
+    @property
+    def protection(self) -> MessageProtection:
+        """Signs and encrypts at send, decrypts and verifies on arrival."""
         ...
 
     def get_properties(self, path_or_format_name: str) -> QueueProperties:

@@ -101,7 +101,7 @@ class QueueProperties:
         journal_quota_kb (int | None): PROPID_Q_JOURNAL_QUOTA in KB; None is unlimited.
         base_priority (int): PROPID_Q_BASEPRIORITY, -32768..32767.
         authenticate (bool): PROPID_Q_AUTHENTICATE: accept only signed messages.
-        privacy_level (int): PROPID_Q_PRIV_LEVEL: 0 NONE, 1 OPTIONAL, 2 BODY.
+        privacy_level (int): PROPID_Q_PRIV_LEVEL: 0 NONE, 1 OPTIONAL (default, as in MSMQ), 2 BODY.
         create_time (float), modify_time (float): epoch seconds.
         receive_retry_count (int | None): MSMQ 4.0 poison-message handling (WCF's
             ``ReceiveRetryCount``, with no retry cycles and ``ReceiveErrorHandling.Move``): a
@@ -126,7 +126,7 @@ class QueueProperties:
     journal_quota_kb: int | None = None
     base_priority: int = 0
     authenticate: bool = False
-    privacy_level: int = 0
+    privacy_level: int = 1
     create_time: float = field(default_factory=time.time)
     modify_time: float = field(default_factory=time.time)
     receive_retry_count: int | None = DEFAULT_RECEIVE_RETRY_COUNT

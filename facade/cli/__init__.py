@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from facade.cli import alias, bench, demo, dev, directory, dl, dlq, doctor, journal, qm, queue
+from facade.cli import alias, bench, cert, demo, dev, directory, dl, dlq, doctor, journal, qm, queue
 from facade.cli._help import hide_flag_types
 
 hide_flag_types()
@@ -29,6 +29,7 @@ app.add_typer(journal.app, name="journal")
 app.add_typer(directory.app, name="directory")
 app.add_typer(alias.app, name="alias")
 app.add_typer(dl.app, name="dl")
+app.add_typer(cert.app, name="cert")
 app.command("send")(queue.send)
 app.command("receive")(queue.receive)
 app.command("peek")(queue.peek)

@@ -138,6 +138,8 @@ class Attr:
     DIGESTS: Final = "mSMQDigests"
     #: Standard certificate attribute; slapd needs the ``;binary`` option to store it.
     USER_CERTIFICATE: Final = "userCertificate"
+    #: The queue manager's X25519 public key that bodies are encrypted for (raw 32 bytes).
+    ENCRYPT_KEY: Final = "mSMQEncryptKey"
 
     # Public queue (mSMQQueue). Quotas in KB.
     LABEL: Final = "mSMQLabelEx"

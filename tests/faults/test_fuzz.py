@@ -26,8 +26,8 @@ exception, no crash, no hang (each test has a pytest-timeout).
 * the CLI through typer's ``CliRunner``: random commands, options and values exit 0, 1 or 2
   with no exception escaping (no broker: broker commands fail fast with exit 1).
 
-Signatures and encrypted bodies are not fuzzed: kmq does not sign or encrypt yet (the
-envelope only carries MSMQ's fields); see "pending" in docs/performance.md.
+Signatures and encrypted bodies are fuzzed in tests/unit/test_signing_encryption.py (the
+decoders raise only SignatureError / EncryptionError, arrival checks only MessageRejected).
 """
 
 from __future__ import annotations

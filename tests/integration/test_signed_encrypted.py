@@ -1,0 +1,408 @@
+"""Issue 15 part 1 (seed 002): signed and encrypted messages, certificates in the directory.
+
+Real broker, embedded directory under the test's KMQ_HOME. Each attack gives the right NACK (or
+an error to the sender) and the message is never handed out, lost without a trace, or written in
+clear text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from facade import AuthLevel, Message, PrivacyLevel
+from facade.certificates import SenderIdentity, create_identity
+from facade.config import KmqConfig
+from facade.directory.certificates import (
+    publish_encryption_key,
+    register_certificate,
+    revoke_certificate,
+)
+from facade.envelope import decode_acknowledgment
+from facade.errors import ConfigurationError, InvalidParameter, ReceiveTimeout
+from facade.manager import QueueManager
+from facade.message import Acknowledgment, JournalLevel, MessageClass
+from facade.protection import (
+    CouldNotEncrypt,
+    ProtectionLevel,
+    achieved_level,
+    protection_settings,
+)
+from facade.signing import sign
+from tests.support.kafka import BrokerEndpoint
+
+pytestmark = pytest.mark.integration
+
+SECRET = b"the launch code is 0000"
+
+
+def _register(qm: QueueManager, sender: str | None = None) -> SenderIdentity:
+    identity = create_identity(qm.config.home, sender or qm.config.principal)
+    directory = qm.directory
+    principal, directory.principal = directory.principal, identity.sender_id
+    try:
+        register_certificate(directory, identity.sender_id, identity.certificate_der,
+                             identity.digest)
+    finally:
+        directory.principal = principal
+    return identity
+
+
+def _queues(qm: QueueManager, name: str = "secure", **settings):
+    queue = qm.create_queue(rf".\private$\{name}", **settings)
+    admin = qm.create_queue(rf".\private$\{name}-admin")
+    return queue, admin
+
+
+def _asking_for_nack(admin, **fields) -> Message:
+    return Message(admin_queue=admin.format_name, acknowledge=Acknowledgment.NACK_REACH_QUEUE,
+                   journal=JournalLevel.DEADLETTER, **fields)
+
+
+def _expect_rejected(qm: QueueManager, queue, admin, sent_id, nack: MessageClass) -> Message:
+    """The message is not handed out; its NACK is in the admin queue and its (still protected)
+    copy in the dead-letter queue."""
+    with pytest.raises(ReceiveTimeout):
+        queue.receive(timeout=3)
+    ack = admin.receive(timeout=10)
+    assert ack.message_class is nack and ack.correlation_id == sent_id
+    info = decode_acknowledgment(ack.body)
+    assert info.original_id == sent_id and info.reason
+    dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
+    assert dead.id == sent_id and dead.message_class is nack
+    assert dead.properties["kmq.reason"] == info.reason
+    if dead.privacy_level:  # an encrypted body reaches neither the NACK nor the DLQ in clear
+        assert info.original_body is None
+        dead_letters = _raw_values(qm.config.bootstrap_servers, qm.dead_letter_topic)
+        assert dead_letters and not any(SECRET in value for value in dead_letters)
+    return dead
+
+
+def _forge(qm: QueueManager, queue, message: Message,
+           tamper: Callable[[Message], Message]) -> Message:
+    """Stamp, sign and seal ``message`` as a send does, change it with ``tamper``, and write it
+    to the queue's topic (what an attacker with write access to the topic can do)."""
+    destination = queue.destinations[0]
+    sent = message.stamped(id=qm.ids.new(), sent_time=dt.datetime.now(dt.timezone.utc),
+                           source_machine_id=qm.guid, destination_format_name=queue.format_name,
+                           destination_queue=destination.format_name)
+    sent = qm.protection.seal(qm.protection.prepare(sent), destination)
+    forged = tamper(sent)
+    qm.write_system_copy(destination.topics.data, forged)
+    return forged
+
+
+def _raw_values(bootstrap: str, topic: str) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4()}",
+                         "enable.auto.commit": False, "allow.auto.create.topics": False})
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        values = []
+        while len(values) < high:
+            record = consumer.poll(10)
+            assert record is not None, f"{topic}: read {len(values)} of {high} records"
+            assert record.error() is None, record.error()
+            values.append(record.value())
+        return values
+    finally:
+        consumer.close()
+
+
+# --- signing ---------------------------------------------------------------------------------
+
+
+def test_signed_message_is_authenticated_and_unsigned_is_not(qm: QueueManager) -> None:
+    _register(qm)
+    queue, _ = _queues(qm)
+    queue.send(Message(body=b"signed", auth_level=AuthLevel.ALWAYS), wait=True)
+    queue.send(Message(body=b"plain"), wait=True)
+    signed, plain = queue.receive(timeout=10), queue.receive(timeout=10)
+    assert signed.body == b"signed" and signed.authenticated is True
+    assert signed.sender_id == qm.config.principal.encode() and signed.signature
+    assert plain.body == b"plain" and plain.authenticated is False
+
+
+def test_signing_without_an_identity_is_an_error_and_sends_nothing(qm: QueueManager) -> None:
+    queue, _ = _queues(qm)
+    with pytest.raises(ConfigurationError, match="kmq cert create"):
+        queue.send(Message(body=b"x", auth_level=AuthLevel.ALWAYS), wait=True)
+    assert queue.count() == 0
+
+
+@pytest.mark.parametrize("tamper", [
+    pytest.param(lambda m: m.stamped(body=SECRET + b"!"), id="tampered-body"),
+    pytest.param(lambda m: m.stamped(label="pay mallory"), id="tampered-label"),
+    pytest.param(lambda m: m.stamped(priority=7), id="tampered-priority"),
+    pytest.param(lambda m: m.stamped(signature=m.signature[:-2] + b"\0\0"), id="bad-signature"),
+])
+def test_a_changed_signed_message_gets_nack_bad_signature(qm: QueueManager, tamper) -> None:
+    _register(qm)
+    queue, admin = _queues(qm)
+    forged = _forge(qm, queue, _asking_for_nack(admin, body=SECRET, label="pay alice",
+                                                auth_level=AuthLevel.ALWAYS), tamper)
+    _expect_rejected(qm, queue, admin, forged.id, MessageClass.NACK_BAD_SIGNATURE)
+
+
+def test_swapped_certificate_and_re_signing_under_a_stolen_sender_id_are_caught(
+        qm: QueueManager) -> None:
+    _register(qm)
+    mallory = _register(qm, "mallory")  # registered, but for mallory, not for the principal
+    queue, admin = _queues(qm)
+
+    def swap(m: Message) -> Message:
+        return m.stamped(sender_certificate=mallory.certificate_der)
+
+    def re_sign(m: Message) -> Message:
+        changed = m.stamped(body=b"evil", sender_certificate=mallory.certificate_der)
+        return changed.stamped(signature=sign(changed, mallory))
+
+    for tamper in (swap, re_sign):
+        forged = _forge(qm, queue, _asking_for_nack(admin, body=SECRET,
+                                                    auth_level=AuthLevel.ALWAYS), tamper)
+        _expect_rejected(qm, queue, admin, forged.id, MessageClass.NACK_BAD_SIGNATURE)
+
+
+def test_replayed_signature_on_another_message_is_caught(qm: QueueManager) -> None:
+    _register(qm)
+    queue, admin = _queues(qm)
+    original = queue.send(Message(body=SECRET, auth_level=AuthLevel.ALWAYS), wait=True)
+    assert queue.receive(timeout=10).authenticated
+    forged = _forge(qm, queue, _asking_for_nack(admin, body=SECRET, auth_level=AuthLevel.ALWAYS),
+                    lambda m: m.stamped(signature=original.signature))
+    _expect_rejected(qm, queue, admin, forged.id, MessageClass.NACK_BAD_SIGNATURE)
+
+
+def test_unregistered_and_revoked_certificates_are_refused(qm: QueueManager) -> None:
+    identity = create_identity(qm.config.home, qm.config.principal)  # never registered
+    queue, admin = _queues(qm)
+    sent = queue.send(_asking_for_nack(admin, body=SECRET, auth_level=AuthLevel.ALWAYS), wait=True)
+    dead = _expect_rejected(qm, queue, admin, sent.id, MessageClass.NACK_BAD_SIGNATURE)
+    assert dead.authenticated is False
+    register_certificate(qm.directory, identity.sender_id, identity.certificate_der,
+                         identity.digest)
+    assert revoke_certificate(qm.directory, identity.sender_id, identity.digest)
+    sent = queue.send(_asking_for_nack(admin, body=SECRET, auth_level=AuthLevel.ALWAYS), wait=True)
+    _expect_rejected(qm, queue, admin, sent.id, MessageClass.NACK_BAD_SIGNATURE)
+
+
+def test_nobody_registers_a_certificate_for_someone_else(qm: QueueManager) -> None:
+    from facade.errors import AccessDenied
+
+    identity = create_identity(qm.config.home, "alice-not-me")
+    with pytest.raises(AccessDenied, match="only its own"):
+        register_certificate(qm.directory, "alice-not-me", identity.certificate_der,
+                             identity.digest)
+
+
+def test_authenticated_queue_refuses_unsigned_messages(qm: QueueManager) -> None:
+    _register(qm)
+    queue, admin = _queues(qm, authenticate=True)
+    sent = queue.send(_asking_for_nack(admin, body=SECRET), wait=True)
+    _expect_rejected(qm, queue, admin, sent.id, MessageClass.NACK_BAD_SIGNATURE)
+    queue.send(Message(body=b"signed", auth_level=AuthLevel.ALWAYS), wait=True)
+    assert queue.receive(timeout=10).authenticated
+
+
+# --- encryption ------------------------------------------------------------------------------
+
+
+def test_encrypted_body_is_never_in_clear_text_in_kafka(qm: QueueManager,
+                                                        broker: BrokerEndpoint) -> None:
+    _register(qm)
+    queue, _ = _queues(qm, journal=True)
+    sent = queue.send(Message(body=SECRET, privacy_level=PrivacyLevel.BODY_AES,
+                              auth_level=AuthLevel.ALWAYS, journal=JournalLevel.DEADLETTER,
+                              time_to_be_received=3600), wait=True)
+    assert queue.peek(timeout=10).body == SECRET
+    received = queue.receive(timeout=10)
+    assert received.body == SECRET and received.authenticated
+    journaled = qm.open_queue(rf"DIRECT=OS:{qm.name}\private$\secure;JOURNAL").receive(timeout=10)
+    assert journaled.id == sent.id and journaled.body == SECRET and journaled.authenticated
+    destination = queue.destinations[0]
+    for topic in (destination.topics.data, destination.topics.journal().data):
+        values = _raw_values(broker.bootstrap_servers, topic)
+        assert values and not any(SECRET in value for value in values), topic
+
+
+def test_each_copy_of_a_multiple_element_send_is_encrypted_for_its_destination(
+        qm: QueueManager, broker: BrokerEndpoint) -> None:
+    first, _ = _queues(qm, "first")
+    second, _ = _queues(qm, "second")
+    both = qm.open_queue(rf"DIRECT=OS:{qm.name}\private$\first,DIRECT=OS:{qm.name}\private$\second")
+    both.send(Message(body=SECRET, privacy_level=PrivacyLevel.BODY_AES), wait=True)
+    for queue in (first, second):
+        raw = _raw_values(broker.bootstrap_servers, queue.destinations[0].topics.data)
+        assert len(raw) == 1 and SECRET not in raw[0]
+        received = queue.receive(timeout=10)
+        assert received.body == SECRET and received.authenticated is False
+    # The same ciphertext cannot be read as the other queue's copy (bound to its queue).
+    forged_admin = qm.create_queue(r".\private$\moved-admin")
+    stored = _forge(qm, first, _asking_for_nack(forged_admin, body=SECRET,
+                                                privacy_level=PrivacyLevel.BODY_AES),
+                    lambda m: m.stamped(destination_queue=second.format_name))
+    _expect_rejected(qm, first, forged_admin, stored.id, MessageClass.NACK_BAD_ENCRYPTION)
+
+
+def test_missing_recipient_key_refuses_the_send(qm: QueueManager, broker: BrokerEndpoint,
+                                                kmq_home: Path) -> None:
+    queue, _ = _queues(qm)
+    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers,
+                            queue_manager=f"qm-{uuid.uuid4().hex[:10]}")
+    with QueueManager.open(config) as other:
+        remote = other.open_queue(rf"DIRECT=OS:{qm.name}\private$\secure")
+        with pytest.raises(CouldNotEncrypt, match="NACK_COULD_NOT_ENCRYPT"):
+            remote.send(Message(body=SECRET, privacy_level=PrivacyLevel.BODY_AES), wait=True)
+        assert queue.count() == 0
+        qm.protection.publish_key()  # `kmq cert qm-key`: now the other queue manager can
+        remote.send(Message(body=SECRET, privacy_level=PrivacyLevel.BODY_AES), wait=True)
+    assert queue.receive(timeout=10).body == SECRET
+
+
+def test_wrong_recipient_key_gets_nack_bad_encryption(qm: QueueManager, broker: BrokerEndpoint,
+                                                      kmq_home: Path) -> None:
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    from facade.encryption import public_bytes
+
+    queue, admin = _queues(qm)
+    stale = public_bytes(X25519PrivateKey.generate().public_key())
+    publish_encryption_key(qm.directory, qm.name, qm.guid, stale)
+    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers,
+                            queue_manager=f"qm-{uuid.uuid4().hex[:10]}")
+    with QueueManager.open(config) as other:
+        sent = other.open_queue(rf"DIRECT=OS:{qm.name}\private$\secure").send(
+            _asking_for_nack(admin, body=SECRET, privacy_level=PrivacyLevel.BODY_AES), wait=True)
+    dead = _expect_rejected(qm, queue, admin, sent.id, MessageClass.NACK_BAD_ENCRYPTION)
+    assert SECRET not in dead.body  # dead-lettered as stored: still encrypted
+
+
+@pytest.mark.parametrize("privacy_level, message_level", [
+    (2, PrivacyLevel.NONE),      # BODY: encrypted only
+    (0, PrivacyLevel.BODY_AES),  # NONE: clear text only
+])
+def test_queue_privacy_level_is_enforced_on_arrival(qm: QueueManager, privacy_level: int,
+                                                    message_level: PrivacyLevel) -> None:
+    queue, admin = _queues(qm, privacy_level=privacy_level)
+    sent = queue.send(_asking_for_nack(admin, body=SECRET, privacy_level=message_level),
+                      wait=True)
+    _expect_rejected(qm, queue, admin, sent.id, MessageClass.NACK_BAD_ENCRYPTION)
+    allowed = PrivacyLevel.BODY_AES if privacy_level == 2 else PrivacyLevel.NONE
+    queue.send(Message(body=b"ok", privacy_level=allowed), wait=True)
+    assert queue.receive(timeout=10).body == b"ok"
+
+
+def test_default_queue_privacy_is_optional(qm: QueueManager) -> None:
+    queue, _ = _queues(qm)
+    assert queue.properties.privacy_level == 1  # MQ_PRIV_LEVEL_OPTIONAL, MSMQ's default
+    queue.send(Message(body=b"clear"), wait=True)
+    queue.send(Message(body=b"private", privacy_level=PrivacyLevel.BODY_AES), wait=True)
+    assert [queue.receive(timeout=10).body for _ in range(2)] == [b"clear", b"private"]
+
+
+@pytest.mark.parametrize("properties, named", [
+    ({"auth_level": AuthLevel.SIG10}, "SIG10"),
+    ({"privacy_level": PrivacyLevel.BODY_BASE}, "BODY_BASE"),
+    ({"signature": b"sig"}, "signature"),
+    ({"authenticated": True}, "authenticated"),
+    ({"sender_certificate": b"cert"}, "sender_certificate"),
+])
+def test_security_properties_kmq_does_not_implement_are_refused(qm: QueueManager,
+                                                                properties: dict,
+                                                                named: str) -> None:
+    queue, _ = _queues(qm)
+    with pytest.raises(InvalidParameter, match=named):
+        queue.send(Message(body=b"x", **properties), wait=True)
+    assert queue.count() == 0
+
+
+def test_forwarding_a_received_signed_message_needs_its_protection_cleared(
+        qm: QueueManager) -> None:
+    _register(qm)
+    queue, _ = _queues(qm)
+    queue.send(Message(body=b"fwd", auth_level=AuthLevel.ALWAYS), wait=True)
+    received = queue.receive(timeout=10)
+    with pytest.raises(InvalidParameter, match="set by the queue manager"):
+        queue.send(received)
+    queue.send(dataclasses.replace(received, sender_certificate=None, signature=None,
+                                   authenticated=False), wait=True)
+    assert queue.receive(timeout=10).authenticated
+
+
+@pytest.mark.parametrize("read", [
+    pytest.param(lambda q: q.peek(timeout=3), id="peek"),
+    pytest.param(lambda q: q.receive(timeout=3, lock=True), id="peek-lock"),
+    pytest.param(lambda q: q.cursor().peek_current(timeout=3), id="cursor"),
+])
+def test_every_read_path_refuses_a_tampered_message(qm: QueueManager, read) -> None:
+    _register(qm)
+    queue, admin = _queues(qm)
+    forged = _forge(qm, queue, _asking_for_nack(admin, body=SECRET, auth_level=AuthLevel.ALWAYS,
+                                                privacy_level=PrivacyLevel.BODY_AES),
+                    lambda m: m.stamped(label="changed"))
+    with pytest.raises(ReceiveTimeout):
+        read(queue)
+    _expect_rejected(qm, queue, admin, forged.id, MessageClass.NACK_BAD_SIGNATURE)
+    assert queue.count() == 0
+
+
+# --- protection levels (seed 004) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("sent_level, required, delivered, nack", [
+    (ProtectionLevel.NONE, ProtectionLevel.NONE, True, None),
+    (ProtectionLevel.INTEGRITY, ProtectionLevel.NONE, True, None),
+    (ProtectionLevel.NONE, ProtectionLevel.AUTHENTICATION, False, MessageClass.NACK_BAD_SIGNATURE),
+    (ProtectionLevel.INTEGRITY, ProtectionLevel.INTEGRITY, True, None),
+    (ProtectionLevel.INTEGRITY, ProtectionLevel.PRIVACY, False, MessageClass.NACK_BAD_ENCRYPTION),
+    (ProtectionLevel.PRIVACY, ProtectionLevel.INTEGRITY, True, None),
+    (ProtectionLevel.PRIVACY, ProtectionLevel.PRIVACY, True, None),
+])
+def test_a_message_is_returned_only_at_the_stronger_of_both_levels(
+        qm: QueueManager, sent_level: ProtectionLevel, required: ProtectionLevel,
+        delivered: bool, nack: MessageClass | None) -> None:
+    _register(qm)
+    queue, admin = _queues(qm)
+    queue.protection_level = required
+    sent = queue.send(_asking_for_nack(admin, body=SECRET, **protection_settings(sent_level)),
+                      wait=True)
+    if delivered:
+        received = queue.receive(timeout=10)
+        assert received.id == sent.id and received.body == SECRET
+        assert achieved_level(received, sent.privacy_level is not PrivacyLevel.NONE) >= max(
+            sent_level, required)
+    else:
+        _expect_rejected(qm, queue, admin, sent.id, nack)
+
+
+def test_signed_and_encrypted_with_each_directory_kind(broker: BrokerEndpoint, kmq_home: Path,
+                                                       directory_settings) -> None:
+    """The same flow with the certificate and the key in the embedded store and in slapd."""
+    principal = f"sender-{uuid.uuid4().hex[:8]}"  # the slapd server is shared by the session
+    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers, principal=principal,
+                            queue_manager=f"qm-{uuid.uuid4().hex[:10]}",
+                            directory=directory_settings)
+    with QueueManager.open(config) as manager:
+        manager.directory.initialize()
+        queue, admin = _queues(manager)
+        unregistered = queue.send(_asking_for_nack(admin, body=SECRET,
+                                                   **protection_settings(ProtectionLevel.NONE)),
+                                  wait=True)
+        assert queue.receive(timeout=10).id == unregistered.id  # plain: no directory needed
+        identity = create_identity(manager.config.home, principal)
+        sent = queue.send(_asking_for_nack(admin, body=SECRET, auth_level=AuthLevel.ALWAYS,
+                                           privacy_level=PrivacyLevel.BODY_AES), wait=True)
+        _expect_rejected(manager, queue, admin, sent.id, MessageClass.NACK_BAD_SIGNATURE)
+        register_certificate(manager.directory, principal, identity.certificate_der,
+                             identity.digest)
+        manager.protection.publish_key()
+        queue.send(Message(body=SECRET, auth_level=AuthLevel.ALWAYS,
+                           privacy_level=PrivacyLevel.BODY_AES), wait=True)
+        received = queue.receive(timeout=10)
+        assert received.body == SECRET and received.authenticated
