@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cryptography import x509
 
@@ -59,7 +59,12 @@ from facade.message import (
 from facade.signing import SIGNING_LEVELS, SignatureError, sign, verify
 
 if TYPE_CHECKING:
-    from facade.manager import Destination, QueueManager
+    import uuid
+
+    from facade.config import KmqConfig
+    from facade.destination import Destination
+    from facade.directory import Directory
+    from facade.outputs import SystemOutputs
     from facade.registry import QueueProperties
 
 __all__ = ["CouldNotEncrypt", "MessageProtection", "MessageRejected", "ProtectionLevel",
@@ -165,14 +170,43 @@ class _Cached:
     until: float
 
 
+class ProtectionHost(Protocol):
+    """What :class:`MessageProtection` needs from its queue manager (which passes itself)."""
+
+    @property
+    def config(self) -> KmqConfig:
+        """The queue manager's configuration (home, principal, directory settings)."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """The queue manager's name."""
+        ...
+
+    @property
+    def guid(self) -> uuid.UUID:
+        """The queue manager's GUID."""
+        ...
+
+    @property
+    def outputs(self) -> SystemOutputs:
+        """Posts NACKs and writes dead-letter copies."""
+        ...
+
+    @property
+    def directory(self) -> Directory:
+        """The directory (certificates, published keys)."""
+        ...
+
+
 class MessageProtection:
     """One queue manager's signing, encryption and arrival checks (see the module docstring).
 
     Args:
-        manager (QueueManager): the queue manager (its config, name, GUID and directory).
+        manager (ProtectionHost): the queue manager (its config, name, GUID and directory).
     """
 
-    def __init__(self, manager: QueueManager):
+    def __init__(self, manager: ProtectionHost):
         self.manager = manager
         self._lock = threading.Lock()
         self._own_key: Any = None
