@@ -13,6 +13,7 @@ import importlib
 import typing
 
 if typing.TYPE_CHECKING:
+    from facade.acl import AccessRight, SecurityDescriptor
     from facade.config import DirectorySettings, KmqConfig
     from facade.errors import (
         AccessDenied,
@@ -65,6 +66,7 @@ if typing.TYPE_CHECKING:
 
 __all__ = [
     "AccessDenied",
+    "AccessRight",
     "Acknowledgment",
     "AcknowledgmentInfo",
     "AuthLevel",
@@ -100,6 +102,7 @@ __all__ = [
     "QueuePathNameError",
     "QueueQuotaExceeded",
     "ReceiveTimeout",
+    "SecurityDescriptor",
     "SenderIdType",
     "TransactionUsage",
     "TransientQueueError",
@@ -112,6 +115,7 @@ __all__ = [
 
 #: Public name -> the module defining it.
 _MODULES = {
+    **dict.fromkeys(("AccessRight", "SecurityDescriptor"), "facade.acl"),
     **dict.fromkeys(("DirectorySettings", "KmqConfig"), "facade.config"),
     **dict.fromkeys(("FormatName", "QueuePath", "parse_format_name", "parse_path_name",
                      "parse_queue_reference", "path_to_format_name"), "facade.formatnames"),

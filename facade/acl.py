@@ -82,8 +82,17 @@ class AccessRight(enum.IntFlag):
         ADD_REMOVE_SELF (0x200000): kmq; on a queue, alias or distribution list, be added to or
             removed from a distribution list (MSMQ's "Add/Remove Self as Member", the
             container permission).
+        CREATE_QUEUE (0x400000): kmq; on a queue manager, create queues (seed 004's "Queue
+            Creation"; MSMQ's MQSEC_CREATE_QUEUE, a machine right).
+        QUEUE_STATUS (0x800000): kmq; on a queue manager, list its queues and their state
+            (seed 004's "Queue Status Query").
+        TEST (0x1000000): kmq; on a queue manager, read its attributes and check its health
+            (seed 004's "Test").
+        CONTROL, MANAGE: seed 004's queue-manager "Control" and "Queue Management", the same
+            bits as CHANGE_PERMISSIONS and SET_PROPERTIES (MSMQ reuses bit values per object
+            kind), so they are aliases of those members.
         RECEIVE_MESSAGE, RECEIVE_JOURNAL_MESSAGE, GENERIC_READ, GENERIC_WRITE, GENERIC_ALL:
-            MSMQ's composite masks; FULL_CONTROL is GENERIC_ALL plus both kmq bits.
+            MSMQ's composite masks; FULL_CONTROL is GENERIC_ALL plus every kmq bit.
 
     :meth:`parse` reads the text form and :meth:`names` writes it.
     """
@@ -100,13 +109,19 @@ class AccessRight(enum.IntFlag):
     TAKE_OWNERSHIP = 0x80000
     ADD_REMOVE_ELEMENT = 0x100000
     ADD_REMOVE_SELF = 0x200000
+    CREATE_QUEUE = 0x400000
+    QUEUE_STATUS = 0x800000
+    TEST = 0x1000000
+    # Seed 004's queue-manager rights that are MSMQ queue bits on a queue-manager object.
+    CONTROL = 0x40000  # alias of CHANGE_PERMISSIONS: modify the queue manager's access list
+    MANAGE = 0x10  # alias of SET_PROPERTIES: change the queue manager's settings
     # Composites (MSMQ's MQSEC_* composite values, plus kmq's FULL_CONTROL).
     RECEIVE_MESSAGE = 0x3  # DELETE_MESSAGE | PEEK_MESSAGE
     RECEIVE_JOURNAL_MESSAGE = 0xA  # DELETE_JOURNAL_MESSAGE | PEEK_MESSAGE
     GENERIC_READ = 0x2002B  # RECEIVE_MESSAGE | RECEIVE_JOURNAL_MESSAGE | GET_PROPERTIES | GET_PERM..
     GENERIC_WRITE = 0x20024  # WRITE_MESSAGE | GET_PROPERTIES | GET_PERMISSIONS
     GENERIC_ALL = 0xF003F  # every MSMQ bit
-    FULL_CONTROL = 0x3F003F  # GENERIC_ALL | ADD_REMOVE_ELEMENT | ADD_REMOVE_SELF
+    FULL_CONTROL = 0x1FF003F  # GENERIC_ALL | every kmq bit
     SEND_TO = 0x4  # alias of WRITE_MESSAGE: MSMQ's distribution-list "Send To" permission
 
     @classmethod
@@ -614,7 +629,9 @@ class SecurityDescriptor:
         * DISTRIBUTION_LIST: the owner has FULL_CONTROL; everyone has ``WRITE_MESSAGE``
           ("Send To") ``| GET_PROPERTIES | GET_PERMISSIONS``: only the owner may add the list
           to another list or change its member list.
-        * QUEUE_MANAGER: the owner has FULL_CONTROL; everyone has ``GET_PROPERTIES``.
+        * QUEUE_MANAGER: the owner has FULL_CONTROL; everyone has ``CREATE_QUEUE |
+          QUEUE_STATUS | TEST | GET_PROPERTIES | GET_PERMISSIONS`` (MSMQ lets any user create
+          queues and read the machine's properties).
 
         Args:
             kind (ObjectKind): the kind of object.
@@ -632,7 +649,8 @@ class SecurityDescriptor:
         elif kind is ObjectKind.DISTRIBUTION_LIST:
             everyone = R.SEND_TO | R.GET_PROPERTIES | R.GET_PERMISSIONS
         elif kind is ObjectKind.QUEUE_MANAGER:
-            everyone = R.GET_PROPERTIES
+            everyone = (R.CREATE_QUEUE | R.QUEUE_STATUS | R.TEST | R.GET_PROPERTIES
+                        | R.GET_PERMISSIONS)
         else:
             raise InvalidParameter(f"unknown object kind {kind!r}")
         return cls(

@@ -16,6 +16,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from facade.acl import AccessRight, ObjectKind, SecurityDescriptor
+from facade.authorization import QueueAccess
 from facade.config import KmqConfig
 from facade.envelope import encode_message
 from facade.errors import (
@@ -42,6 +44,7 @@ from facade.kafka import KafkaSession, produce_and_wait
 from facade.message import Delivery, Message, MessageClass
 from facade.outputs import SystemOutputs
 from facade.peeklock import DEFAULT_PREFETCH_LEASE
+from facade.principal import resolve_principal
 from facade.registry import (
     DEFAULT_RECEIVE_RETRY_COUNT,
     QueueManagerRecord,
@@ -90,7 +93,10 @@ class QueueManager:
 
     def __init__(self, config: KmqConfig, session: KafkaSession, record: QueueManagerRecord,
                  registry: Registry | None = None):
-        self.config = config
+        #: The caller access checks are made for (see :mod:`facade.principal`).
+        self.principal = resolve_principal(config)
+        # The directory's own checks (Send To, lists) use the same name.
+        self.config = dataclasses.replace(config, principal=self.principal.name)
         self.session = session
         self.name = record.name
         self.guid = uuid.UUID(record.guid)
@@ -106,6 +112,7 @@ class QueueManager:
         self.resolver = Resolver(self)
         self.outputs = SystemOutputs(self)
         self.sender = Sender(self)
+        self.access = QueueAccess(self)
 
     @classmethod
     def open(cls, config: KmqConfig | None = None, *, lease_ids: bool = True,
@@ -231,6 +238,7 @@ class QueueManager:
             quota_kb=quota_kb, journal_quota_kb=journal_quota_kb, base_priority=base_priority,
             authenticate=authenticate, privacy_level=privacy_level,
             receive_retry_count=receive_retry_count,
+            **_default_security(self.principal.name),
         ).validate()
         registered = self.registry.queues()
         if properties.path_name in registered:
@@ -271,8 +279,10 @@ class QueueManager:
 
         Raises:
             QueueNotFound: no such queue.
+            AccessDenied: the caller lacks DELETE (MQSEC_DELETE_QUEUE).
         """
         properties = self._properties(path_or_format_name)
+        self.access.require_queue(properties, AccessRight.DELETE)
         topics = QueueTopics(properties.data_topic, properties.receipts_topic)
         if not properties.private:
             # The directory first: if it is down, nothing is deleted.
@@ -340,8 +350,52 @@ class QueueManager:
         return queue
 
     def get_properties(self, path_or_format_name: str) -> QueueProperties:
-        """A queue's properties (``MQGetQueueProperties``)."""
-        return self._properties(path_or_format_name)
+        """A queue's properties (``MQGetQueueProperties``).
+
+        Raises:
+            QueueNotFound: no such queue.
+            AccessDenied: the caller lacks GET_PROPERTIES.
+        """
+        properties = self._properties(path_or_format_name)
+        self.access.require_queue(properties, AccessRight.GET_PROPERTIES)
+        return properties
+
+    def queue_security(self, path_or_format_name: str) -> SecurityDescriptor:
+        """A queue's security descriptor: owner and access list (``MQGetQueueSecurity``).
+
+        Args:
+            path_or_format_name (str): the queue, by any single-queue name.
+
+        Returns:
+            SecurityDescriptor: see :mod:`facade.acl`.
+
+        Raises:
+            QueueNotFound: no such queue (system queues have no descriptor of their own).
+            AccessDenied: the caller lacks GET_PERMISSIONS.
+        """
+        return self.access.queue_security(self._properties(path_or_format_name))
+
+    def set_queue_security(self, path_or_format_name: str,
+                           descriptor: SecurityDescriptor) -> SecurityDescriptor:
+        """Replace a queue's owner and access list (``MQSetQueueSecurity``), stored with its
+        properties (and on a public queue's directory entry).
+
+        Args:
+            path_or_format_name (str): the queue, by any single-queue name.
+            descriptor (SecurityDescriptor): the new descriptor, e.g.
+                ``qm.queue_security(p).grant("bob", AccessRight.RECEIVE_MESSAGE)``.
+
+        Returns:
+            SecurityDescriptor: the descriptor stored.
+
+        Raises:
+            QueueNotFound: no such queue.
+            InvalidParameter: ``descriptor`` is not a SecurityDescriptor.
+            AccessDenied: the caller lacks CHANGE_PERMISSIONS (TAKE_OWNERSHIP to change the
+                owner).
+            DirectoryUnavailable: a public queue and no reachable directory; nothing changed.
+        """
+        return self.access.set_queue_security(self._properties(path_or_format_name), descriptor)
 
     def set_properties(self, path_or_format_name: str, **changes: Any) -> QueueProperties:
         """Change a queue's properties (``MQSetQueueProperties``): label, journal, quotas...
@@ -349,9 +403,11 @@ class QueueManager:
         Raises:
             QueueNotFound: no such queue.
             InvalidParameter: an unknown property or a value outside its range.
+            AccessDenied: the caller lacks SET_PROPERTIES.
         """
         fixed = {"path_name", "queue_manager", "queue_name", "private", "data_topic",
-                 "receipts_topic", "instance", "create_time", "modify_time", "transactional"}
+                 "receipts_topic", "instance", "create_time", "modify_time", "transactional",
+                 "owner", "access_list"}  # the descriptor changes with set_queue_security
         bad = set(changes) & fixed | set(changes) - set(QueueProperties.__dataclass_fields__)
         if bad:
             raise InvalidParameter(f"queue properties {sorted(bad)} cannot be set",
@@ -360,7 +416,9 @@ class QueueManager:
                                    "receive_retry_count")
         _check_enforceable_queue(**{name: changes[name] for name in
                                     ("authenticate", "privacy_level") if name in changes})
-        updated = self._properties(path_or_format_name).with_changes(**changes)
+        current = self._properties(path_or_format_name)
+        self.access.require_queue(current, AccessRight.SET_PROPERTIES)
+        updated = current.with_changes(**changes)
         if not updated.private:
             published = {name: getattr(updated, name) for name in changes
                           if name in PUBLISHED_PROPERTIES}
@@ -613,6 +671,13 @@ def public_entry(properties: QueueProperties) -> Any:
     return PublicQueueEntry(guid=uuid.UUID(properties.instance),
                             queue_manager=properties.queue_manager,
                             queue_name=properties.queue_name, **values)
+
+
+def _default_security(owner: str) -> dict[str, Any]:
+    """The owner and access list of a new queue: MSMQ's default descriptor (the creator has
+    full control; everyone may send, get properties and get permissions)."""
+    default = SecurityDescriptor.default_for(ObjectKind.QUEUE, owner)
+    return {"owner": default.owner, "access_list": tuple(default.to_values())}
 
 
 def _unique_queue_number(properties: QueueProperties, existing: Any) -> QueueProperties:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from facade.cli import alias, bench, demo, dev, directory, dl, dlq, doctor, journal, qm, queue
+from facade.cli import acl, alias, bench, demo, dev, directory, dl, dlq, doctor, journal, qm, queue
 
 __all__ = ["app", "main"]
 
@@ -26,6 +26,7 @@ app.add_typer(journal.app, name="journal")
 app.add_typer(directory.app, name="directory")
 app.add_typer(alias.app, name="alias")
 app.add_typer(dl.app, name="dl")
+app.add_typer(acl.app, name="acl")
 app.command("send")(queue.send)
 app.command("receive")(queue.receive)
 app.command("peek")(queue.peek)

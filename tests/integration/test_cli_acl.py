@@ -1,0 +1,79 @@
+"""`kmq acl show | grant | revoke` against a real broker, through typer's runner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from facade.cli import app
+
+pytestmark = pytest.mark.integration
+
+
+def _run(*args: str, principal: str = "alice", code: int = 0) -> dict:
+    result = CliRunner().invoke(app, [*args, "--json"], env={"KMQ_PRINCIPAL": principal})
+    assert result.exit_code == code, result.output
+    return json.loads(result.stdout)
+
+
+def test_show_grant_revoke(cli_qm: str) -> None:
+    q = "acl-cli"
+    _run("queue", "create", q)
+    shown = _run("acl", "show", q)
+    assert shown["owner"] == "alice" and shown["principal"] == "alice"
+    assert "RECEIVE_MESSAGE" not in shown["effective_rights"]  # decomposed names only
+    assert {"DELETE_MESSAGE", "PEEK_MESSAGE", "WRITE_MESSAGE"} <= set(shown["effective_rights"])
+    assert {"allow": True, "principal": "Everyone",
+            "rights": ["WRITE_MESSAGE", "GET_PROPERTIES", "GET_PERMISSIONS",
+                       "ADD_REMOVE_SELF"]} in shown["entries"]
+
+    # bob may send (Everyone) but not receive, until alice grants it
+    _run("send", q, "--body", "one", principal="bob")
+    denied = _run("receive", q, "--timeout", "0", principal="bob", code=1)
+    assert denied["error"]["code"] == "MQ_ERROR_ACCESS_DENIED"
+    assert "bob" in denied["error"]["message"]
+
+    granted = _run("acl", "grant", q, "bob", "receive|peek")
+    assert {"allow": True, "principal": "bob",
+            "rights": ["DELETE_MESSAGE", "PEEK_MESSAGE"]} in granted["entries"]
+    assert _run("receive", q, "--timeout", "10", principal="bob")["body"] == "one"
+
+    # a deny entry wins over the allow entry
+    after_deny = _run("acl", "grant", q, "bob", "peek", "--deny")
+    assert {"allow": False, "principal": "bob", "rights": ["PEEK_MESSAGE"]} in after_deny["entries"]
+    assert _run("peek", q, "--timeout", "0", principal="bob", code=1)["error"]["code"] == (
+        "MQ_ERROR_ACCESS_DENIED")
+
+    revoked = _run("acl", "revoke", q, "bob")
+    assert all(e["principal"] != "bob" for e in revoked["entries"])
+    # bob is not the owner and the default list lets him read the permissions only
+    assert _run("acl", "show", q, principal="bob")["effective_rights"] == [
+        "WRITE_MESSAGE", "GET_PROPERTIES", "GET_PERMISSIONS", "ADD_REMOVE_SELF"]
+
+
+def test_errors(cli_qm: str) -> None:
+    q = "acl-cli-errors"
+    _run("queue", "create", q)
+    bad = _run("acl", "grant", q, "bob", "read-everything", code=1)
+    assert bad["error"]["code"] == "MQ_ERROR_INVALID_PARAMETER"
+    assert "read-everything" in bad["error"]["message"]
+    refused = _run("acl", "grant", q, "bob", "full", principal="bob", code=1)
+    assert refused["error"]["code"] == "MQ_ERROR_ACCESS_DENIED"
+    assert "CHANGE_PERMISSIONS" in refused["error"]["message"]
+    missing = _run("acl", "show", "no-such-queue", code=1)
+    assert missing["error"]["code"] == "MQ_ERROR_QUEUE_NOT_FOUND"
+    # Without --json: one error line and a hint on stderr, exit code 1.
+    result = CliRunner().invoke(app, ["acl", "grant", q, "bob", "full"],
+                                env={"KMQ_PRINCIPAL": "bob"})
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("error [MQ_ERROR_ACCESS_DENIED]")
+    assert lines[1].startswith("hint: ask the owner (alice)")
+
+
+def test_qm_info_names_the_principal_source(cli_qm: str) -> None:
+    info = _run("qm", "info", principal="carol")
+    assert info["principal"] == "carol"
+    assert info["principal_source"].startswith("declared")
