@@ -39,6 +39,7 @@ from facade.errors import AccessDenied, InvalidParameter
 
 __all__ = [
     "EVERYONE",
+    "QUEUE_MANAGER_RIGHTS",
     "AccessControlEntry",
     "AccessRight",
     "ObjectKind",
@@ -92,7 +93,9 @@ class AccessRight(enum.IntFlag):
             bits as CHANGE_PERMISSIONS and SET_PROPERTIES (MSMQ reuses bit values per object
             kind), so they are aliases of those members.
         RECEIVE_MESSAGE, RECEIVE_JOURNAL_MESSAGE, GENERIC_READ, GENERIC_WRITE, GENERIC_ALL:
-            MSMQ's composite masks; FULL_CONTROL is GENERIC_ALL plus every kmq bit.
+            MSMQ's composite masks; FULL_CONTROL is GENERIC_ALL plus the two distribution-list
+            bits: every right on a queue, alias or list. The queue-manager-only bits
+            (CREATE_QUEUE, QUEUE_STATUS, TEST) are outside it.
 
     :meth:`parse` reads the text form and :meth:`names` writes it.
     """
@@ -121,7 +124,7 @@ class AccessRight(enum.IntFlag):
     GENERIC_READ = 0x2002B  # RECEIVE_MESSAGE | RECEIVE_JOURNAL_MESSAGE | GET_PROPERTIES | GET_PERM..
     GENERIC_WRITE = 0x20024  # WRITE_MESSAGE | GET_PROPERTIES | GET_PERMISSIONS
     GENERIC_ALL = 0xF003F  # every MSMQ bit
-    FULL_CONTROL = 0x1FF003F  # GENERIC_ALL | every kmq bit
+    FULL_CONTROL = 0x3F003F  # GENERIC_ALL | ADD_REMOVE_ELEMENT | ADD_REMOVE_SELF
     SEND_TO = 0x4  # alias of WRITE_MESSAGE: MSMQ's distribution-list "Send To" permission
 
     @classmethod
@@ -179,7 +182,9 @@ _SINGLE_BITS: tuple[AccessRight, ...] = tuple(
         key=lambda r: r.value,
     )
 )
-_ALL_BITS = AccessRight.FULL_CONTROL.value
+#: Rights only a queue manager's descriptor grants (seed 004's queue-manager ACL).
+QUEUE_MANAGER_RIGHTS = AccessRight.CREATE_QUEUE | AccessRight.QUEUE_STATUS | AccessRight.TEST
+_ALL_BITS = (AccessRight.FULL_CONTROL | QUEUE_MANAGER_RIGHTS).value
 # Parse-only synonyms: MSMQ's own long names and seed 000's wording.
 _SYNONYMS: dict[str, AccessRight] = {
     "SET_QUEUE_PROPERTIES": AccessRight.SET_PROPERTIES,
@@ -205,7 +210,7 @@ def _parse_word(word: str) -> AccessRight:
         if value < 0 or value & ~_ALL_BITS:
             raise InvalidParameter(
                 f"{word!r} is not a valid access-right mask",
-                hint=f"numbers may only use the bits of FULL_CONTROL ({_ALL_BITS:#x})",
+                hint=f"numbers may only use the bits of the access rights ({_ALL_BITS:#x})",
             )
         return AccessRight(value)
     key = _INNER_SPACE.sub("_", word).upper()
@@ -226,7 +231,7 @@ def _check_rights(rights: object, what: str) -> AccessRight:
     if rights < 0 or rights & ~_ALL_BITS:
         raise InvalidParameter(
             f"{what} {int(rights):#x} has bits that are not access rights",
-            hint=f"use AccessRight members (all bits: FULL_CONTROL = {_ALL_BITS:#x})",
+            hint=f"use AccessRight members (all bits: {_ALL_BITS:#x})",
         )
     return AccessRight(rights)
 
@@ -629,7 +634,8 @@ class SecurityDescriptor:
         * DISTRIBUTION_LIST: the owner has FULL_CONTROL; everyone has ``WRITE_MESSAGE``
           ("Send To") ``| GET_PROPERTIES | GET_PERMISSIONS``: only the owner may add the list
           to another list or change its member list.
-        * QUEUE_MANAGER: the owner has FULL_CONTROL; everyone has ``CREATE_QUEUE |
+        * QUEUE_MANAGER: the owner has FULL_CONTROL and the queue-manager rights
+          (:data:`QUEUE_MANAGER_RIGHTS`); everyone has ``CREATE_QUEUE |
           QUEUE_STATUS | TEST | GET_PROPERTIES | GET_PERMISSIONS`` (MSMQ lets any user create
           queues and read the machine's properties).
 
@@ -653,10 +659,13 @@ class SecurityDescriptor:
                         | R.GET_PERMISSIONS)
         else:
             raise InvalidParameter(f"unknown object kind {kind!r}")
+        owner_rights = R.FULL_CONTROL
+        if kind is ObjectKind.QUEUE_MANAGER:
+            owner_rights |= QUEUE_MANAGER_RIGHTS
         return cls(
             owner,
             (
-                AccessControlEntry(True, owner, R.FULL_CONTROL),
+                AccessControlEntry(True, owner, owner_rights),
                 AccessControlEntry(True, EVERYONE, everyone),
             ),
         )

@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from facade.acl import AccessRight, SecurityDescriptor
+from facade.acl import QUEUE_MANAGER_RIGHTS, AccessRight, SecurityDescriptor
 from facade.errors import AccessDenied, InvalidParameter
 from facade.message import Message, MessageClass
 
@@ -231,7 +231,9 @@ class QueueAccess:
             SecurityDescriptor: the descriptor now stored.
 
         Raises:
-            InvalidParameter: ``descriptor`` is not a SecurityDescriptor.
+            InvalidParameter: ``descriptor`` is not a SecurityDescriptor, or an entry names a
+                queue-manager right (CREATE_QUEUE, QUEUE_STATUS, TEST), which means nothing
+                on a queue.
             AccessDenied: a right is missing.
             DirectoryUnavailable: a public queue and the directory cannot be reached.
         """
@@ -240,6 +242,7 @@ class QueueAccess:
                 f"a queue's security must be a SecurityDescriptor, not {type(descriptor).__name__}",
                 queue=properties.path_name,
                 hint="start from qm.queue_security(path) and use .grant/.deny/.revoke")
+        _refuse_queue_manager_rights(descriptor, properties.path_name)
         current = self.current(properties)
         self.require_queue(current, AccessRight.CHANGE_PERMISSIONS)
         if descriptor.owner.casefold() != current.security.owner.casefold():
@@ -251,3 +254,12 @@ class QueueAccess:
         self.manager.registry.put_queue(updated)
         return updated.security
 
+
+def _refuse_queue_manager_rights(descriptor: SecurityDescriptor, queue: str) -> None:
+    for entry in descriptor.entries:
+        if entry.rights & QUEUE_MANAGER_RIGHTS:
+            raise InvalidParameter(
+                f"{'|'.join((entry.rights & QUEUE_MANAGER_RIGHTS).names())} for "
+                f"{entry.principal!r} is a queue-manager right, not a queue right",
+                queue=queue, hint="grant queue rights only (WRITE_MESSAGE, RECEIVE_MESSAGE, "
+                "PEEK_MESSAGE, FULL_CONTROL...)")

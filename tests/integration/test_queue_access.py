@@ -249,6 +249,8 @@ def test_set_queue_security_refuses_other_types(pair: tuple[QueueManager, QueueM
 
     with pytest.raises(InvalidParameter, match="SecurityDescriptor"):
         alice.set_queue_security(path, {"owner": "alice"})  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameter, match="queue-manager right"):
+        alice.set_queue_security(path, alice.queue_security(path).grant("bob", R.CREATE_QUEUE))
     assert isinstance(alice.queue_security(path), SecurityDescriptor)
 
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from facade.acl import (
     EVERYONE,
+    QUEUE_MANAGER_RIGHTS,
     AccessControlEntry,
     AccessRight,
     ObjectKind,
@@ -48,8 +49,8 @@ def test_values_are_msmq_mqsec_values() -> None:
     assert R.GENERIC_READ == 0x2002B
     assert R.GENERIC_WRITE == R.WRITE_MESSAGE | R.GET_PROPERTIES | R.GET_PERMISSIONS == 0x20024
     assert R.GENERIC_ALL == 0xF003F
-    assert R.FULL_CONTROL == (R.GENERIC_ALL | R.ADD_REMOVE_ELEMENT | R.ADD_REMOVE_SELF
-                              | R.CREATE_QUEUE | R.QUEUE_STATUS | R.TEST) == 0x1FF003F
+    assert R.FULL_CONTROL == R.GENERIC_ALL | R.ADD_REMOVE_ELEMENT | R.ADD_REMOVE_SELF == 0x3F003F
+    assert QUEUE_MANAGER_RIGHTS == R.CREATE_QUEUE | R.QUEUE_STATUS | R.TEST == 0x1C00000
     assert R.SEND_TO is R.WRITE_MESSAGE
     # Seed 004's queue-manager rights: MSMQ reuses queue bits for two of them.
     assert R.CONTROL is R.CHANGE_PERMISSIONS and R.MANAGE is R.SET_PROPERTIES
@@ -61,7 +62,7 @@ def test_names_decompose_in_msmq_order() -> None:
     assert R.RECEIVE_MESSAGE.names() == ["DELETE_MESSAGE", "PEEK_MESSAGE"]
     assert (R.ADD_REMOVE_SELF | R.WRITE_MESSAGE).names() == ["WRITE_MESSAGE", "ADD_REMOVE_SELF"]
     assert R.SEND_TO.names() == ["WRITE_MESSAGE"]
-    assert R.FULL_CONTROL.names() == [r.name for r in SINGLE_BITS]
+    assert (R.FULL_CONTROL | QUEUE_MANAGER_RIGHTS).names() == [r.name for r in SINGLE_BITS]
     assert R(0).names() == []
 
 
@@ -424,7 +425,7 @@ def test_default_distribution_list() -> None:
 
 def test_default_queue_manager() -> None:
     sd = SD.default_for(ObjectKind.QUEUE_MANAGER, "admin")
-    assert sd.granted("admin") == R.FULL_CONTROL
+    assert sd.granted("admin") == R.FULL_CONTROL | QUEUE_MANAGER_RIGHTS
     assert sd.granted("bob") == (R.CREATE_QUEUE | R.QUEUE_STATUS | R.TEST | R.GET_PROPERTIES
                                  | R.GET_PERMISSIONS)
     assert not sd.allows("bob", R.CONTROL | R.MANAGE)
