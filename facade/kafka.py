@@ -404,6 +404,12 @@ class KafkaSession:
         finally:
             reader.close()
 
+    @property
+    def client_config(self) -> dict[str, Any]:
+        """The librdkafka properties every client of this session starts from (brokers,
+        ``client.id``, logging, TLS/SASL options); a copy."""
+        return dict(self._base)
+
     # -- administration ------------------------------------------------------------------------
 
     @property

@@ -110,3 +110,25 @@ def revoke(queue: str = QueueArg, principal: str = PrincipalArg,
     Example: kmq acl revoke orders bob
     """
     _change(queue, as_json, lambda sd: sd.revoke(principal))
+
+
+@app.command()
+def sync(dry_run: bool = typer.Option(False, "--dry-run",
+                                      help="Show the changes, make none."),
+         as_json: bool = JsonOption) -> None:
+    """Mirror every queue's rights onto Kafka ACLs for the same principals, so a client that
+    bypasses kmq cannot read or write a queue's topics beyond its rights. Needs a Kafka cluster
+    with an authorizer and a principal allowed to alter ACLs; refused (exit 1) otherwise.
+
+    Example: kmq acl sync --dry-run
+    """
+    from facade.kafka_acl_admin import sync_kafka_acls
+    from facade.manager import QueueManager
+
+    with fail_on_errors(as_json), QueueManager.open(lease_ids=False) as qm:
+        plan = sync_kafka_acls(qm, dry_run=dry_run)
+    verb = "would create" if dry_run else "created"
+    emit({**plan.to_dict(), "dry_run": dry_run}, as_json,
+         lambda d: f"{verb} {len(d['create'])} and "
+                   f"{'would delete' if dry_run else 'deleted'} {len(d['delete'])} Kafka ACL "
+                   f"binding(s); {d['unchanged']} already in place")

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from facade.cli import app
+from tests.support.kafka import BrokerEndpoint
 
 pytestmark = pytest.mark.integration
 
@@ -77,3 +78,22 @@ def test_qm_info_names_the_principal_source(cli_qm: str) -> None:
     info = _run("qm", "info", principal="carol")
     assert info["principal"] == "carol"
     assert info["principal_source"].startswith("declared")
+
+
+
+def test_sync_refuses_a_broker_without_acl_support(cli_qm: str, broker: BrokerEndpoint) -> None:
+    """Tansu answers the ACL API without implementing it (CreateAcls aborts librdkafka): sync
+    finds out in a child process and refuses with the reason; this process lives on. A Kafka
+    without an authorizer refuses DescribeAcls; one with an authorizer gets the bindings."""
+    _run("queue", "create", "acl-sync")
+    result = CliRunner().invoke(app, ["acl", "sync", "--json"], env={"KMQ_PRINCIPAL": "alice"})
+    if result.exit_code == 0:  # a Kafka cluster with an authorizer
+        assert json.loads(result.stdout)["create"] or json.loads(result.stdout)["unchanged"]
+        return
+    assert result.exit_code == 1, result.output
+    error = json.loads(result.stdout)["error"]
+    assert error["message"].startswith("cannot mirror queue rights onto Kafka ACLs: ")
+    assert "authorizer" in error["hint"]
+    if broker.kind == "tansu":
+        assert "abort" in error["message"]
+    assert _run("acl", "show", "acl-sync")["owner"] == "alice"  # still alive and working
