@@ -31,7 +31,8 @@ NACK_ACCESS_DENIED on the admin queue (when NEGATIVE_ARRIVAL was asked for) and 
 copy (journal level DEADLETTER), and the caller gets :class:`~facade.errors.AccessDenied`
 (MQ_ERROR_ACCESS_DENIED) naming the queues refused; copies to other queues of the same send
 are sent. System queues (dead-letter queues, the machine journal) have no queue record and are
-not checked here.
+not checked here, nor is the queue manager's own housekeeping (expiry, lease and claim
+recovery), which removes messages on MSMQ's rules rather than a caller's request.
 
 These checks bind clients that go through kmq. A client that talks to Kafka directly is
 stopped only by the broker's own ACLs, TLS and SASL (``docs/design.md``, "Security model").
@@ -99,6 +100,9 @@ class QueueAccess:
 
     def __init__(self, manager: QueueManager):
         self.manager = manager
+        #: path name -> (the record the rights were computed from, the caller's rights): a
+        #: receive loop checks the same unchanged record thousands of times a second.
+        self._granted: dict[str, tuple[QueueProperties, AccessRight]] = {}
 
     @property
     def principal(self) -> str:
@@ -127,7 +131,12 @@ class QueueAccess:
         if destination.properties is None:
             return
         properties = self.current(destination.properties)
-        properties.security.require(self.principal, rights, destination.format_name)
+        known = self._granted.get(properties.path_name)
+        if known is None or known[0] is not properties:
+            known = (properties, properties.security.granted(self.principal))
+            self._granted[properties.path_name] = known
+        if rights & ~known[1]:
+            properties.security.require(self.principal, rights, destination.format_name)
 
     def require_queue(self, properties: QueueProperties, rights: AccessRight) -> None:
         """:meth:`require` for a queue known by its record (administration calls).
@@ -195,7 +204,8 @@ class QueueAccess:
         queues = sorted({copy.queue for copy in refused})
         sent_note = f"; {others} copies to other queues were sent" if others else ""
         if over_quota:
-            sent_note += f"; {over_quota} copies were refused by a queue quota (NACK_Q_EXCEED_QUOTA)"
+            sent_note += (f"; {over_quota} copies were refused by a queue quota "
+                          "(NACK_Q_EXCEED_QUOTA)")
         error = AccessDenied(
             f"send to {format_name!r} refused by {', '.join(queues)}: {refused[0].reason}"
             f"{sent_note} (NACK_ACCESS_DENIED posted to the admin queue when requested)",

@@ -202,6 +202,20 @@ def test_public_list_and_alias_names_are_checked(
         alice.open_queue(path).receive(timeout=0.2)
 
 
+def test_journal_receive_needs_receive_journal(pair: tuple[QueueManager, QueueManager]) -> None:
+    alice, bob = pair
+    path = _queue(alice, R.RECEIVE_JOURNAL_MESSAGE)
+    alice.set_properties(path, journal=True)
+    mine = alice.open_queue(path)
+    sent = mine.send(Message(body=b"journaled"), wait=True)
+    assert mine.receive(timeout=WAIT).id == sent.id  # the removal leaves a journal copy
+    journal = bob.open_queue(path + r"\journal$")
+    assert journal.peek(timeout=WAIT).id == sent.id  # PEEK_MESSAGE is part of the right
+    assert journal.receive(timeout=WAIT).id == sent.id
+    with pytest.raises(AccessDenied, match="DELETE_MESSAGE"):
+        bob.open_queue(path).receive(timeout=0)  # the queue itself needs DELETE_MESSAGE
+
+
 def test_administration_rights(pair: tuple[QueueManager, QueueManager]) -> None:
     alice, bob = pair
     path = _queue(alice, R.GET_PROPERTIES)
