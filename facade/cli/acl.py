@@ -1,4 +1,6 @@
-"""``kmq acl``: show and change a queue's permissions (MSMQ's queue security descriptor).
+"""``kmq acl``: show and change a queue's permissions (MSMQ's queue security descriptor), and
+those of a distribution list (``dl:NAME``, ``DL=<guid>``) or queue alias (``alias:NAME``),
+which the directory holds.
 
 Rights are MSMQ's ``MQSEC_*`` names (``WRITE_MESSAGE``, ``RECEIVE_MESSAGE``, ``PEEK_MESSAGE``,
 ``GET_PROPERTIES``, ``FULL_CONTROL``..., see :class:`facade.acl.AccessRight`) joined by ``|``,
@@ -7,7 +9,9 @@ or the words of the MSMQ console: ``send``, ``receive``, ``peek``, ``full``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -15,7 +19,7 @@ import typer
 from facade.cli._names import resolve_queue_name
 from facade.cli._options import text_argument
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
-from facade.cli.directory import acl_text
+from facade.cli.directory import acl_text, open_directory
 
 if TYPE_CHECKING:
     from facade.acl import AccessRight, SecurityDescriptor
@@ -24,8 +28,8 @@ app = typer.Typer(help="Show and change queue permissions (owner and access list
                   no_args_is_help=True)
 
 QueueArg = text_argument(
-    ..., help=r"Queue: NAME, path name (.\private$\orders), PUBLIC=/PRIVATE=/DIRECT= format name "
-              "or alias:NAME.")
+    ..., help=r"Queue: NAME, path name (.\private$\orders), PUBLIC=/PRIVATE=/DIRECT= format "
+              "name; or a directory object: dl:NAME, DL=<guid>, alias:NAME.")
 PrincipalArg = text_argument(..., help="User or group name, or Everyone.")
 RightsArg = text_argument(
     ..., help="Rights joined by '|': send, receive, peek, full, or MSMQ names such as "
@@ -60,14 +64,41 @@ def _render(data: dict[str, Any]) -> Any:
         f"rights of {data['principal']}": "|".join(data["effective_rights"]) or "(none)"})
 
 
-def _change(queue: str, as_json: bool,
-            edit: Callable[[SecurityDescriptor], SecurityDescriptor]) -> None:
+#: Names of objects whose descriptor the directory holds (not the queue registry).
+_DIRECTORY_PREFIXES = ("dl:", "dl=", "alias:")
+
+
+@dataclass(frozen=True)
+class _Secured:
+    """An object with a security descriptor, and how to read and replace it."""
+
+    name: str
+    principal: str
+    read: Callable[[], SecurityDescriptor]
+    write: Callable[[SecurityDescriptor], SecurityDescriptor]
+
+
+@contextmanager
+def _secured(text: str, as_json: bool) -> Iterator[_Secured]:
+    """A queue (through the queue manager) or a list or alias (through the directory)."""
+    if text.strip().lower().startswith(_DIRECTORY_PREFIXES):
+        with open_directory(as_json) as directory:
+            yield _Secured(text.strip(), directory.principal,
+                           lambda: directory.security(text),
+                           lambda sd: directory.set_security(text, sd))
+        return
     from facade.manager import QueueManager
 
     with fail_on_errors(as_json), QueueManager.open(lease_ids=False) as qm:
-        name = resolve_queue_name(qm, queue)
-        stored = qm.set_queue_security(name, edit(qm.queue_security(name)))
-        data = acl_dict(name, stored, qm.principal.name)
+        name = resolve_queue_name(qm, text)
+        yield _Secured(name, qm.principal.name, lambda: qm.queue_security(name),
+                       lambda sd: qm.set_queue_security(name, sd))
+
+
+def _change(queue: str, as_json: bool,
+            edit: Callable[[SecurityDescriptor], SecurityDescriptor]) -> None:
+    with _secured(queue, as_json) as target:
+        data = acl_dict(target.name, target.write(edit(target.read())), target.principal)
     emit(data, as_json, _render)
 
 
@@ -77,11 +108,8 @@ def show(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
 
     Example: kmq acl show orders
     """
-    from facade.manager import QueueManager
-
-    with fail_on_errors(as_json), QueueManager.open(lease_ids=False) as qm:
-        name = resolve_queue_name(qm, queue)
-        data = acl_dict(name, qm.queue_security(name), qm.principal.name)
+    with _secured(queue, as_json) as target:
+        data = acl_dict(target.name, target.read(), target.principal)
     emit(data, as_json, _render)
 
 

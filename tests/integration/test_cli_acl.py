@@ -97,3 +97,16 @@ def test_sync_refuses_a_broker_without_acl_support(cli_qm: str, broker: BrokerEn
     if broker.kind == "tansu":
         assert "abort" in error["message"]
     assert _run("acl", "show", "acl-sync")["owner"] == "alice"  # still alive and working
+
+
+def test_lists_and_aliases_through_the_directory(cli_qm: str) -> None:
+    _run("dl", "create", "acl-list")
+    shown = _run("acl", "show", "dl:acl-list")
+    assert shown["owner"] == "alice" and shown["queue"] == "dl:acl-list"
+    denied = _run("acl", "grant", "dl:acl-list", "mallory", "send", "--deny")
+    assert {"allow": False, "principal": "mallory", "rights": ["WRITE_MESSAGE"]} in (
+        denied["entries"])
+    # The list's own show command reads the same descriptor.
+    assert any(e["principal"] == "mallory" for e in _run("dl", "show", "acl-list")["acl"])
+    refused = _run("acl", "revoke", "dl:acl-list", "mallory", principal="mallory", code=1)
+    assert refused["error"]["code"] == "MQ_ERROR_ACCESS_DENIED"

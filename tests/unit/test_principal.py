@@ -117,3 +117,13 @@ def test_kafka_security_from_toml_is_checked_too(tmp_path: Path) -> None:
     (tmp_path / "kmq.toml").write_text('[kafka]\n"sasl.username" = "u"\n')
     with pytest.raises(ConfigurationError, match="would be ignored"):
         KmqConfig.load({"KMQ_CONFIG": str(tmp_path / "kmq.toml")})
+
+
+def test_a_property_librdkafka_does_not_know_is_a_configuration_error() -> None:
+    """Not "the broker did not answer": the settings are wrong, and the error says so."""
+    from facade.kafka import KafkaSession
+
+    session = KafkaSession("127.0.0.1:1", {"security.protocol": "SSL", "ssl.no.such": "x"})
+    with pytest.raises(ConfigurationError, match="ssl.no.such") as refused:
+        session.ping(timeout=1)
+    assert "KMQ_KAFKA_" in (refused.value.hint or "")
