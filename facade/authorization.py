@@ -20,8 +20,8 @@ receive (every form), purge,   DELETE_MESSAGE (on a journal:
 move, reject, cursor receive   DELETE_JOURNAL_MESSAGE)
 peek (every form), cursor      PEEK_MESSAGE
 properties, count              GET_PROPERTIES
-set properties                 SET_PROPERTIES
-delete queue                   DELETE
+set properties                 SET_PROPERTIES (or MANAGE on the queue manager)
+delete queue                   DELETE (or MANAGE on the queue manager)
 read the descriptor            GET_PERMISSIONS
 change the access list         CHANGE_PERMISSIONS (owner change: TAKE_OWNERSHIP)
 ============================== =================================================
@@ -52,6 +52,9 @@ if TYPE_CHECKING:
     from facade.registry import QueueProperties
 
 __all__ = ["QueueAccess", "RefusedCopy", "receive_right"]
+
+#: Administration rights a queue manager's MANAGE right stands in for.
+_MANAGED = AccessRight.SET_PROPERTIES | AccessRight.DELETE
 
 
 def receive_right(destination: Destination, remove: bool) -> AccessRight:
@@ -141,10 +144,18 @@ class QueueAccess:
     def require_queue(self, properties: QueueProperties, rights: AccessRight) -> None:
         """:meth:`require` for a queue known by its record (administration calls).
 
+        SET_PROPERTIES and DELETE refused by the queue's own list are allowed to a holder of
+        MANAGE on the queue manager (seed 004's "Queue Management").
+
         Raises:
             AccessDenied: a right is missing.
         """
-        self.current(properties).security.require(self.principal, rights, properties.path_name)
+        security = self.current(properties).security
+        if security.allows(self.principal, rights):
+            return
+        if not rights & ~_MANAGED and self.manager.qm_security.allows(AccessRight.MANAGE):
+            return
+        security.require(self.principal, rights, properties.path_name)
 
     def refused_sends(self, destinations: list[Destination]) -> dict[str, AccessDenied]:
         """The destinations whose access list refuses the caller WRITE_MESSAGE.

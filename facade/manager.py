@@ -45,6 +45,7 @@ from facade.message import Delivery, Message, MessageClass
 from facade.outputs import SystemOutputs
 from facade.peeklock import DEFAULT_PREFETCH_LEASE
 from facade.principal import resolve_principal
+from facade.qmsecurity import QueueManagerSecurity
 from facade.registry import (
     DEFAULT_RECEIVE_RETRY_COUNT,
     QueueManagerRecord,
@@ -113,6 +114,7 @@ class QueueManager:
         self.outputs = SystemOutputs(self)
         self.sender = Sender(self)
         self.access = QueueAccess(self)
+        self.qm_security = QueueManagerSecurity(self)
 
     @classmethod
     def open(cls, config: KmqConfig | None = None, *, lease_ids: bool = True,
@@ -148,6 +150,7 @@ class QueueManager:
             raise
         try:
             manager._ensure_system_queues()
+            manager.qm_security.claim_if_unset()
             if lease_ids:
                 manager.ids.prepare()  # the first message-id block, leased while the broker answers
             manager.sender.recover()
@@ -223,6 +226,7 @@ class QueueManager:
                 accepted and ignored).
             DirectoryUnavailable: a public queue (a path without ``private$``) and no directory
                 (workgroup mode) or it is down; nothing is created.
+            AccessDenied: the caller lacks CREATE_QUEUE on the queue manager.
 
         A public queue is published in the directory (an ``mSMQQueue`` entry whose GUID is the
         queue's PROPID_Q_INSTANCE, so ``PUBLIC=<guid>`` names it) with its properties as
@@ -230,6 +234,7 @@ class QueueManager:
         """
         _check_enforceable_queue(authenticate=authenticate, privacy_level=privacy_level)
         queue_path = self._local_path(path)
+        self.qm_security.require(AccessRight.CREATE_QUEUE)
         topics = queue_topics(self.name, queue_path.queue_name, private=queue_path.private)
         properties = QueueProperties(
             path_name=str(queue_path), queue_manager=self.name, queue_name=queue_path.queue_name,
@@ -302,7 +307,12 @@ class QueueManager:
         self.session.delete_topics(doomed)
 
     def queue_exists(self, path_or_format_name: str) -> bool:
-        """True if the queue exists (``MessageQueue.Exists``)."""
+        """True if the queue exists (``MessageQueue.Exists``).
+
+        Raises:
+            AccessDenied: the caller lacks TEST on the queue manager.
+        """
+        self.qm_security.require(AccessRight.TEST)
         try:
             self._properties(path_or_format_name)
         except QueueNotFound:
@@ -310,7 +320,12 @@ class QueueManager:
         return True
 
     def list_queues(self) -> list[QueueProperties]:
-        """This queue manager's queues, sorted by path name (``GetPrivateQueuesByMachine``)."""
+        """This queue manager's queues, sorted by path name (``GetPrivateQueuesByMachine``).
+
+        Raises:
+            AccessDenied: the caller lacks QUEUE_STATUS on the queue manager.
+        """
+        self.qm_security.require(AccessRight.QUEUE_STATUS)
         return sorted((p for p in self.registry.queues().values() if p.queue_manager == self.name),
                       key=lambda p: p.path_name)
 
@@ -359,6 +374,25 @@ class QueueManager:
         properties = self._properties(path_or_format_name)
         self.access.require_queue(properties, AccessRight.GET_PROPERTIES)
         return properties
+
+    def queue_manager_security(self) -> SecurityDescriptor:
+        """This queue manager's own descriptor (seed 004's queue-manager rights: CONTROL,
+        CREATE_QUEUE, MANAGE, QUEUE_STATUS, TEST; see :mod:`facade.qmsecurity`).
+
+        Raises:
+            AccessDenied: the caller lacks GET_PERMISSIONS on the queue manager.
+        """
+        self.qm_security.require(AccessRight.GET_PERMISSIONS)
+        return self.qm_security.descriptor()
+
+    def set_queue_manager_security(self, descriptor: SecurityDescriptor) -> SecurityDescriptor:
+        """Replace this queue manager's descriptor.
+
+        Raises:
+            InvalidParameter: ``descriptor`` is not a SecurityDescriptor.
+            AccessDenied: the caller lacks CONTROL (TAKE_OWNERSHIP to change the owner).
+        """
+        return self.qm_security.replace(descriptor)
 
     def queue_security(self, path_or_format_name: str) -> SecurityDescriptor:
         """A queue's security descriptor: owner and access list (``MQGetQueueSecurity``).
@@ -638,6 +672,7 @@ class QueueManager:
             producer.flush(10.0)
         self._producers.clear()
         self.ids.close()
+        self.qm_security.close()
         self.registry.close()
         with self._directory_lock:
             directory, self._directory = self._directory, None

@@ -1,6 +1,7 @@
-"""``kmq acl``: show and change a queue's permissions (MSMQ's queue security descriptor), and
-those of a distribution list (``dl:NAME``, ``DL=<guid>``) or queue alias (``alias:NAME``),
-which the directory holds.
+"""``kmq acl``: show and change a queue's permissions (MSMQ's queue security descriptor), those
+of a distribution list (``dl:NAME``, ``DL=<guid>``) or queue alias (``alias:NAME``), which the
+directory holds, and those of this queue manager (``qm:``; seed 004's queue-manager rights:
+``control``, ``create_queue``, ``manage``, ``queue_status``, ``test``).
 
 Rights are MSMQ's ``MQSEC_*`` names (``WRITE_MESSAGE``, ``RECEIVE_MESSAGE``, ``PEEK_MESSAGE``,
 ``GET_PROPERTIES``, ``FULL_CONTROL``..., see :class:`facade.acl.AccessRight`) joined by ``|``,
@@ -29,7 +30,8 @@ app = typer.Typer(help="Show and change queue permissions (owner and access list
 
 QueueArg = text_argument(
     ..., help=r"Queue: NAME, path name (.\private$\orders), PUBLIC=/PRIVATE=/DIRECT= format "
-              "name; or a directory object: dl:NAME, DL=<guid>, alias:NAME.")
+              "name; a directory object: dl:NAME, DL=<guid>, alias:NAME; or qm: for this queue "
+              "manager.")
 PrincipalArg = text_argument(..., help="User or group name, or Everyone.")
 RightsArg = text_argument(
     ..., help="Rights joined by '|': send, receive, peek, full, or MSMQ names such as "
@@ -90,9 +92,24 @@ def _secured(text: str, as_json: bool) -> Iterator[_Secured]:
     from facade.manager import QueueManager
 
     with fail_on_errors(as_json), QueueManager.open(lease_ids=False) as qm:
+        if text.strip().lower().startswith("qm:"):
+            _check_this_queue_manager(text, qm.name)
+            yield _Secured(f"qm:{qm.name}", qm.principal.name, qm.queue_manager_security,
+                           qm.set_queue_manager_security)
+            return
         name = resolve_queue_name(qm, text)
         yield _Secured(name, qm.principal.name, lambda: qm.queue_security(name),
                        lambda sd: qm.set_queue_security(name, sd))
+
+
+def _check_this_queue_manager(text: str, name: str) -> None:
+    from facade.errors import InvalidParameter
+
+    asked = text.strip()[3:].strip().lower()
+    if asked not in ("", ".", name):
+        raise InvalidParameter(
+            f"{text.strip()!r} names queue manager {asked!r}, but this is {name!r}",
+            hint="use qm: for this queue manager, or set KMQ_QUEUE_MANAGER to the other one")
 
 
 def _change(queue: str, as_json: bool,
@@ -160,3 +177,14 @@ def sync(dry_run: bool = typer.Option(False, "--dry-run",
          lambda d: f"{verb} {len(d['create'])} and "
                    f"{'would delete' if dry_run else 'deleted'} {len(d['delete'])} Kafka ACL "
                    f"binding(s); {d['unchanged']} already in place")
+
+
+@app.command()
+def owner(queue: str = QueueArg, principal: str = PrincipalArg,
+          as_json: bool = JsonOption) -> None:
+    """Make a principal the owner (MSMQ's take ownership; needs TAKE_OWNERSHIP and
+    CHANGE_PERMISSIONS).
+
+    Example: kmq acl owner qm: alice
+    """
+    _change(queue, as_json, lambda sd: sd.with_owner(principal))

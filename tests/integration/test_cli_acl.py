@@ -110,3 +110,20 @@ def test_lists_and_aliases_through_the_directory(cli_qm: str) -> None:
     assert any(e["principal"] == "mallory" for e in _run("dl", "show", "acl-list")["acl"])
     refused = _run("acl", "revoke", "dl:acl-list", "mallory", principal="mallory", code=1)
     assert refused["error"]["code"] == "MQ_ERROR_ACCESS_DENIED"
+
+
+def test_queue_manager_permissions_and_owner(cli_qm: str) -> None:
+    shown = _run("acl", "show", "qm:")
+    assert shown["owner"] == "alice" and shown["queue"] == f"qm:{cli_qm}"
+    assert "CREATE_QUEUE" in _run("acl", "show", "qm:", principal="bob")["effective_rights"]
+    _run("acl", "grant", "qm:", "bob", "create_queue|queue_status", "--deny")
+    refused = _run("queue", "create", "by-bob", principal="bob", code=1)
+    assert refused["error"]["code"] == "MQ_ERROR_ACCESS_DENIED"
+    assert "CREATE_QUEUE" in refused["error"]["message"]
+    assert _run("queue", "list", principal="bob", code=1)["error"]["code"] == (
+        "MQ_ERROR_ACCESS_DENIED")
+    # The owner hands the queue manager over; the old owner keeps only what the list gives.
+    assert _run("acl", "owner", "qm:", "carol")["owner"] == "carol"
+    assert _run("acl", "revoke", "qm:", "bob", principal="carol")["owner"] == "carol"
+    wrong = _run("acl", "show", "qm:someone-else", code=1)
+    assert wrong["error"]["code"] == "MQ_ERROR_INVALID_PARAMETER"

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from facade import AccessDenied, AccessRight, Message, ReceiveTimeout, SecurityDescriptor
+from facade import (
+    AccessDenied,
+    AccessRight,
+    InvalidParameter,
+    Message,
+    ReceiveTimeout,
+    SecurityDescriptor,
+)
 from facade.acl import EVERYONE
 from facade.config import DirectorySettings, KmqConfig
 from facade.manager import QueueManager
@@ -238,6 +245,51 @@ def test_administration_rights(pair: tuple[QueueManager, QueueManager]) -> None:
     assert not alice.queue_exists(path)
 
 
+def test_queue_manager_rights(pair: tuple[QueueManager, QueueManager]) -> None:
+    """Seed 004's queue-manager ACL: create queue, status (list), test (exists), control,
+    manage."""
+    alice, bob = pair
+    original = alice.queue_manager_security()
+    assert original.owner == "alice"  # the first principal to open the queue manager
+    assert bob.queue_manager_security() == original  # everyone may read it (GET_PERMISSIONS)
+    path = _queue(alice)  # bob: no rights on the queue itself
+    try:
+        # Default: bob may create queues, list them and test them, not control or manage.
+        mine = rf".\private$\bobs-{uuid.uuid4().hex[:6]}"
+        bob.create_queue(mine)
+        assert any(p.path_name.endswith(mine[2:]) for p in bob.list_queues())
+        assert bob.queue_exists(path)
+        with pytest.raises(AccessDenied, match="CHANGE_PERMISSIONS"):
+            bob.set_queue_manager_security(original.grant("bob", R.CONTROL))
+        with pytest.raises(AccessDenied):
+            bob.delete_queue(path)
+        # Deny wins on the queue manager too.
+        alice.set_queue_manager_security(
+            original.deny("bob", R.CREATE_QUEUE | R.QUEUE_STATUS | R.TEST))
+        # (each try a new name: a try before bob's view refreshed creates its queue)
+        _eventually(lambda: _expect_denied(
+            lambda: bob.create_queue(rf".\private$\late-{uuid.uuid4().hex[:6]}")))
+        _all_denied(bob.list_queues, lambda: bob.queue_exists(path))
+        # MANAGE (queue management) lets bob change and delete queues he has no right on.
+        alice.set_queue_manager_security(original.grant("bob", R.MANAGE))
+        _eventually(lambda: bob.set_properties(path, label="managed"))
+        bob.delete_queue(path)
+        assert not alice.queue_exists(path)
+        with pytest.raises(InvalidParameter, match="SecurityDescriptor"):
+            alice.set_queue_manager_security("everyone")  # type: ignore[arg-type]
+    finally:
+        alice.set_queue_manager_security(original)
+
+
+def _expect_denied(action) -> None:
+    """Raise AccessDenied while ``action`` still succeeds (for :func:`_eventually`)."""
+    try:
+        action()
+    except AccessDenied:
+        return
+    raise AccessDenied("not refused yet")
+
+
 def test_revocation_applies_to_open_handles(pair: tuple[QueueManager, QueueManager]) -> None:
     alice, bob = pair
     path = _queue(alice, R.RECEIVE_MESSAGE)
@@ -259,8 +311,6 @@ def test_revocation_applies_to_open_handles(pair: tuple[QueueManager, QueueManag
 def test_set_queue_security_refuses_other_types(pair: tuple[QueueManager, QueueManager]) -> None:
     alice, _ = pair
     path = _queue(alice)
-    from facade import InvalidParameter
-
     with pytest.raises(InvalidParameter, match="SecurityDescriptor"):
         alice.set_queue_security(path, {"owner": "alice"})  # type: ignore[arg-type]
     with pytest.raises(InvalidParameter, match="queue-manager right"):
