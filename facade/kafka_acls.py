@@ -43,6 +43,7 @@ from facade.acl import EVERYONE, AccessRight, SecurityDescriptor
 from facade.formatnames import SystemQueue
 from facade.topics import (
     QUEUE_MANAGER_REGISTRY_TOPIC,
+    QUEUE_MANAGER_SECURITY_TOPIC,
     QUEUE_REGISTRY_TOPIC,
     QueueTopics,
     system_topics,
@@ -174,7 +175,8 @@ def shared_acls(queue_manager: str) -> set[KafkaAcl]:
         set[KafkaAcl]: ALLOW bindings for ``User:*``.
     """
     needs: set[_Need] = set()
-    for registry in (QUEUE_REGISTRY_TOPIC, QUEUE_MANAGER_REGISTRY_TOPIC):
+    for registry in (QUEUE_REGISTRY_TOPIC, QUEUE_MANAGER_REGISTRY_TOPIC,
+                     QUEUE_MANAGER_SECURITY_TOPIC):
         needs |= {(registry, "literal", "read"), (registry, "literal", "describe")}
     for queue in SystemQueue:
         topics = system_topics(queue_manager, queue)

@@ -40,6 +40,7 @@ from facade.acl import EVERYONE, AccessRight, ObjectKind, SecurityDescriptor
 from facade.errors import BrokerUnavailable, InvalidParameter, MessageQueueError
 from facade.kafka import produce_and_wait
 from facade.message import Delivery
+from facade.topics import QUEUE_MANAGER_SECURITY_TOPIC
 
 if TYPE_CHECKING:
     from facade.manager import QueueManager
@@ -48,8 +49,6 @@ __all__ = ["QUEUE_MANAGER_SECURITY_TOPIC", "QueueManagerSecurity", "unset_descri
 
 log = logging.getLogger("kmq.qmsecurity")
 
-#: Compacted topic of queue-manager descriptors (key: queue manager name).
-QUEUE_MANAGER_SECURITY_TOPIC = "__kmq.queue_manager_security"
 #: Seconds a descriptor read may be reused before the topic is read again.
 REFRESH_INTERVAL = 1.0
 _SCAN_TIMEOUT = 15.0
@@ -68,7 +67,10 @@ def _decode(value: bytes | None) -> SecurityDescriptor:
     doc = json.loads((value or b"").decode("utf-8"))
     if not isinstance(doc, dict) or not isinstance(doc.get("access_list"), list):
         raise InvalidParameter("not an object with an 'access_list' list")
-    return SecurityDescriptor.from_values(doc.get("owner"), doc["access_list"])  # type: ignore[arg-type]
+    owner = doc.get("owner")
+    if not isinstance(owner, str):
+        raise InvalidParameter(f"owner must be text, not {type(owner).__name__}")
+    return SecurityDescriptor.from_values(owner, doc["access_list"])
 
 
 class QueueManagerSecurity:
