@@ -636,8 +636,11 @@ class SecurityDescriptor:
           to another list or change its member list.
         * QUEUE_MANAGER: the owner has FULL_CONTROL and the queue-manager rights
           (:data:`QUEUE_MANAGER_RIGHTS`); everyone has ``CREATE_QUEUE |
-          QUEUE_STATUS | TEST | GET_PROPERTIES | GET_PERMISSIONS`` (MSMQ lets any user create
-          queues and read the machine's properties).
+          QUEUE_STATUS | TEST | GET_PROPERTIES | GET_PERMISSIONS | PEEK_MESSAGE`` (MSMQ lets
+          any user create queues and read the machine's properties; on a queue manager,
+          PEEK_MESSAGE and DELETE_MESSAGE are peeking at and receiving from its dead-letter
+          queues and machine journal, so everyone may browse dead letters, and only the
+          owner may remove them).
 
         Args:
             kind (ObjectKind): the kind of object.
@@ -656,7 +659,7 @@ class SecurityDescriptor:
             everyone = R.SEND_TO | R.GET_PROPERTIES | R.GET_PERMISSIONS
         elif kind is ObjectKind.QUEUE_MANAGER:
             everyone = (R.CREATE_QUEUE | R.QUEUE_STATUS | R.TEST | R.GET_PROPERTIES
-                        | R.GET_PERMISSIONS)
+                        | R.GET_PERMISSIONS | R.PEEK_MESSAGE)
         else:
             raise InvalidParameter(f"unknown object kind {kind!r}")
         owner_rights = R.FULL_CONTROL

@@ -30,8 +30,9 @@ A send the access list refuses is not written: the destination's copy gets
 NACK_ACCESS_DENIED on the admin queue (when NEGATIVE_ARRIVAL was asked for) and a dead-letter
 copy (journal level DEADLETTER), and the caller gets :class:`~facade.errors.AccessDenied`
 (MQ_ERROR_ACCESS_DENIED) naming the queues refused; copies to other queues of the same send
-are sent. System queues (dead-letter queues, the machine journal) have no queue record and are
-not checked here, nor is the queue manager's own housekeeping (expiry, lease and claim
+are sent. System queues (dead-letter queues, the machine journal) are guarded by their queue
+manager's descriptor (:mod:`facade.qmsecurity`): DELETE_MESSAGE to receive, PEEK_MESSAGE to
+peek. Not checked: the queue manager's own housekeeping (expiry, lease and claim
 recovery), which removes messages on MSMQ's rules rather than a caller's request.
 
 These checks bind clients that go through kmq. A client that talks to Kafka directly is
@@ -123,8 +124,12 @@ class QueueAccess:
         """Raise unless the caller has ``rights`` on ``destination`` (a queue's journal and
         subqueues share the queue's descriptor, as in MSMQ).
 
+        A system queue (dead-letter queues, machine journal) is guarded by its queue manager's
+        descriptor: receiving needs DELETE_MESSAGE there, peeking PEEK_MESSAGE (MSMQ's
+        dead-letter rights of a machine).
+
         Args:
-            destination (Destination): the queue; a system queue (no record) is not checked.
+            destination (Destination): the queue.
             rights (AccessRight): the rights the operation needs.
 
         Raises:
@@ -132,6 +137,9 @@ class QueueAccess:
                 principal, the rights and the queue, the hint whom to ask.
         """
         if destination.properties is None:
+            if destination.system_of is not None:
+                self.manager.qm_security.descriptor(destination.system_of).require(
+                    self.principal, rights, destination.format_name)
             return
         properties = self.current(destination.properties)
         known = self._granted.get(properties.path_name)

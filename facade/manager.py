@@ -70,6 +70,8 @@ class Destination:
         properties (QueueProperties | None): registry properties (None for system queues).
         read_only (bool): journals and dead-letter queues: applications may only read/delete.
         is_subqueue (bool): a subqueue: messages get there only by being moved.
+        system_of (str | None): for a system queue (dead-letter, machine journal), the name of
+            its queue manager, whose descriptor guards it; None otherwise.
     """
 
     format_name: str
@@ -77,6 +79,7 @@ class Destination:
     properties: QueueProperties | None
     read_only: bool
     is_subqueue: bool = False
+    system_of: str | None = None
 
 
 class QueueManager:
@@ -571,7 +574,8 @@ class QueueManager:
                 raise QueueNotFound(f"no queue manager {machine!r} is registered on this "
                                     "cluster", queue=f"{machine}\\{queue.path_keyword}")
             guid = uuid.UUID(record.guid)
-        return Destination(f"MACHINE={guid};{queue.name}", system_topics(machine, queue), None, True)
+        return Destination(f"MACHINE={guid};{queue.name}", system_topics(machine, queue), None, True,
+                           system_of=machine)
 
     def _properties(self, path_or_format_name: str) -> QueueProperties:
         destination = self.resolve(parse_queue_reference(path_or_format_name))

@@ -290,6 +290,27 @@ def _expect_denied(action) -> None:
     raise AccessDenied("not refused yet")
 
 
+def test_dead_letter_queues_are_guarded_by_the_queue_manager(
+        pair: tuple[QueueManager, QueueManager]) -> None:
+    alice, bob = pair
+    path = _queue(alice)  # bob may not send here: his copy is dead-lettered
+    with pytest.raises(AccessDenied):
+        bob.open_queue(path).send(Message(body=b"dead", journal=JournalLevel.DEADLETTER))
+    dead_letters = f"MACHINE={alice.guid};DEADLETTER"
+    theirs = bob.open_queue(dead_letters)
+    assert theirs.peek(timeout=WAIT).body  # everyone may browse dead letters by default
+    with pytest.raises(AccessDenied, match="DELETE_MESSAGE"):
+        theirs.receive(timeout=0)
+    with pytest.raises(AccessDenied):
+        bob.open_queue(f"MACHINE={alice.guid};JOURNAL").receive(timeout=0)
+    original = alice.queue_manager_security()
+    try:
+        alice.set_queue_manager_security(original.grant("bob", R.DELETE_MESSAGE))
+        _eventually(lambda: theirs.receive(timeout=WAIT))
+    finally:
+        alice.set_queue_manager_security(original)
+
+
 def test_revocation_applies_to_open_handles(pair: tuple[QueueManager, QueueManager]) -> None:
     alice, bob = pair
     path = _queue(alice, R.RECEIVE_MESSAGE)

@@ -427,7 +427,7 @@ def test_default_queue_manager() -> None:
     sd = SD.default_for(ObjectKind.QUEUE_MANAGER, "admin")
     assert sd.granted("admin") == R.FULL_CONTROL | QUEUE_MANAGER_RIGHTS
     assert sd.granted("bob") == (R.CREATE_QUEUE | R.QUEUE_STATUS | R.TEST | R.GET_PROPERTIES
-                                 | R.GET_PERMISSIONS)
+                                 | R.GET_PERMISSIONS | R.PEEK_MESSAGE)
     assert not sd.allows("bob", R.CONTROL | R.MANAGE)
 
 
