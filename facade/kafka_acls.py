@@ -24,7 +24,8 @@ exactly, so the bindings are computed from the **effective** rights: ``User:*`` 
 Everyone has; a named principal is allowed what it has beyond that and **denied** what Everyone
 has and it does not (Kafka's DENY wins over the wildcard ALLOW). Every kmq client also needs a
 few bindings that are not per queue (:func:`shared_acls`): Read on the registry topics, Write on
-the queue manager's dead-letter and journal topics, Read on kmq's reader groups. An admin
+the queue manager's dead-letter and journal topics, Read and Write on its message-id lease
+topic, Read on kmq's reader groups. An admin
 queue must allow its senders WRITE_MESSAGE (MSMQ's default lets Everyone send), because the
 acknowledgment is written by the process that caused it. Writing the registry (creating
 queues, changing properties or access lists) stays with administrators: grant it with
@@ -46,6 +47,7 @@ from facade.topics import (
     QUEUE_MANAGER_SECURITY_TOPIC,
     QUEUE_REGISTRY_TOPIC,
     QueueTopics,
+    id_block_topic,
     system_topics,
 )
 
@@ -181,6 +183,9 @@ def shared_acls(queue_manager: str) -> set[KafkaAcl]:
     for queue in SystemQueue:
         topics = system_topics(queue_manager, queue)
         needs |= {(topics.data, "literal", "write"), (topics.data, "literal", "describe")}
+    # Every sender leases message-id blocks there (read the leases, append its own).
+    leases = id_block_topic(queue_manager)
+    needs |= {(leases, "literal", op) for op in ("read", "write", "describe")}
     acls = _bindings(ANY_USER, needs, "allow")
     acls.add(KafkaAcl("group", READER_GROUP_PREFIX, "prefixed", ANY_USER, "read", "allow"))
     return acls

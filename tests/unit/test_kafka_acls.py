@@ -7,7 +7,7 @@ import dataclasses
 from facade.acl import EVERYONE, AccessRight, ObjectKind, SecurityDescriptor
 from facade.kafka_acls import KafkaAcl, plan_sync, queue_acls, shared_acls
 from facade.registry import QueueProperties
-from facade.topics import queue_topics
+from facade.topics import id_block_topic, queue_topics
 
 R = AccessRight
 TOPICS = queue_topics("qm1", "orders", private=True)
@@ -79,6 +79,8 @@ def test_shared_bindings() -> None:
     names = {(a.resource_name, a.operation) for a in acls}
     assert ("__kmq.queues", "read") in names and ("__kmq.queues", "write") not in names
     assert ("kmq.qm1.system.deadletter", "write") in names
+    assert ("__kmq.queue_manager_security", "read") in names
+    assert {(id_block_topic("qm1"), op) for op in ("read", "write")} <= names
     group = [a for a in acls if a.resource_type == "group"]
     assert [(g.resource_name, g.pattern, g.operation) for g in group] == [
         ("kmq-reader-", "prefixed", "read")]
