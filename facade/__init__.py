@@ -19,6 +19,7 @@ import importlib
 import typing
 
 if typing.TYPE_CHECKING:
+    from facade.acl import AccessRight, SecurityDescriptor
     from facade.config import DirectorySettings, KmqConfig
     from facade.errors import (
         AccessDenied,
@@ -82,6 +83,7 @@ if typing.TYPE_CHECKING:
 __all__ = [
     "AccessDenied",
     "AcknowledgedQueue",
+    "AccessRight",
     "Acknowledgment",
     "AcknowledgmentInfo",
     "AuthLevel",
@@ -124,6 +126,7 @@ __all__ = [
     "QueueProperties",
     "QueueQuotaExceeded",
     "ReceiveTimeout",
+    "SecurityDescriptor",
     "SenderIdType",
     "SystemQueue",
     "TransactionAborted",
@@ -139,6 +142,7 @@ __all__ = [
 
 #: Public name -> the module defining it.
 _MODULES = {
+    **dict.fromkeys(("AccessRight", "SecurityDescriptor"), "facade.acl"),
     **dict.fromkeys(("DirectorySettings", "KmqConfig"), "facade.config"),
     "Cursor": "facade.cursor",
     "Destination": "facade.destination",

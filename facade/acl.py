@@ -39,6 +39,7 @@ from facade.errors import AccessDenied, InvalidParameter
 
 __all__ = [
     "EVERYONE",
+    "QUEUE_MANAGER_RIGHTS",
     "AccessControlEntry",
     "AccessRight",
     "ObjectKind",
@@ -82,8 +83,19 @@ class AccessRight(enum.IntFlag):
         ADD_REMOVE_SELF (0x200000): kmq; on a queue, alias or distribution list, be added to or
             removed from a distribution list (MSMQ's "Add/Remove Self as Member", the
             container permission).
+        CREATE_QUEUE (0x400000): kmq; on a queue manager, create queues (seed 004's "Queue
+            Creation"; MSMQ's MQSEC_CREATE_QUEUE, a machine right).
+        QUEUE_STATUS (0x800000): kmq; on a queue manager, list its queues and their state
+            (seed 004's "Queue Status Query").
+        TEST (0x1000000): kmq; on a queue manager, read its attributes and check its health
+            (seed 004's "Test").
+        CONTROL, MANAGE: seed 004's queue-manager "Control" and "Queue Management", the same
+            bits as CHANGE_PERMISSIONS and SET_PROPERTIES (MSMQ reuses bit values per object
+            kind), so they are aliases of those members.
         RECEIVE_MESSAGE, RECEIVE_JOURNAL_MESSAGE, GENERIC_READ, GENERIC_WRITE, GENERIC_ALL:
-            MSMQ's composite masks; FULL_CONTROL is GENERIC_ALL plus both kmq bits.
+            MSMQ's composite masks; FULL_CONTROL is GENERIC_ALL plus the two distribution-list
+            bits: every right on a queue, alias or list. The queue-manager-only bits
+            (CREATE_QUEUE, QUEUE_STATUS, TEST) are outside it.
 
     :meth:`parse` reads the text form and :meth:`names` writes it.
     """
@@ -100,6 +112,12 @@ class AccessRight(enum.IntFlag):
     TAKE_OWNERSHIP = 0x80000
     ADD_REMOVE_ELEMENT = 0x100000
     ADD_REMOVE_SELF = 0x200000
+    CREATE_QUEUE = 0x400000
+    QUEUE_STATUS = 0x800000
+    TEST = 0x1000000
+    # Seed 004's queue-manager rights that are MSMQ queue bits on a queue-manager object.
+    CONTROL = 0x40000  # alias of CHANGE_PERMISSIONS: modify the queue manager's access list
+    MANAGE = 0x10  # alias of SET_PROPERTIES: change the queue manager's settings
     # Composites (MSMQ's MQSEC_* composite values, plus kmq's FULL_CONTROL).
     RECEIVE_MESSAGE = 0x3  # DELETE_MESSAGE | PEEK_MESSAGE
     RECEIVE_JOURNAL_MESSAGE = 0xA  # DELETE_JOURNAL_MESSAGE | PEEK_MESSAGE
@@ -164,7 +182,9 @@ _SINGLE_BITS: tuple[AccessRight, ...] = tuple(
         key=lambda r: r.value,
     )
 )
-_ALL_BITS = AccessRight.FULL_CONTROL.value
+#: Rights only a queue manager's descriptor grants (seed 004's queue-manager ACL).
+QUEUE_MANAGER_RIGHTS = AccessRight.CREATE_QUEUE | AccessRight.QUEUE_STATUS | AccessRight.TEST
+_ALL_BITS = (AccessRight.FULL_CONTROL | QUEUE_MANAGER_RIGHTS).value
 # Parse-only synonyms: MSMQ's own long names and seed 000's wording.
 _SYNONYMS: dict[str, AccessRight] = {
     "SET_QUEUE_PROPERTIES": AccessRight.SET_PROPERTIES,
@@ -190,7 +210,7 @@ def _parse_word(word: str) -> AccessRight:
         if value < 0 or value & ~_ALL_BITS:
             raise InvalidParameter(
                 f"{word!r} is not a valid access-right mask",
-                hint=f"numbers may only use the bits of FULL_CONTROL ({_ALL_BITS:#x})",
+                hint=f"numbers may only use the bits of the access rights ({_ALL_BITS:#x})",
             )
         return AccessRight(value)
     key = _INNER_SPACE.sub("_", word).upper()
@@ -211,7 +231,7 @@ def _check_rights(rights: object, what: str) -> AccessRight:
     if rights < 0 or rights & ~_ALL_BITS:
         raise InvalidParameter(
             f"{what} {int(rights):#x} has bits that are not access rights",
-            hint=f"use AccessRight members (all bits: FULL_CONTROL = {_ALL_BITS:#x})",
+            hint=f"use AccessRight members (all bits: {_ALL_BITS:#x})",
         )
     return AccessRight(rights)
 
@@ -614,7 +634,13 @@ class SecurityDescriptor:
         * DISTRIBUTION_LIST: the owner has FULL_CONTROL; everyone has ``WRITE_MESSAGE``
           ("Send To") ``| GET_PROPERTIES | GET_PERMISSIONS``: only the owner may add the list
           to another list or change its member list.
-        * QUEUE_MANAGER: the owner has FULL_CONTROL; everyone has ``GET_PROPERTIES``.
+        * QUEUE_MANAGER: the owner has FULL_CONTROL and the queue-manager rights
+          (:data:`QUEUE_MANAGER_RIGHTS`); everyone has ``CREATE_QUEUE |
+          QUEUE_STATUS | TEST | GET_PROPERTIES | GET_PERMISSIONS | PEEK_MESSAGE`` (MSMQ lets
+          any user create queues and read the machine's properties; on a queue manager,
+          PEEK_MESSAGE and DELETE_MESSAGE are peeking at and receiving from its dead-letter
+          queues and machine journal, so everyone may browse dead letters, and only the
+          owner may remove them).
 
         Args:
             kind (ObjectKind): the kind of object.
@@ -632,13 +658,17 @@ class SecurityDescriptor:
         elif kind is ObjectKind.DISTRIBUTION_LIST:
             everyone = R.SEND_TO | R.GET_PROPERTIES | R.GET_PERMISSIONS
         elif kind is ObjectKind.QUEUE_MANAGER:
-            everyone = R.GET_PROPERTIES
+            everyone = (R.CREATE_QUEUE | R.QUEUE_STATUS | R.TEST | R.GET_PROPERTIES
+                        | R.GET_PERMISSIONS | R.PEEK_MESSAGE)
         else:
             raise InvalidParameter(f"unknown object kind {kind!r}")
+        owner_rights = R.FULL_CONTROL
+        if kind is ObjectKind.QUEUE_MANAGER:
+            owner_rights |= QUEUE_MANAGER_RIGHTS
         return cls(
             owner,
             (
-                AccessControlEntry(True, owner, R.FULL_CONTROL),
+                AccessControlEntry(True, owner, owner_rights),
                 AccessControlEntry(True, EVERYONE, everyone),
             ),
         )

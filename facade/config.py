@@ -44,8 +44,10 @@ Environment variable             ``kmq.toml`` key             Meaning
 ``KMQ_MIN_INSYNC_REPLICAS``      ``min_insync_replicas``      ``min.insync.replicas`` of those
                                                               topics (default 2, or the
                                                               replication factor if smaller)
-(n/a)                            ``[kafka]`` table            extra librdkafka properties (TLS,
-                                                              SASL)
+``KMQ_KAFKA_*``                  ``[kafka]`` table            extra librdkafka properties (TLS,
+                                                              SASL; the variables are listed
+                                                              in :mod:`facade.kafka_security`,
+                                                              which checks them)
 ================================ ============================ ==================================
 
 A ``kmq.toml`` is read from ``KMQ_CONFIG`` if set, else ``./kmq.toml``, else
@@ -67,6 +69,7 @@ from types import MappingProxyType
 from typing import Any
 
 from facade.errors import ConfigurationError
+from facade.kafka_security import check_kafka_security, kafka_security_from_env
 
 __all__ = [
     "DEFAULT_BASE_DN",
@@ -239,7 +242,9 @@ class KmqConfig:
         doc = _read_toml(toml_path) if toml_path else {}
         config = _from_toml(doc, toml_path) if doc else cls()
         config = _apply_environment(config, env)
-        return replace(config, **overrides) if overrides else config
+        config = replace(config, **overrides) if overrides else config
+        check_kafka_security(config.kafka_options)
+        return config
 
     @property
     def embedded_directory_path(self) -> Path:
@@ -393,6 +398,9 @@ def _apply_environment(config: KmqConfig, env: Mapping[str, str]) -> KmqConfig:
         changes["queue_manager"] = _queue_manager_name(env["KMQ_QUEUE_MANAGER"], where)
     if env.get("KMQ_PRINCIPAL"):
         changes["principal"] = _principal_name(env["KMQ_PRINCIPAL"], where)
+    kafka_security = kafka_security_from_env(env)
+    if kafka_security:
+        changes["kafka_options"] = MappingProxyType({**config.kafka_options, **kafka_security})
     return _with_replication(replace(config, **changes), env.get("KMQ_REPLICATION_FACTOR"),
                              env.get("KMQ_MIN_INSYNC_REPLICAS"), _ENV_REPLICATION_NAMES, where)
 

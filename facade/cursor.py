@@ -191,6 +191,7 @@ class Cursor:
             BrokerUnavailable: the view could not read the queue up to its end in time; check
                 that the Kafka broker is running, then retry.
         """
+        self._queue._authorize(remove=False)
         timeout = receive_timeout(timeout)
         self._check_open("peek_current")
         view = self._queue._open_view()
@@ -230,6 +231,7 @@ class Cursor:
             BrokerUnavailable: the broker did not answer while reading the queue; check that it
                 is running, then retry.
         """
+        self._queue._authorize(remove=False)
         timeout = receive_timeout(timeout)
         self._check_open("peek_next")
         if self._where is _Where.BEFORE_FIRST:
@@ -272,6 +274,7 @@ class Cursor:
             BrokerUnavailable: the receipt was not acknowledged or read back in time; whether
                 the message was removed is unknown until the broker answers again.
         """
+        self._queue._authorize(remove=True)
         timeout = receive_timeout(timeout)
         self._check_open("receive_current")
         if self._where is _Where.BEFORE_FIRST:

@@ -24,6 +24,8 @@ class Destination:
         properties (QueueProperties | None): registry properties (None for system queues).
         read_only (bool): journals and dead-letter queues: applications may only read/delete.
         is_subqueue (bool): a subqueue: messages get there only by being moved.
+        system_of (str | None): for a system queue (dead-letter, machine journal), the name of
+            its queue manager, whose descriptor guards it; None otherwise.
     """
 
     format_name: str
@@ -31,3 +33,4 @@ class Destination:
     properties: QueueProperties | None
     read_only: bool
     is_subqueue: bool = False
+    system_of: str | None = None

@@ -36,6 +36,7 @@ from facade.errors import (
     AccessDenied,
     BrokerError,
     BrokerUnavailable,
+    ConfigurationError,
     MessageQueueError,
     QueueExists,
     QueueNotFound,
@@ -416,6 +417,12 @@ class KafkaSession:
         finally:
             reader.close()
 
+    @property
+    def client_config(self) -> dict[str, Any]:
+        """The librdkafka properties every client of this session starts from (brokers,
+        ``client.id``, logging, TLS/SASL options); a copy."""
+        return dict(self._base)
+
     # -- administration ------------------------------------------------------------------------
 
     @property
@@ -429,7 +436,15 @@ class KafkaSession:
 
         Raises:
             BrokerUnavailable: no answer within ``timeout`` seconds; names the bootstrap servers.
+            ConfigurationError: librdkafka refuses a client setting (an unknown property or a
+                bad value in ``[kafka]`` / ``KMQ_KAFKA_*``).
         """
+        try:
+            self.admin  # noqa: B018 - librdkafka checks the settings when the client is made
+        except KafkaException as exc:
+            raise ConfigurationError(
+                f"the Kafka client settings are refused: {exc.args[0].str() if exc.args else exc}",
+                hint="fix the [kafka] table of kmq.toml or the KMQ_KAFKA_* variables") from exc
         refused = refused_bootstrap_servers(self.bootstrap_servers)
         if refused:
             raise BrokerUnavailable(

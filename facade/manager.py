@@ -16,6 +16,8 @@ import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from facade.acl import AccessRight, ObjectKind, SecurityDescriptor
+from facade.authorization import QueueAccess
 from facade.config import KmqConfig
 from facade.destination import Destination
 from facade.envelope import encode_message
@@ -43,7 +45,9 @@ from facade.kafka import KafkaSession, TransactionalProducer, produce_and_wait, 
 from facade.message import Delivery, Message, MessageClass
 from facade.outputs import SystemOutputs
 from facade.peeklock import DEFAULT_PREFETCH_LEASE, lease_to_ms
+from facade.principal import resolve_principal
 from facade.protection import MessageProtection
+from facade.qmsecurity import QueueManagerSecurity
 from facade.registry import (
     DEFAULT_RECEIVE_RETRY_COUNT,
     QueueManagerRecord,
@@ -80,7 +84,10 @@ class QueueManager:
 
     def __init__(self, config: KmqConfig, session: KafkaSession, record: QueueManagerRecord,
                  registry: Registry | None = None):
-        self.config = config
+        #: The caller access checks are made for (see :mod:`facade.principal`).
+        self.principal = resolve_principal(config)
+        # The directory's own checks (Send To, lists) use the same name.
+        self.config = dataclasses.replace(config, principal=self.principal.name)
         self.session = session
         self.name = record.name
         self.guid = uuid.UUID(record.guid)
@@ -103,6 +110,8 @@ class QueueManager:
         self.transactional_id = f"kmq.{self.name}.{uuid.uuid4().hex}"
         self._transactions: TransactionalProducer | None = None
         self.protection = MessageProtection(self)
+        self.access = QueueAccess(self)
+        self.qm_security = QueueManagerSecurity(self)
 
     @classmethod
     def open(cls, config: KmqConfig | None = None, *, lease_ids: bool = True,
@@ -138,6 +147,7 @@ class QueueManager:
             raise
         try:
             manager._ensure_system_queues()
+            manager.qm_security.claim_if_unset()
             if lease_ids:
                 manager.ids.prepare()  # the first message-id block, leased while the broker answers
             manager.sender.recover()
@@ -214,12 +224,14 @@ class QueueManager:
             InvalidParameter: a property outside its range.
             DirectoryUnavailable: a public queue (a path without ``private$``) and no directory
                 (workgroup mode) or it is down; nothing is created.
+            AccessDenied: the caller lacks CREATE_QUEUE on the queue manager.
 
         A public queue is published in the directory (an ``mSMQQueue`` entry whose GUID is the
         queue's PROPID_Q_INSTANCE, so ``PUBLIC=<guid>`` names it) with its properties as
         attributes; the queue manager is published first if needed.
         """
         queue_path, queue_name = self._local_path(path)
+        self.qm_security.require(AccessRight.CREATE_QUEUE)
         topics = queue_topics(self.name, queue_name, private=queue_path.private)
         properties = QueueProperties(
             path_name=str(queue_path), queue_manager=self.name, queue_name=queue_name,
@@ -228,6 +240,7 @@ class QueueManager:
             quota_kb=quota_kb, journal_quota_kb=journal_quota_kb, base_priority=base_priority,
             authenticate=authenticate, privacy_level=privacy_level,
             receive_retry_count=receive_retry_count,
+            **_default_security(self.principal.name),
         ).validate()
         registered = self.registry.queues()
         if properties.path_name in registered:
@@ -268,8 +281,10 @@ class QueueManager:
 
         Raises:
             QueueNotFound: no such queue.
+            AccessDenied: the caller lacks DELETE (MQSEC_DELETE_QUEUE).
         """
         properties = self._properties(path_or_format_name)
+        self.access.require_queue(properties, AccessRight.DELETE)
         topics = QueueTopics(properties.data_topic, properties.receipts_topic)
         if not properties.private:
             # The directory first: if it is down, nothing is deleted.
@@ -292,7 +307,12 @@ class QueueManager:
         self.session.delete_topics(doomed)
 
     def queue_exists(self, path_or_format_name: str) -> bool:
-        """True if the queue exists (``MessageQueue.Exists``)."""
+        """True if the queue exists (``MessageQueue.Exists``).
+
+        Raises:
+            AccessDenied: the caller lacks TEST on the queue manager.
+        """
+        self.qm_security.require(AccessRight.TEST)
         try:
             self._properties(path_or_format_name)
         except QueueNotFound:
@@ -300,7 +320,12 @@ class QueueManager:
         return True
 
     def list_queues(self) -> list[QueueProperties]:
-        """This queue manager's queues, sorted by path name (``GetPrivateQueuesByMachine``)."""
+        """This queue manager's queues, sorted by path name (``GetPrivateQueuesByMachine``).
+
+        Raises:
+            AccessDenied: the caller lacks QUEUE_STATUS on the queue manager.
+        """
+        self.qm_security.require(AccessRight.QUEUE_STATUS)
         return sorted((p for p in self.registry.queues().values() if p.queue_manager == self.name),
                       key=lambda p: p.path_name)
 
@@ -340,8 +365,71 @@ class QueueManager:
         return queue
 
     def get_properties(self, path_or_format_name: str) -> QueueProperties:
-        """A queue's properties (``MQGetQueueProperties``)."""
-        return self._properties(path_or_format_name)
+        """A queue's properties (``MQGetQueueProperties``).
+
+        Raises:
+            QueueNotFound: no such queue.
+            AccessDenied: the caller lacks GET_PROPERTIES.
+        """
+        properties = self._properties(path_or_format_name)
+        self.access.require_queue(properties, AccessRight.GET_PROPERTIES)
+        return properties
+
+    def queue_manager_security(self) -> SecurityDescriptor:
+        """This queue manager's own descriptor (seed 004's queue-manager rights: CONTROL,
+        CREATE_QUEUE, MANAGE, QUEUE_STATUS, TEST; see :mod:`facade.qmsecurity`).
+
+        Raises:
+            AccessDenied: the caller lacks GET_PERMISSIONS on the queue manager.
+        """
+        self.qm_security.require(AccessRight.GET_PERMISSIONS)
+        return self.qm_security.descriptor()
+
+    def set_queue_manager_security(self, descriptor: SecurityDescriptor) -> SecurityDescriptor:
+        """Replace this queue manager's descriptor.
+
+        Raises:
+            InvalidParameter: ``descriptor`` is not a SecurityDescriptor.
+            AccessDenied: the caller lacks CONTROL (TAKE_OWNERSHIP to change the owner).
+        """
+        return self.qm_security.replace(descriptor)
+
+    def queue_security(self, path_or_format_name: str) -> SecurityDescriptor:
+        """A queue's security descriptor: owner and access list (``MQGetQueueSecurity``).
+
+        Args:
+            path_or_format_name (str): the queue, by any single-queue name.
+
+        Returns:
+            SecurityDescriptor: see :mod:`facade.acl`.
+
+        Raises:
+            QueueNotFound: no such queue (system queues have no descriptor of their own).
+            AccessDenied: the caller lacks GET_PERMISSIONS.
+        """
+        return self.access.queue_security(self._properties(path_or_format_name))
+
+    def set_queue_security(self, path_or_format_name: str,
+                           descriptor: SecurityDescriptor) -> SecurityDescriptor:
+        """Replace a queue's owner and access list (``MQSetQueueSecurity``), stored with its
+        properties (and on a public queue's directory entry).
+
+        Args:
+            path_or_format_name (str): the queue, by any single-queue name.
+            descriptor (SecurityDescriptor): the new descriptor, e.g.
+                ``qm.queue_security(p).grant("bob", AccessRight.RECEIVE_MESSAGE)``.
+
+        Returns:
+            SecurityDescriptor: the descriptor stored.
+
+        Raises:
+            QueueNotFound: no such queue.
+            InvalidParameter: ``descriptor`` is not a SecurityDescriptor.
+            AccessDenied: the caller lacks CHANGE_PERMISSIONS (TAKE_OWNERSHIP to change the
+                owner).
+            DirectoryUnavailable: a public queue and no reachable directory; nothing changed.
+        """
+        return self.access.set_queue_security(self._properties(path_or_format_name), descriptor)
 
     def set_properties(self, path_or_format_name: str, **changes: Any) -> QueueProperties:
         """Change a queue's properties (``MQSetQueueProperties``): label, journal, quotas...
@@ -349,16 +437,20 @@ class QueueManager:
         Raises:
             QueueNotFound: no such queue.
             InvalidParameter: an unknown property or a value outside its range.
+            AccessDenied: the caller lacks SET_PROPERTIES.
         """
         fixed = {"path_name", "queue_manager", "queue_name", "private", "data_topic",
-                 "receipts_topic", "instance", "create_time", "modify_time", "transactional"}
+                 "receipts_topic", "instance", "create_time", "modify_time", "transactional",
+                 "owner", "access_list"}  # the descriptor changes with set_queue_security
         bad = set(changes) & fixed | set(changes) - set(QueueProperties.__dataclass_fields__)
         if bad:
             raise InvalidParameter(f"queue properties {sorted(bad)} cannot be set",
                                    hint="settable: label, journal, quota_kb, journal_quota_kb, "
                                    "base_priority, type_id, authenticate, privacy_level, "
                                    "receive_retry_count")
-        updated = self._properties(path_or_format_name).with_changes(**changes)
+        current = self._properties(path_or_format_name)
+        self.access.require_queue(current, AccessRight.SET_PROPERTIES)
+        updated = current.with_changes(**changes)
         if not updated.private:
             published = {name: getattr(updated, name) for name in changes
                           if name in PUBLISHED_PROPERTIES}
@@ -477,7 +569,8 @@ class QueueManager:
                 raise QueueNotFound(f"no queue manager {machine!r} is registered on this "
                                     "cluster", queue=f"{machine}\\{queue.path_keyword}")
             guid = uuid.UUID(record.guid)
-        return Destination(f"MACHINE={guid};{queue.name}", system_topics(machine, queue), None, True)
+        return Destination(f"MACHINE={guid};{queue.name}", system_topics(machine, queue), None, True,
+                           system_of=machine)
 
     def _properties(self, path_or_format_name: str) -> QueueProperties:
         destination = self.resolve(parse_queue_reference(path_or_format_name))
@@ -606,6 +699,7 @@ class QueueManager:
             producer.flush(10.0)
         self._producers.clear()
         self.ids.close()
+        self.qm_security.close()
         self.registry.close()
         with self._directory_lock:
             directory, self._directory = self._directory, None
@@ -639,6 +733,13 @@ def public_entry(properties: QueueProperties) -> PublicQueueEntry:
     return PublicQueueEntry(guid=uuid.UUID(properties.instance),
                             queue_manager=properties.queue_manager,
                             queue_name=properties.queue_name, **values)
+
+
+def _default_security(owner: str) -> dict[str, Any]:
+    """The owner and access list of a new queue: MSMQ's default descriptor (the creator has
+    full control; everyone may send, get properties and get permissions)."""
+    default = SecurityDescriptor.default_for(ObjectKind.QUEUE, owner)
+    return {"owner": default.owner, "access_list": tuple(default.to_values())}
 
 
 def _unique_queue_number(properties: QueueProperties,

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from facade.acl import AccessRight
+from facade.authorization import receive_right
 from facade.cursor import Cursor
 from facade.envelope import EncodedRecord, decode_message, encode_message
 from facade.formatnames import (
@@ -183,6 +185,10 @@ class MessageQueue(PeekLockReceives):
             BrokerUnavailable: ``wait`` and the broker did not acknowledge in time.
             QueueQuotaExceeded: a copy would take its queue past its quota and was not
                 dead-lettered (the other copies were sent).
+            AccessDenied: a destination's access list refuses the caller WRITE_MESSAGE: that
+                copy was not written, NACK_ACCESS_DENIED went to the admin queue (if asked
+                for) and a dead-letter copy was kept (journal level DEADLETTER); the other
+                copies were sent (``sent`` on the error lists the messages as sent).
         """
         return self._send((message,), wait, timeout, transaction)[0]
 
@@ -269,11 +275,18 @@ class MessageQueue(PeekLockReceives):
         accepted: list[tuple[Destination, Message, EncodedRecord, Callable[[], object] | None]] = []
         refused = []  # over quota and not dead-lettered: the sender must hear of it
         batched: dict[str, int] = {}  # bytes this batch adds to each queue with a quota
+        denied = manager.access.refused_sends(destinations)  # topic -> why (WRITE_MESSAGE)
+        denied_copies = []
         for sent in sent_messages:
             journaled = not sent.journal & JournalLevel.JOURNAL
             for destination in destinations:
-                copy = manager.protection.seal(  # each copy for its own destination's key
-                    sent.stamped(destination_queue=destination.format_name), destination)
+                copy = sent.stamped(destination_queue=destination.format_name)
+                if destination.topics.data in denied:
+                    denied_copies.append(manager.access.refuse_copy(
+                        copy, destination, denied[destination.topics.data]))
+                    continue
+                # each copy for its own destination's key
+                copy = manager.protection.seal(copy, destination)
                 if destination in mismatched:
                     reject_copy(outputs, copy, destination, MessageClass.NACK_NOT_TRANSACTIONAL_MSG,
                                 "a nontransactional message sent to a transactional queue")
@@ -305,6 +318,9 @@ class MessageQueue(PeekLockReceives):
                 raise BrokerError(f"send to {self.format_name!r} failed: "
                                   + "; ".join(f"{q}: {e}" for q, e in tracker.errors.items()),
                                   queue=self.format_name)
+        if denied_copies:
+            raise manager.access.send_error(denied_copies, self.format_name, sent_messages,
+                                            len(accepted), over_quota=len(refused))
         if refused:
             others = f" ({len(accepted)} other copies were sent)" if accepted else ""
             by_message: dict[Any, list[str]] = {}
@@ -329,6 +345,9 @@ class MessageQueue(PeekLockReceives):
         commit); copies to nontransactional queues are rejected at commit (NACK_NOT_TRANSACTIONAL_Q)."""
         transaction.require_active()
         manager, now = self.manager, _now()
+        denied = manager.access.refused_sends(destinations)
+        if denied:  # the caller is the one denied: an error now, nothing joins the transaction
+            raise next(iter(denied.values()))
         mismatched = [d for d in destinations if not _transactional(d)]
         for message in messages:
             check_enforceable(message)  # before it gets its transaction id
@@ -419,6 +438,8 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             ReceiveTimeout: no message within ``timeout`` (MQ_ERROR_IO_TIMEOUT).
+            AccessDenied: the caller lacks DELETE_MESSAGE (DELETE_JOURNAL_MESSAGE on a
+                journal); see :mod:`facade.authorization`.
             InvalidParameter: ``timeout`` is negative, NaN or infinite, or ``lease`` is not
                 seconds in (0, 604800].
             BrokerUnavailable: the broker did not answer; nothing was lost (see above; a
@@ -426,6 +447,7 @@ class MessageQueue(PeekLockReceives):
             TransactionUsage: ``transaction`` on a nontransactional queue, or one that is
                 committed or aborted already.
         """
+        self._authorize(remove=True)
         transaction = check_transaction(transaction)
         if transaction is not None:
             if lock:
@@ -470,7 +492,9 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             ReceiveTimeout: no message within ``timeout`` seconds.
+            AccessDenied: the caller lacks PEEK_MESSAGE.
         """
+        self._authorize(remove=False)
         return self._wait(lambda view, now: view.state.peek_first(now), remove=False, timeout=timeout)
 
     def receive_many(self, max_messages: int, timeout: float | None = None) -> list[Message]:
@@ -498,6 +522,7 @@ class MessageQueue(PeekLockReceives):
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
             raise InvalidParameter(f"max_messages must be an int >= 1, not {max_messages!r}")
         timeout = receive_timeout(timeout)
+        self._authorize(remove=True)
         with self._lock:
             held = self._take_held(self._open_view(), max_messages)
             if held:
@@ -667,6 +692,7 @@ class MessageQueue(PeekLockReceives):
         """
         # Resolve first: a bad subqueue name fails before anything is claimed.
         self._subqueue_destination(subqueue)
+        self._authorize(remove=True)
         view = self._open_view()
         entry = self._pending_by_lookup_id(view, lookup_id)
         return self._acted_on(self._system_action(view, entry, ReceiptAction.MOVE,
@@ -684,6 +710,7 @@ class MessageQueue(PeekLockReceives):
             MessageNotFound: no message with that lookup id, or its record is not a valid
                 envelope (it went to the dead-letter queue as poison instead).
         """
+        self._authorize(remove=True)
         view = self._open_view()
         entry = self._pending_by_lookup_id(view, lookup_id)
         return self._acted_on(self._system_action(
@@ -702,6 +729,7 @@ class MessageQueue(PeekLockReceives):
     def cursor(self) -> Cursor:
         """A cursor over this queue (``MQCreateCursor``): peek_current, peek_next,
         receive_current. See :class:`facade.cursor.Cursor`."""
+        self._authorize(remove=False)
         return Cursor(self)
 
     def purge(self) -> int:
@@ -709,14 +737,23 @@ class MessageQueue(PeekLockReceives):
 
         Returns:
             int: how many messages the purge removed.
+
+        Raises:
+            AccessDenied: the caller lacks DELETE_MESSAGE (MQSEC_DELETE_MESSAGE).
         """
+        self._authorize(remove=True)
         view = self._open_view()
         view.catch_up()
         outcome = view.claim(ReceiptAction.PURGE, purge_below=view.state.data_offset)
         return outcome.purged
 
     def count(self) -> int:
-        """Messages in the queue now, including ones not yet visible (not-before) or expired."""
+        """Messages in the queue now, including ones not yet visible (not-before) or expired.
+
+        Raises:
+            AccessDenied: the caller lacks GET_PROPERTIES.
+        """
+        self.manager.access.require(self._single(), AccessRight.GET_PROPERTIES)
         view = self._open_view()
         view.catch_up()
         return view.state.pending_count()
@@ -806,6 +843,12 @@ class MessageQueue(PeekLockReceives):
                 queue=self.format_name)
         return self.destinations[0]
 
+    def _authorize(self, remove: bool) -> None:
+        """Raise AccessDenied unless the caller may receive (``remove``) or peek here
+        (:func:`facade.authorization.receive_right`)."""
+        destination = self._single()
+        self.manager.access.require(destination, receive_right(destination, remove))
+
     def _open_view(self) -> QueueView:
         if self._view is None:
             self._view = QueueView(self.manager.session, self._single().topics)
@@ -876,6 +919,7 @@ class MessageQueue(PeekLockReceives):
     def _by(self, find: Callable[[Any], IndexEntry | None], remove: bool,
             timeout: float | None, what: str) -> Message:
         timeout = receive_timeout(timeout)
+        self._authorize(remove)
         view = self._open_view()
         view.catch_up()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -910,6 +954,7 @@ class MessageQueue(PeekLockReceives):
         return entry
 
     def _by_lookup_id(self, lookup_id: int, remove: bool) -> Message:
+        self._authorize(remove)
         view = self._open_view()
         entry = self._pending_by_lookup_id(view, lookup_id)
         message = self._take(view, entry) if remove else self._decode(view, entry)

@@ -29,6 +29,7 @@ long as the fields version 1 defines are present and valid.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -38,6 +39,7 @@ import uuid
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+from facade.acl import EVERYONE, AccessControlEntry, AccessRight, SecurityDescriptor
 from facade.errors import BrokerUnavailable, EnvelopeError, InvalidParameter, MessageQueueError
 from facade.formatnames import parse_path_name
 from facade.kafka import KafkaRecord, KafkaSession, produce_and_wait
@@ -109,6 +111,10 @@ class QueueProperties:
             this many times is moved to the ``;poison`` subqueue instead of being handed out
             again, so it is delivered at most ``receive_retry_count + 1`` times. Default 5;
             None = no limit. Records written before the property existed read as 5.
+        owner (str | None): the queue's owner in its security descriptor (MSMQ: the creator);
+            None for a record written before kmq had access control (see :attr:`security`).
+        access_list (tuple[str, ...]): the queue's discretionary access-control list, one
+            entry per value in :meth:`facade.acl.AccessControlEntry.to_text` form.
     """
 
     path_name: str
@@ -130,6 +136,19 @@ class QueueProperties:
     create_time: float = field(default_factory=time.time)
     modify_time: float = field(default_factory=time.time)
     receive_retry_count: int | None = DEFAULT_RECEIVE_RETRY_COUNT
+    owner: str | None = None
+    access_list: tuple[str, ...] = ()
+
+    @property
+    def security(self) -> SecurityDescriptor:
+        """The queue's security descriptor (owner and access list, MSMQ's
+        ``MQGetQueueSecurity``).
+
+        A record written before kmq had access control has no owner: it reads as owned by
+        :data:`~facade.acl.EVERYONE` with full control for everyone, which is what every
+        caller could do with it then; ``kmq acl`` restricts it.
+        """
+        return _descriptor(self.owner, self.access_list)
 
     @property
     def queue_number(self) -> int:
@@ -157,6 +176,8 @@ class QueueProperties:
         if self.privacy_level not in (0, 1, 2):
             raise InvalidParameter("privacy_level (PROPID_Q_PRIV_LEVEL) must be 0 NONE, 1 OPTIONAL or 2 BODY",
                                    queue=self.path_name)
+        if self.owner is not None:
+            self.security  # noqa: B018 - raises InvalidParameter for a bad owner or entry
         retries = self.receive_retry_count
         if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
                                     or not 0 <= retries <= MAX_RECEIVE_RETRY_COUNT):
@@ -293,6 +314,9 @@ def _decode_queue(doc: dict[str, Any], key: str | None) -> QueueProperties:
     # Added after version 1 records were written: absent means the default.
     retries = (_check_type(doc, "receive_retry_count", (int,), optional=True)
                if "receive_retry_count" in doc else DEFAULT_RECEIVE_RETRY_COUNT)
+    # Added with access control: absent means a record written before it (no owner).
+    owner = _check_type(doc, "owner", (str,), optional=True) if "owner" in doc else None
+    access_list = _access_list(doc)
     path_name = text["path_name"]
     if key is not None and key != path_name:
         raise _Malformed(f"key {key!r} is not the record's path_name {path_name!r}")
@@ -301,7 +325,8 @@ def _decode_queue(doc: dict[str, Any], key: str | None) -> QueueProperties:
         QueueTopics(text["data_topic"], text["receipts_topic"])
         properties = QueueProperties(**text, **flags, **numbers, **quotas, type_id=type_id,
                                      instance=_guid(doc, "instance"),
-                                     receive_retry_count=retries, **times)
+                                     receive_retry_count=retries, owner=owner,
+                                     access_list=access_list, **times)
         properties.validate()
     except MessageQueueError as exc:  # FormatNameError, InvalidParameter
         raise _Malformed(str(exc)) from None
@@ -313,6 +338,23 @@ def _decode_queue(doc: dict[str, Any], key: str | None) -> QueueProperties:
         raise _Malformed("queue_manager, queue_name and private do not match path_name "
                          f"{path_name!r}")
     return properties
+
+
+def _access_list(doc: dict[str, Any]) -> tuple[str, ...]:
+    entries = _check_type(doc, "access_list", (list,)) if "access_list" in doc else []
+    if not all(isinstance(entry, str) for entry in entries):
+        raise _Malformed("field 'access_list' must be a list of strings")
+    return tuple(entries)
+
+
+@functools.lru_cache(maxsize=1024)
+def _descriptor(owner: str | None, access_list: tuple[str, ...]) -> SecurityDescriptor:
+    """The descriptor of a record's owner and access list (cached: every operation on a
+    queue reads it, and the text form takes a parse)."""
+    if owner is None:
+        return SecurityDescriptor(EVERYONE, (AccessControlEntry(True, EVERYONE,
+                                                                AccessRight.FULL_CONTROL),))
+    return SecurityDescriptor.from_values(owner, access_list)
 
 
 def _decode_manager(doc: dict[str, Any], key: str | None) -> QueueManagerRecord:

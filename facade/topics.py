@@ -35,6 +35,7 @@ __all__ = [
     "MAX_ESCAPED_NAME_LENGTH",
     "MAX_TOPIC_LENGTH",
     "QUEUE_MANAGER_REGISTRY_TOPIC",
+    "QUEUE_MANAGER_SECURITY_TOPIC",
     "QUEUE_REGISTRY_TOPIC",
     "TOPIC_PREFIX",
     "QueueTopics",
@@ -55,6 +56,8 @@ TOPIC_PREFIX = "kmq."
 QUEUE_REGISTRY_TOPIC = "__kmq.queues"
 #: Compacted topic of queue managers (name -> GUID; the first valid record per name wins).
 QUEUE_MANAGER_REGISTRY_TOPIC = "__kmq.queue_managers"
+#: Compacted topic of queue managers' security descriptors (latest record per name wins).
+QUEUE_MANAGER_SECURITY_TOPIC = "__kmq.queue_manager_security"
 #: Longest topic name Kafka accepts (characters).
 MAX_TOPIC_LENGTH = 249
 #: Longest escaped name kept whole; longer ones are shortened with a hash.
@@ -350,7 +353,7 @@ def topic_role(topic: str) -> TopicRole | None:
         TopicRole | None: the role; None when ``topic`` does not follow kmq's naming (another
         application's topic, or a malformed name under ``kmq.``).
     """
-    if topic in (QUEUE_REGISTRY_TOPIC, QUEUE_MANAGER_REGISTRY_TOPIC):
+    if topic in (QUEUE_REGISTRY_TOPIC, QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_MANAGER_SECURITY_TOPIC):
         return TopicRole.REGISTRY
     parts = topic.split(".")
     if len(parts) < 4 or parts[0] != TOPIC_PREFIX[:-1] or not all(parts):

@@ -8,7 +8,21 @@ from __future__ import annotations
 
 import typer
 
-from facade.cli import alias, bench, cert, demo, dev, directory, dl, dlq, doctor, journal, qm, queue
+from facade.cli import (
+    acl,
+    alias,
+    bench,
+    cert,
+    demo,
+    dev,
+    directory,
+    dl,
+    dlq,
+    doctor,
+    journal,
+    qm,
+    queue,
+)
 from facade.cli._help import hide_flag_types
 
 hide_flag_types()
@@ -30,6 +44,7 @@ app.add_typer(directory.app, name="directory")
 app.add_typer(alias.app, name="alias")
 app.add_typer(dl.app, name="dl")
 app.add_typer(cert.app, name="cert")
+app.add_typer(acl.app, name="acl")
 app.command("send")(queue.send)
 app.command("receive")(queue.receive)
 app.command("peek")(queue.peek)

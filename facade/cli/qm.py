@@ -26,6 +26,8 @@ def _info(qm: QueueManager) -> dict:
 
     return {
         "name": qm.name, "guid": str(qm.guid), "bootstrap_servers": qm.session.bootstrap_servers,
+        # Who access checks are made for, and whether that identity was proven or declared.
+        "principal": qm.principal.name, "principal_source": qm.principal.source.value,
         "queues": len(qm.list_queues()),
         # Read after list_queues(), which brought the registry view up to date.
         "malformed_registry_records": qm.registry.malformed,

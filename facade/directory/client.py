@@ -171,15 +171,18 @@ class Directory:
 
     @classmethod
     def open(cls, config: KmqConfig | None = None) -> Directory:
-        """Open the configured directory (see :func:`open_store`) for ``config.principal``.
+        """Open the configured directory (see :func:`open_store`) for the configuration's
+        principal (:func:`facade.principal.resolve_principal`: the authenticated identity, or
+        the declared one in development mode).
 
         Raises:
             DirectoryUnavailable: workgroup mode, or the store cannot be reached.
-            ConfigurationError: bad directory settings.
+            ConfigurationError: bad directory settings, or no acceptable principal.
         """
+        from facade.principal import resolve_principal
+
         config = config or KmqConfig.load()
-        return cls(open_store(config), getattr(config, "principal", "") or "",
-                   config.queue_manager)
+        return cls(open_store(config), resolve_principal(config).name, config.queue_manager)
 
     @property
     def description(self) -> str:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from facade.acl import (
     EVERYONE,
+    QUEUE_MANAGER_RIGHTS,
     AccessControlEntry,
     AccessRight,
     ObjectKind,
@@ -27,7 +28,8 @@ SD = SecurityDescriptor
 SINGLE_BITS = [
     R.DELETE_MESSAGE, R.PEEK_MESSAGE, R.WRITE_MESSAGE, R.DELETE_JOURNAL_MESSAGE,
     R.SET_PROPERTIES, R.GET_PROPERTIES, R.DELETE, R.GET_PERMISSIONS, R.CHANGE_PERMISSIONS,
-    R.TAKE_OWNERSHIP, R.ADD_REMOVE_ELEMENT, R.ADD_REMOVE_SELF,
+    R.TAKE_OWNERSHIP, R.ADD_REMOVE_ELEMENT, R.ADD_REMOVE_SELF, R.CREATE_QUEUE, R.QUEUE_STATUS,
+    R.TEST,
 ]
 OWNER_IMPLICIT = R.GET_PERMISSIONS | R.CHANGE_PERMISSIONS
 
@@ -40,6 +42,7 @@ OWNER_IMPLICIT = R.GET_PERMISSIONS | R.CHANGE_PERMISSIONS
 def test_values_are_msmq_mqsec_values() -> None:
     assert [int(r) for r in SINGLE_BITS] == [
         0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x10000, 0x20000, 0x40000, 0x80000, 0x100000, 0x200000,
+        0x400000, 0x800000, 0x1000000,
     ]
     assert R.RECEIVE_MESSAGE == R.DELETE_MESSAGE | R.PEEK_MESSAGE == 0x3
     assert R.RECEIVE_JOURNAL_MESSAGE == R.DELETE_JOURNAL_MESSAGE | R.PEEK_MESSAGE == 0xA
@@ -47,14 +50,19 @@ def test_values_are_msmq_mqsec_values() -> None:
     assert R.GENERIC_WRITE == R.WRITE_MESSAGE | R.GET_PROPERTIES | R.GET_PERMISSIONS == 0x20024
     assert R.GENERIC_ALL == 0xF003F
     assert R.FULL_CONTROL == R.GENERIC_ALL | R.ADD_REMOVE_ELEMENT | R.ADD_REMOVE_SELF == 0x3F003F
+    assert QUEUE_MANAGER_RIGHTS == R.CREATE_QUEUE | R.QUEUE_STATUS | R.TEST == 0x1C00000
     assert R.SEND_TO is R.WRITE_MESSAGE
+    # Seed 004's queue-manager rights: MSMQ reuses queue bits for two of them.
+    assert R.CONTROL is R.CHANGE_PERMISSIONS and R.MANAGE is R.SET_PROPERTIES
+    assert R.parse("control|manage|create_queue") == (
+        R.CHANGE_PERMISSIONS | R.SET_PROPERTIES | R.CREATE_QUEUE)
 
 
 def test_names_decompose_in_msmq_order() -> None:
     assert R.RECEIVE_MESSAGE.names() == ["DELETE_MESSAGE", "PEEK_MESSAGE"]
     assert (R.ADD_REMOVE_SELF | R.WRITE_MESSAGE).names() == ["WRITE_MESSAGE", "ADD_REMOVE_SELF"]
     assert R.SEND_TO.names() == ["WRITE_MESSAGE"]
-    assert R.FULL_CONTROL.names() == [r.name for r in SINGLE_BITS]
+    assert (R.FULL_CONTROL | QUEUE_MANAGER_RIGHTS).names() == [r.name for r in SINGLE_BITS]
     assert R(0).names() == []
 
 
@@ -417,8 +425,10 @@ def test_default_distribution_list() -> None:
 
 def test_default_queue_manager() -> None:
     sd = SD.default_for(ObjectKind.QUEUE_MANAGER, "admin")
-    assert sd.granted("admin") == R.FULL_CONTROL
-    assert sd.granted("bob") == R.GET_PROPERTIES
+    assert sd.granted("admin") == R.FULL_CONTROL | QUEUE_MANAGER_RIGHTS
+    assert sd.granted("bob") == (R.CREATE_QUEUE | R.QUEUE_STATUS | R.TEST | R.GET_PROPERTIES
+                                 | R.GET_PERMISSIONS | R.PEEK_MESSAGE)
+    assert not sd.allows("bob", R.CONTROL | R.MANAGE)
 
 
 def test_default_rejects_unknown_kind() -> None:

@@ -36,7 +36,8 @@ def test_environment_overrides_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     (tmp_path / "kmq.toml").write_text(
         'bootstrap_servers = "kafka1:9092"\nqueue_manager = "QM-Toml"\n'
         '[directory]\nurl = "ldap://ldap.example:389"\nbind_dn = "cn=admin"\nstarttls = true\n'
-        '[kafka]\n"security.protocol" = "SASL_SSL"\n'
+        '[kafka]\n"security.protocol" = "SASL_SSL"\n"sasl.mechanism" = "PLAIN"\n'
+        '"sasl.username" = "u"\n"sasl.password" = "p"\n'
     )
     config = KmqConfig.load({"KMQ_BOOTSTRAP_SERVERS": "kafka2:9092", "KMQ_HOME": str(tmp_path)})
     assert config.bootstrap_servers == "kafka2:9092"
@@ -45,7 +46,8 @@ def test_environment_overrides_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert config.directory.bind_dn == "cn=admin"
     assert config.directory.starttls is True
     assert not config.directory.is_embedded
-    assert config.kafka_options == {"security.protocol": "SASL_SSL"}
+    assert config.kafka_options == {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                                    "sasl.username": "u", "sasl.password": "p"}
 
 
 def test_keyword_overrides_win(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

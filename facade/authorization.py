@@ -1,0 +1,294 @@
+"""Access checks on queue operations: MSMQ's queue access lists (``MQSEC_*`` rights) enforced
+on every send, receive, peek, purge, delete and property change.
+
+Every queue carries a security descriptor (:class:`~facade.acl.SecurityDescriptor`) in its
+registry record (:attr:`~facade.registry.QueueProperties.security`), private and public queues
+alike, so the same check applies whatever name the queue is reached by: a path name,
+``DIRECT=``, ``PRIVATE=``, ``PUBLIC=``, a ``DL=`` list or an alias expand to the same registry
+record. The check is made for the caller's principal (:attr:`QueueAccess.principal`) at each
+operation, against the descriptor as the registry holds it now (a change applies to handles
+already open, within the registry's refresh interval of about a second), as MSMQ checks its
+access list at ``MQOpenQueue`` for each access mode.
+
+Rights per operation (MSMQ's):
+
+============================== =================================================
+operation                      right on the queue
+============================== =================================================
+send                           WRITE_MESSAGE
+receive (every form), purge,   DELETE_MESSAGE (on a journal:
+move, reject, cursor receive   DELETE_JOURNAL_MESSAGE)
+peek (every form), cursor      PEEK_MESSAGE
+properties, count              GET_PROPERTIES
+set properties                 SET_PROPERTIES (or MANAGE on the queue manager)
+delete queue                   DELETE (or MANAGE on the queue manager)
+read the descriptor            GET_PERMISSIONS
+change the access list         CHANGE_PERMISSIONS (owner change: TAKE_OWNERSHIP)
+============================== =================================================
+
+A send the access list refuses is not written: the destination's copy gets
+NACK_ACCESS_DENIED on the admin queue (when NEGATIVE_ARRIVAL was asked for) and a dead-letter
+copy (journal level DEADLETTER), and the caller gets :class:`~facade.errors.AccessDenied`
+(MQ_ERROR_ACCESS_DENIED) naming the queues refused; copies to other queues of the same send
+are sent. System queues (dead-letter queues, the machine journal) are guarded by their queue
+manager's descriptor (:mod:`facade.qmsecurity`): DELETE_MESSAGE to receive, PEEK_MESSAGE to
+peek. Not checked: the queue manager's own housekeeping (expiry, lease and claim
+recovery), which removes messages on MSMQ's rules rather than a caller's request.
+
+These checks bind clients that go through kmq. A client that talks to Kafka directly is
+stopped only by the broker's own ACLs, TLS and SASL (``docs/design.md``, "Security model").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from facade.acl import QUEUE_MANAGER_RIGHTS, AccessRight, SecurityDescriptor
+from facade.errors import AccessDenied, InvalidParameter
+from facade.message import Message, MessageClass
+
+if TYPE_CHECKING:
+    from facade.manager import Destination, QueueManager
+    from facade.registry import QueueProperties
+
+__all__ = ["QueueAccess", "RefusedCopy", "receive_right"]
+
+#: Administration rights a queue manager's MANAGE right stands in for.
+_MANAGED = AccessRight.SET_PROPERTIES | AccessRight.DELETE
+
+
+def receive_right(destination: Destination, remove: bool) -> AccessRight:
+    """The right a receive (``remove``) or peek needs on ``destination``.
+
+    Args:
+        destination (Destination): the queue, its journal or a subqueue.
+        remove (bool): True for a receive, False for a peek.
+
+    Returns:
+        AccessRight: DELETE_JOURNAL_MESSAGE to receive from a queue journal, DELETE_MESSAGE
+        to receive from a queue or subqueue, PEEK_MESSAGE to peek at any of them.
+    """
+    if not remove:
+        return AccessRight.PEEK_MESSAGE
+    if destination.read_only and destination.properties is not None:
+        return AccessRight.DELETE_JOURNAL_MESSAGE  # a queue journal (read-only with a record)
+    return AccessRight.DELETE_MESSAGE
+
+
+@dataclass(frozen=True)
+class RefusedCopy:
+    """A copy of a sent message that the destination's access list refused.
+
+    Attributes:
+        message_id (str): the message's id.
+        queue (str): the destination's format name.
+        reason (str): why (the missing right and the principal).
+        hint (str | None): whom to ask (the access check's hint).
+    """
+
+    message_id: str
+    queue: str
+    reason: str
+    hint: str | None = None
+
+
+class QueueAccess:
+    """The access checks of one queue manager, made for its caller's principal.
+
+    Args:
+        manager (QueueManager): supplies the registry (current descriptors), the directory
+            (public queues' copy of the descriptor), the system outputs (NACKs) and the
+            principal.
+    """
+
+    def __init__(self, manager: QueueManager):
+        self.manager = manager
+        #: path name -> (the record the rights were computed from, the caller's rights): a
+        #: receive loop checks the same unchanged record thousands of times a second.
+        self._granted: dict[str, tuple[QueueProperties, AccessRight]] = {}
+
+    @property
+    def principal(self) -> str:
+        """The caller the checks are made for (see :mod:`facade.principal`)."""
+        return self.manager.principal.name
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def current(self, properties: QueueProperties) -> QueueProperties:
+        """The queue's record as the registry holds it now (``properties`` if it is gone, so
+        the operation fails on the missing queue rather than here)."""
+        return self.manager.registry.get_queue(properties.path_name) or properties
+
+    def require(self, destination: Destination, rights: AccessRight) -> None:
+        """Raise unless the caller has ``rights`` on ``destination`` (a queue's journal and
+        subqueues share the queue's descriptor, as in MSMQ).
+
+        A system queue (dead-letter queues, machine journal) is guarded by its queue manager's
+        descriptor: receiving needs DELETE_MESSAGE there, peeking PEEK_MESSAGE (MSMQ's
+        dead-letter rights of a machine).
+
+        Args:
+            destination (Destination): the queue.
+            rights (AccessRight): the rights the operation needs.
+
+        Raises:
+            AccessDenied: a right is missing (MQ_ERROR_ACCESS_DENIED); the message names the
+                principal, the rights and the queue, the hint whom to ask.
+        """
+        if destination.properties is None:
+            if destination.system_of is not None:
+                self.manager.qm_security.descriptor(destination.system_of).require(
+                    self.principal, rights, destination.format_name)
+            return
+        properties = self.current(destination.properties)
+        known = self._granted.get(properties.path_name)
+        if known is None or known[0] is not properties:
+            known = (properties, properties.security.granted(self.principal))
+            self._granted[properties.path_name] = known
+        if rights & ~known[1]:
+            properties.security.require(self.principal, rights, destination.format_name)
+
+    def require_queue(self, properties: QueueProperties, rights: AccessRight) -> None:
+        """:meth:`require` for a queue known by its record (administration calls).
+
+        SET_PROPERTIES and DELETE refused by the queue's own list are allowed to a holder of
+        MANAGE on the queue manager (seed 004's "Queue Management").
+
+        Raises:
+            AccessDenied: a right is missing.
+        """
+        security = self.current(properties).security
+        if security.allows(self.principal, rights):
+            return
+        if not rights & ~_MANAGED and self.manager.qm_security.allows(AccessRight.MANAGE):
+            return
+        security.require(self.principal, rights, properties.path_name)
+
+    def refused_sends(self, destinations: list[Destination]) -> dict[str, AccessDenied]:
+        """The destinations whose access list refuses the caller WRITE_MESSAGE.
+
+        Args:
+            destinations (list[Destination]): the queues a send goes to.
+
+        Returns:
+            dict[str, AccessDenied]: data topic -> the refusal, for each refused destination.
+        """
+        refused = {}
+        for destination in destinations:
+            try:
+                self.require(destination, AccessRight.WRITE_MESSAGE)
+            except AccessDenied as exc:
+                refused[destination.topics.data] = exc
+        return refused
+
+    def refuse_copy(self, copy: Message, destination: Destination,
+                    refusal: AccessDenied) -> RefusedCopy:
+        """Handle a copy its destination refused: NACK_ACCESS_DENIED to the admin queue (if
+        asked for) and a dead-letter copy (journal level DEADLETTER); the copy is not written.
+
+        Args:
+            copy (Message): the stamped copy for ``destination``.
+            destination (Destination): the queue that refused it.
+            refusal (AccessDenied): the access check's error (from :meth:`refused_sends`).
+
+        Returns:
+            RefusedCopy: what the caller's :class:`AccessDenied` reports.
+
+        Raises:
+            BrokerUnavailable, BrokerError: the dead-letter copy was not acknowledged.
+        """
+        outputs = self.manager.outputs
+        outputs.dead_letter(copy, MessageClass.NACK_ACCESS_DENIED)
+        outputs.acknowledge(copy, MessageClass.NACK_ACCESS_DENIED, destination,
+                            reason=refusal.message)
+        return RefusedCopy(str(copy.id), destination.format_name, refusal.message, refusal.hint)
+
+    @staticmethod
+    def send_error(refused: list[RefusedCopy], format_name: str, sent: list[Message],
+                   others: int, over_quota: int = 0) -> AccessDenied:
+        """The error a send raises when access lists refused some of its copies.
+
+        Args:
+            refused (list[RefusedCopy]): the refused copies (at least one).
+            format_name (str): what the send was addressed to.
+            sent (list[Message]): the messages as sent (set as ``error.sent``).
+            others (int): how many copies were sent to queues that allowed it.
+            over_quota (int): how many other copies a queue quota refused (reported here too,
+                since this error is the one raised).
+
+        Returns:
+            AccessDenied: MQ_ERROR_ACCESS_DENIED naming the refused queues and the reason.
+        """
+        queues = sorted({copy.queue for copy in refused})
+        sent_note = f"; {others} copies to other queues were sent" if others else ""
+        if over_quota:
+            sent_note += (f"; {over_quota} copies were refused by a queue quota "
+                          "(NACK_Q_EXCEED_QUOTA)")
+        error = AccessDenied(
+            f"send to {format_name!r} refused by {', '.join(queues)}: {refused[0].reason}"
+            f"{sent_note} (NACK_ACCESS_DENIED posted to the admin queue when requested)",
+            queue=format_name,
+            hint=refused[0].hint)
+        error.sent = sent  # type: ignore[attr-defined]
+        return error
+
+    # -- the descriptor itself (MQGetQueueSecurity / MQSetQueueSecurity) ----------------------
+
+    def queue_security(self, properties: QueueProperties) -> SecurityDescriptor:
+        """A queue's descriptor (``MQGetQueueSecurity``); needs GET_PERMISSIONS.
+
+        Raises:
+            AccessDenied: the caller lacks GET_PERMISSIONS.
+        """
+        self.require_queue(properties, AccessRight.GET_PERMISSIONS)
+        return self.current(properties).security
+
+    def set_queue_security(self, properties: QueueProperties,
+                           descriptor: SecurityDescriptor) -> SecurityDescriptor:
+        """Replace a queue's owner and access list (``MQSetQueueSecurity``).
+
+        Needs CHANGE_PERMISSIONS, and TAKE_OWNERSHIP when the owner changes. A public queue's
+        directory entry gets the same descriptor first (its Send To check on ``PUBLIC=`` and
+        ``DL=`` sends reads it there), so if the directory is down nothing changes.
+
+        Args:
+            properties (QueueProperties): the queue's record.
+            descriptor (SecurityDescriptor): the new descriptor.
+
+        Returns:
+            SecurityDescriptor: the descriptor now stored.
+
+        Raises:
+            InvalidParameter: ``descriptor`` is not a SecurityDescriptor, or an entry names a
+                queue-manager right (CREATE_QUEUE, QUEUE_STATUS, TEST), which means nothing
+                on a queue.
+            AccessDenied: a right is missing.
+            DirectoryUnavailable: a public queue and the directory cannot be reached.
+        """
+        if not isinstance(descriptor, SecurityDescriptor):
+            raise InvalidParameter(
+                f"a queue's security must be a SecurityDescriptor, not {type(descriptor).__name__}",
+                queue=properties.path_name,
+                hint="start from qm.queue_security(path) and use .grant/.deny/.revoke")
+        _refuse_queue_manager_rights(descriptor, properties.path_name)
+        current = self.current(properties)
+        self.require_queue(current, AccessRight.CHANGE_PERMISSIONS)
+        if descriptor.owner.casefold() != current.security.owner.casefold():
+            self.require_queue(current, AccessRight.TAKE_OWNERSHIP)
+        if not current.private:
+            self.manager.directory.set_security(f"PUBLIC={current.instance}", descriptor)
+        updated = current.with_changes(owner=descriptor.owner,
+                                       access_list=tuple(descriptor.to_values()))
+        self.manager.registry.put_queue(updated)
+        return updated.security
+
+
+def _refuse_queue_manager_rights(descriptor: SecurityDescriptor, queue: str) -> None:
+    for entry in descriptor.entries:
+        if entry.rights & QUEUE_MANAGER_RIGHTS:
+            raise InvalidParameter(
+                f"{'|'.join((entry.rights & QUEUE_MANAGER_RIGHTS).names())} for "
+                f"{entry.principal!r} is a queue-manager right, not a queue right",
+                queue=queue, hint="grant queue rights only (WRITE_MESSAGE, RECEIVE_MESSAGE, "
+                "PEEK_MESSAGE, FULL_CONTROL...)")
