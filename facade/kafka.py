@@ -935,6 +935,14 @@ class TopicReader:
                     return False
         return True
 
+    def log_start(self, topic: str) -> int:
+        """The log start offset of ``topic`` (partition 0) from the latest fetch response, 0
+        while none is known: records below it were deleted."""
+        with map_kafka_errors("read positions", topic):
+            low, _high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0),
+                                                              cached=True)
+        return max(low, 0)
+
     @_in_use
     def end_offsets(self, topics: Sequence[str], timeout: float = 10.0) -> dict[str, int]:
         """The offset the next record of each topic (partition 0) will get, from a ListOffsets

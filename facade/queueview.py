@@ -214,9 +214,20 @@ class QueueView:
         missed a data record would never deliver it (found by ``tests/faults`` and the two-
         receiver test). Re-reading from the gap gets the late record once it is visible.
 
+        Offsets below the topic's log start are gone for good (deleted): a data gap there is
+        real at once; receipts missing there cannot be rebuilt (see _state_at_log_start).
+
         Returns:
             bool: True when the reader was rewound (drop the rest of this topic's batch).
+
+        Raises:
+            BrokerError: receipts below the receipts topic's log start are gone.
         """
+        log_start = self._reader.log_start(topic)
+        if expected < log_start:
+            if topic == self.topics.receipts:
+                raise self._receipts_missing(log_start)
+            return False
         key = (topic, expected)
         due = self._markers_due.get(topic, 0)
         if found - expected <= due and key in self._gaps:
@@ -495,20 +506,23 @@ class QueueView:
     # -- snapshots -----------------------------------------------------------------------------
 
     def _open_state(self) -> QueueState:
-        """The state from the latest valid snapshot of this queue, else an empty state that
-        starts at the data topic's log start. Invalid and stale snapshots are skipped (see
-        _skip_snapshot).
+        """The state from the latest valid snapshot of this queue, else an empty state.
+        Invalid and stale snapshots are skipped (see _skip_snapshot). Without a snapshot the
+        logs are read from offset 0; a log start above it shows up as a gap below the log start
+        (see _rewind), so a plain open costs no extra round trip.
 
         Raises:
             BrokerError: receipts below the receipts topic's log start are gone and no valid
                 snapshot covers them (the verdicts cannot be rebuilt).
         """
+        if not self._session.topic_exists(self.snapshot_topic):
+            return QueueState()
+        self._snapshot_topic_ready = True
         reader = self._session.reader(extra=_READER_SETTINGS)  # one for both questions
         try:
-            candidates: list[KafkaRecord] = []
-            if self._session.topic_exists(self.snapshot_topic):
-                self._snapshot_topic_ready = True
-                candidates = self._snapshot_records(reader)
+            candidates = self._snapshot_records(reader)
+            if not candidates:
+                return QueueState()
             bounds = reader.watermarks((self.topics.data, self.topics.receipts), CLAIM_TIMEOUT)
         finally:
             reader.close()
@@ -529,12 +543,15 @@ class QueueView:
         kmq; if some are gone (a topic with time retention), the state cannot be rebuilt."""
         receipts_start = bounds[self.topics.receipts][0]
         if receipts_start > 0:
-            raise BrokerError(
-                f"receipts below offset {receipts_start} of {self.topics.receipts!r} were "
-                f"deleted and no snapshot of {self.topics.data!r} covers them: which messages "
-                "they removed is lost", hint="set retention.ms=-1 on the receipts topic "
-                "(`kmq doctor` says how); messages removed by the lost receipts would come back")
+            raise self._receipts_missing(receipts_start)
         return QueueState(data_start=bounds[self.topics.data][0])
+
+    def _receipts_missing(self, receipts_start: int) -> BrokerError:
+        return BrokerError(
+            f"receipts below offset {receipts_start} of {self.topics.receipts!r} were deleted "
+            f"and no snapshot of {self.topics.data!r} covers them: which messages they removed "
+            "is lost", hint="set retention.ms=-1 on the receipts topic (`kmq doctor` says "
+            "how); messages removed by the lost receipts would come back")
 
     def _snapshot_records(self, reader: TopicReader) -> list[KafkaRecord]:
         """The newest few records of the snapshot topic keyed by this queue's data topic."""

@@ -16,6 +16,7 @@ import time
 import pytest
 
 import facade.queueview as queueview
+from facade.errors import BrokerError
 from facade.kafka import KafkaRecord
 from facade.queuestate import QueueState
 from facade.queueview import QueueView
@@ -29,15 +30,19 @@ TOPICS = QueueTopics("kmq.qm.private.q", "kmq.qm.private.q.receipts")
 class _Reader:
     """Hands out scripted batches and records seeks."""
 
-    def __init__(self, batches):
+    def __init__(self, batches, log_starts=None):
         self.batches = list(batches)
         self.seeks: list[tuple[str, int]] = []
+        self.log_starts = log_starts or {}
 
     def poll(self, timeout: float, max_records: int = 1000):
         return self.batches.pop(0) if self.batches else []
 
     def seek(self, topic: str, offset: int) -> None:
         self.seeks.append((topic, offset))
+
+    def log_start(self, topic: str) -> int:
+        return self.log_starts.get(topic, 0)
 
 
 def _view(reader: _Reader) -> QueueView:
@@ -86,3 +91,25 @@ def test_a_gap_that_stays_is_taken_as_real_after_the_patience(
     time.sleep(0.06)
     view.refresh()                                        # still missing: markers, say
     assert view.state.receipts_offset == 4 and len(reader.seeks) == 1
+
+
+def _data(offset: int) -> KafkaRecord:
+    mid = f"ae0c5671-f190-12ce-ae10-00dd0114290f\\{offset}".encode()
+    return KafkaRecord(TOPICS.data, 0, offset, 0, None, b"\xc3\x01" + bytes(20),
+                       (("kmq.version", b"1"), ("kmq.id", mid)))
+
+
+def test_a_gap_below_the_log_start_is_real_at_once() -> None:
+    # Records 0-4 were deleted (retention): no rewind, no waiting.
+    reader = _Reader([[_data(5), _data(6)]], log_starts={TOPICS.data: 5})
+    view = _view(reader)
+    view.refresh()
+    assert reader.seeks == [] and view.state.data_offset == 7
+    assert view.state.status(5).is_pending
+
+
+def test_receipts_missing_below_the_log_start_are_a_clear_error() -> None:
+    reader = _Reader([[_receipt(3, 1)]], log_starts={TOPICS.receipts: 3})
+    view = _view(reader)
+    with pytest.raises(BrokerError, match="receipts below offset 3 .* were deleted"):
+        view.refresh()
