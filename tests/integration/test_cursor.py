@@ -4,6 +4,7 @@ at the end, and MSMQ's illegal cursor actions."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 
@@ -208,12 +209,21 @@ def test_cursor_survives_the_queue_handle_reopening_its_view(qm: QueueManager) -
 
 
 def test_message_expiring_under_the_cursor_is_already_received(qm: QueueManager) -> None:
-    q = qm.create_queue(r".\private$\ttbr")
-    q.send(Message(body=b"short-lived", time_to_be_received=1.0))
-    q.send(Message(body=b"b"), wait=True)
-    with Cursor(q) as cursor:
-        assert cursor.peek_current(timeout=10).body == b"short-lived"
-        time.sleep(1.2)
+    # The cursor must reach the message before its TTBR runs out, however busy the machine:
+    # each try gives it a longer TTBR (in seconds), and the test waits only for what is left.
+    for attempt, ttbr in enumerate((3.0, 10.0, 30.0)):
+        q = qm.create_queue(rf".\private$\ttbr-{attempt}")
+        sent = q.send(Message(body=b"short-lived", time_to_be_received=ttbr))
+        q.send(Message(body=b"b"), wait=True)
+        cursor = Cursor(q)
+        if cursor.peek_current(timeout=10).body == b"short-lived":
+            break
+        cursor.close()  # it expired before the first peek: try again with a longer TTBR
+    else:
+        pytest.fail("the cursor never reached a message within a 30 s time-to-be-received")
+    with cursor:
+        expires = sent.sent_time + dt.timedelta(seconds=ttbr)
+        time.sleep(max(0.0, (expires - dt.datetime.now(dt.timezone.utc)).total_seconds()) + 0.2)
         # MSMQ: a message whose time-to-be-received ran out is gone, as if received.
         with pytest.raises(MessageAlreadyReceived, match="time-to-be-received"):
             cursor.peek_current()
