@@ -49,6 +49,7 @@ from facade.message import Message, MessageClass
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
 from facade.receipts import ReceiptAction
+from facade.timeouts import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, MAX_LEASE
 
 if TYPE_CHECKING:
     from facade.destination import Destination
@@ -65,13 +66,6 @@ __all__ = [
 
 log = logging.getLogger("kmq.queue")
 
-#: Seconds a peek-lock lasts unless ``receive(lock=True, lease=...)`` says otherwise (the lock
-#: duration of Kafka share groups and Azure Service Bus).
-DEFAULT_LEASE = 30.0
-#: Seconds a prefetched batch is held unless ``open_queue(prefetch_lease=...)`` says otherwise.
-DEFAULT_PREFETCH_LEASE = 60.0
-#: Longest lease accepted, in seconds (a week).
-MAX_LEASE = 7 * 86_400.0
 #: Most messages one prefetch may hold (offsets named by one PREFETCH receipt).
 MAX_PREFETCH = 1_000
 #: A prefetched message is handed out only while more than this share of the batch's lease is
