@@ -51,7 +51,7 @@ from facade.errors import (
 )
 from facade.kafka import Refusal, is_fatal, map_kafka_errors, poll_producer, refusal
 from facade.message import Delivery, JournalLevel, Message, MessageClass
-from facade.outgoing import OutgoingQueue, OutgoingRecord, StoredRecord
+from facade.outgoingqueue import OutgoingQueue, OutgoingRecord, StoredRecord
 from facade.interfaces import QueueResolver, SystemQueueWriter
 from facade.topics import QueueTopics
 from facade.topicsettings import (

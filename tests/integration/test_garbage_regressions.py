@@ -27,7 +27,7 @@ from facade.config import KmqConfig
 from facade.envelope import encode_message
 from facade.manager import QueueManager
 from facade.message import JournalLevel, MessageClass, MessageId
-from facade.outgoing import OutgoingRecord
+from facade.outgoingqueue import OutgoingRecord
 from tests.support.kafka import BrokerEndpoint
 from tests.support.outgoing import damage_outgoing_store, dead_pid
 
