@@ -41,7 +41,6 @@ from facade.formatnames import (
 )
 from facade.kafka import KafkaSession, produce_and_wait
 from facade.message import Delivery, Message, MessageClass
-from facade.outputs import SystemOutputs
 from facade.registry import (
     DEFAULT_RECEIVE_RETRY_COUNT,
     QueueManagerRecord,
@@ -51,6 +50,7 @@ from facade.registry import (
 from facade.resolution import Resolver
 from facade.sender import Sender
 from facade.sequence import MessageIdAllocator
+from facade.systemoutputs import SystemOutputs
 from facade.timeouts import DEFAULT_PREFETCH_LEASE
 from facade.topics import QueueTopics, queue_topics, system_topics
 
