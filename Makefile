@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kmq-installed
 
-.PHONY: test demo install system-deps clean
+.PHONY: test test-unit demo install system-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,15 @@ install: $(STAMP)
 system-deps:
 	@bash deploy/install-system-deps.sh
 
+# Everything: unit tests, the type check (mypy), and the integration tests that start a broker
+# and slapd.
 test: install system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Fast: no broker, no slapd (tests that start one are marked integration by tests/conftest.py);
+# the type check included.
+test-unit: install
+	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
 
 demo: install
 	$(VENV)/bin/kmq demo $(DEMO_ARGS)

@@ -132,7 +132,7 @@ class ResolverHost(Protocol):
 
 
 class OutputsHost(QueueResolver, SystemQueueWriter, Protocol):
-    """What :class:`facade.outputs.SystemOutputs` needs: resolution of admin queues, the
+    """What :class:`facade.systemoutputs.SystemOutputs` needs: resolution of admin queues, the
     system-queue writer, message ids and the Kafka session (to read journal sizes)."""
 
     @property

@@ -43,8 +43,6 @@ from facade.formatnames import (
 )
 from facade.kafka import KafkaSession, TransactionalProducer, produce_and_wait, stop_reading
 from facade.message import Delivery, Message, MessageClass
-from facade.outputs import SystemOutputs
-from facade.peeklock import DEFAULT_PREFETCH_LEASE, lease_to_ms
 from facade.principal import resolve_principal
 from facade.protection import MessageProtection
 from facade.qmsecurity import QueueManagerSecurity
@@ -57,6 +55,8 @@ from facade.registry import (
 from facade.resolution import Resolver
 from facade.sender import Sender
 from facade.sequence import MessageIdAllocator
+from facade.systemoutputs import SystemOutputs
+from facade.timeouts import DEFAULT_PREFETCH_LEASE, lease_to_ms
 from facade.topics import QueueTopics, queue_topics, system_topics
 from facade.transaction import TRANSACTION_LEASE, MessageQueueTransaction
 

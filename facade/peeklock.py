@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +48,7 @@ from facade.message import Message, MessageClass
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
 from facade.receipts import ReceiptAction
+from facade.timeouts import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, lease_to_ms
 
 if TYPE_CHECKING:
     from facade.destination import Destination
@@ -65,13 +65,6 @@ __all__ = [
 
 log = logging.getLogger("kmq.queue")
 
-#: Seconds a peek-lock lasts unless ``receive(lock=True, lease=...)`` says otherwise (the lock
-#: duration of Kafka share groups and Azure Service Bus).
-DEFAULT_LEASE = 30.0
-#: Seconds a prefetched batch is held unless ``open_queue(prefetch_lease=...)`` says otherwise.
-DEFAULT_PREFETCH_LEASE = 60.0
-#: Longest lease accepted, in seconds (a week).
-MAX_LEASE = 7 * 86_400.0
 #: Most messages one prefetch may hold (offsets named by one PREFETCH receipt).
 MAX_PREFETCH = 1_000
 #: A prefetched message is handed out only while more than this share of the batch's lease is
@@ -682,19 +675,6 @@ def unlocked(message: Message) -> Message:
     plain.__dict__.update({k: v for k, v in message.__dict__.items()
                            if k in Message.__dataclass_fields__})
     return plain
-
-
-def lease_to_ms(seconds: float, name: str) -> int:
-    """A lease in milliseconds.
-
-    Raises:
-        InvalidParameter: not finite seconds in (0, :data:`MAX_LEASE`].
-    """
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
-            or not math.isfinite(seconds) or not 0 < seconds <= MAX_LEASE:
-        raise InvalidParameter(f"{name} must be seconds > 0 and at most {MAX_LEASE:g}, "
-                               f"not {seconds!r}", hint=f"e.g. {name}=30.0")
-    return max(1, round(seconds * 1000))
 
 
 def _poison_reason(limit: int) -> str:

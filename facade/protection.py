@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from facade.config import KmqConfig
     from facade.destination import Destination
     from facade.directory import Directory
-    from facade.outputs import SystemOutputs
+    from facade.systemoutputs import SystemOutputs
     from facade.registry import QueueProperties
 
 __all__ = ["CouldNotEncrypt", "MessageProtection", "MessageRejected", "ProtectionLevel",

@@ -54,7 +54,7 @@ from facade.peeklock import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, PeekLockRecei
 from facade.protection import MessageRejected, ProtectionLevel
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
-from facade.outputs import SystemOutputs, acknowledgment_requested
+from facade.systemoutputs import SystemOutputs, acknowledgment_requested
 from facade.sender import SendTracker
 from facade.transaction import MessageQueueTransaction, check_transaction
 from facade.receipts import ReceiptAction

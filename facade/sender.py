@@ -51,7 +51,7 @@ from facade.errors import (
 )
 from facade.kafka import Refusal, is_fatal, map_kafka_errors, poll_producer, refusal
 from facade.message import Delivery, JournalLevel, Message, MessageClass
-from facade.outgoing import OutgoingQueue, OutgoingRecord, StoredRecord, outgoing_queue_path
+from facade.outgoingqueue import OutgoingQueue, OutgoingRecord, StoredRecord, outgoing_queue_path
 from facade.interfaces import QueueResolver, SystemQueueWriter
 from facade.topics import QueueTopics
 from facade.topicsettings import (
@@ -65,7 +65,7 @@ from facade.topicsettings import (
 if TYPE_CHECKING:
     from facade.config import KmqConfig
     from facade.kafka import KafkaSession
-    from facade.outputs import SystemOutputs
+    from facade.systemoutputs import SystemOutputs
 
 __all__ = ["LONG_LIVED", "SendTracker", "Sender", "SenderHost"]
 

@@ -1,5 +1,7 @@
 """The timeout argument of MSMQ's receive and peek calls (``MQReceiveMessage``'s
-``dwTimeout``): None waits forever, 0 does not wait, otherwise finite seconds."""
+``dwTimeout``): None waits forever, 0 does not wait, otherwise finite seconds; and the default
+leases of peek-locks and prefetched batches (here, below the queue manager, so opening a queue
+manager does not load the receive machinery of :mod:`facade.peeklock` to read a default)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,15 @@ import math
 
 from facade.errors import InvalidParameter
 
-__all__ = ["receive_timeout"]
+__all__ = ["DEFAULT_LEASE", "DEFAULT_PREFETCH_LEASE", "MAX_LEASE", "lease_to_ms", "receive_timeout"]
+
+#: Seconds a peek-lock lasts unless ``receive(lock=True, lease=...)`` says otherwise (the lock
+#: duration of Kafka share groups and Azure Service Bus).
+DEFAULT_LEASE = 30.0
+#: Seconds a prefetched batch is held unless ``open_queue(prefetch_lease=...)`` says otherwise.
+DEFAULT_PREFETCH_LEASE = 60.0
+#: Longest lease accepted, in seconds (a week).
+MAX_LEASE = 7 * 86_400.0
 
 
 def receive_timeout(timeout: float | None) -> float | None:
@@ -29,3 +39,23 @@ def receive_timeout(timeout: float | None) -> float | None:
         raise InvalidParameter(f"timeout must be seconds >= 0 (or None to wait forever), "
                                f"not {timeout!r}", hint="pass e.g. timeout=5.0")
     return float(timeout)
+
+
+def lease_to_ms(seconds: float, name: str) -> int:
+    """A lease (a peek-lock's, a prefetched batch's, a transaction's) in milliseconds.
+
+    Args:
+        seconds (float): the lease in seconds.
+        name (str): the argument's name, for the error.
+
+    Returns:
+        int: milliseconds, at least 1.
+
+    Raises:
+        InvalidParameter: not finite seconds in (0, :data:`MAX_LEASE`].
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+            or not math.isfinite(seconds) or not 0 < seconds <= MAX_LEASE:
+        raise InvalidParameter(f"{name} must be seconds > 0 and at most {MAX_LEASE:g}, "
+                               f"not {seconds!r}", hint=f"e.g. {name}=30.0")
+    return max(1, round(seconds * 1000))

@@ -17,6 +17,42 @@ from tests.support.kafka import BrokerCapabilities, BrokerEndpoint, probe_capabi
 from tests.support.slapd import SlapdServer, slapd_available
 
 
+#: Fixtures that start a broker or slapd process (directly or through the fixtures they use).
+_PROCESS_FIXTURES = frozenset({"broker", "broker_capabilities", "slapd_server", "private_broker"})
+#: Names a test module uses when it starts a broker or slapd itself.
+_PROCESS_STARTERS = ("start_tansu", "DevStack", "provide_broker", "SlapdServer", "PrivateBroker",
+                     '"dev", "up"')
+
+
+def starts_a_process(item: pytest.Item) -> bool:
+    """Whether a collected test starts a broker or slapd: it uses a fixture that does (the
+    ``slapd`` variant of ``directory_settings`` included), or its module starts one itself."""
+    if _PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("directory_settings") == "slapd":
+        return True
+    source = _module_source(str(item.fspath))
+    return any(name in source for name in _PROCESS_STARTERS)
+
+
+_SOURCES: dict[str, str] = {}
+
+
+def _module_source(path: str) -> str:
+    if path not in _SOURCES:
+        _SOURCES[path] = Path(path).read_text() if path.endswith(".py") else ""
+    return _SOURCES[path]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that starts a broker or slapd ``integration``, so
+    ``pytest -m "not integration"`` (``make test-unit``) starts neither."""
+    for item in items:
+        if item.get_closest_marker("integration") is None and starts_a_process(item):
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.fixture(scope="session")
 def broker() -> Iterator[BrokerEndpoint]:
     """A Kafka-API broker for the whole test session, with its probed capabilities."""

@@ -156,7 +156,7 @@ def original_ttbr(message: Message) -> float | None:
     """The time-to-be-received (seconds) of the message a journal or dead-letter copy was made
     from, or None: none was set, or the property is not a number (an application may set any
     property, so it is not trusted to be one)."""
-    from facade.outputs import ORIGINAL_TTBR_PROPERTY
+    from facade.systemoutputs import ORIGINAL_TTBR_PROPERTY
 
     try:
         seconds = float(message.properties.get(ORIGINAL_TTBR_PROPERTY, "nan"))

@@ -30,7 +30,7 @@ def _sender_properties(original: Any, keep_ttbr: bool) -> dict[str, Any]:
     time-to-be-received of its own: the copy gets the original message's back (a fresh
     period from the new send) instead of the property that kept it."""
     from facade.cli._messages import original_ttbr
-    from facade.outputs import ORIGINAL_TTBR_PROPERTY
+    from facade.systemoutputs import ORIGINAL_TTBR_PROPERTY
 
     fields = {name: getattr(original, name) for name in _SENDER_PROPERTIES}
     if not keep_ttbr:

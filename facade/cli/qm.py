@@ -14,7 +14,7 @@ from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
 
 if TYPE_CHECKING:  # kmq's API is imported when a command runs, not for --help
     from facade.manager import QueueManager
-    from facade.outgoing import StoredRecord
+    from facade.outgoingqueue import StoredRecord
     from facade.service import SweepReport
 
 app = typer.Typer(help="Initialise, inspect and run the queue manager; view its outgoing queue.",
@@ -120,7 +120,7 @@ def _outgoing(limit: int) -> dict[str, list[dict]]:
     """The outgoing queue file's records (oldest first, at most ``limit``) and unreadable rows;
     empty lists when the file does not exist (nothing was ever stored)."""
     from facade.config import KmqConfig
-    from facade.outgoing import OutgoingQueue, outgoing_queue_path
+    from facade.outgoingqueue import OutgoingQueue, outgoing_queue_path
 
     config = KmqConfig.load()
     path = outgoing_queue_path(config.home, config.queue_manager)

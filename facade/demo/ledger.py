@@ -29,7 +29,7 @@ from typing import Any
 from facade.envelope import decode_acknowledgment
 from facade.errors import EnvelopeError
 from facade.message import Acknowledgment, Message, MessageClass
-from facade.outputs import acknowledgment_requested
+from facade.systemoutputs import acknowledgment_requested
 
 __all__ = [
     "CopyKey",

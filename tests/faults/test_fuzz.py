@@ -64,7 +64,7 @@ from facade.message import (
     MessageClass,
     MessageId,
 )
-from facade.outgoing import OutgoingQueue, StoredRecord, decode_row
+from facade.outgoingqueue import OutgoingQueue, StoredRecord, decode_row
 from facade.queuestate import IndexEntry
 from facade.receipts import ReceiptAction, decode_receipt, encode_receipt, new_claim
 from facade.registry import (

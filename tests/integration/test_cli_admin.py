@@ -22,7 +22,7 @@ from facade.envelope import encode_message
 from facade.errors import BrokerUnavailable
 from facade.manager import QueueManager
 from facade.message import JournalLevel, Message, MessageId
-from facade.outgoing import OutgoingQueue, OutgoingRecord, outgoing_queue_path
+from facade.outgoingqueue import OutgoingQueue, OutgoingRecord, outgoing_queue_path
 from facade.queue import MessageQueue
 from tests.support.cli import run_json
 from tests.support.kafka import BrokerEndpoint

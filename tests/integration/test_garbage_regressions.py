@@ -21,13 +21,13 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from facade import Message, MessageAlreadyReceived
+from facade import Message, MessageAlreadyReceived, MessageNotFound
 from facade.cli._messages import peek_messages
 from facade.config import KmqConfig
 from facade.envelope import encode_message
 from facade.manager import QueueManager
 from facade.message import JournalLevel, MessageClass, MessageId
-from facade.outgoing import OutgoingRecord
+from facade.outgoingqueue import OutgoingRecord
 from tests.support.kafka import BrokerEndpoint
 from tests.support.outgoing import damage_outgoing_store, dead_pid
 
@@ -94,3 +94,24 @@ def test_damaged_outgoing_rows_are_dead_lettered_and_the_queue_manager_opens(
     with QueueManager.open(config):  # nothing is replayed: no new copy
         pass
     assert len(_poison_copies(qm)) == len(ids)
+
+
+@pytest.mark.parametrize("action", ["move", "mark_rejected"])
+def test_moving_or_rejecting_a_broken_record_says_it_went_to_the_dead_letter_queue(
+        qm: QueueManager, broker: BrokerEndpoint, action: str) -> None:
+    # Found by the type check (issue 13): move() and mark_rejected() returned None, typed as a
+    # Message, for a record whose value is no envelope; the caller now hears where it went.
+    q = qm.create_queue(rf".\private$\broken-{action.replace('_', '-')}")
+    valid = encode_message(Message(id=MessageId(uuid.uuid4(), 1), body=b"cut short"))
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all",
+                         "allow.auto.create.topics": False})
+    producer.produce(q._single().topics.data, value=valid.value[:-5], key=valid.key,
+                     headers=valid.headers)
+    producer.flush(30)
+
+    with pytest.raises(MessageNotFound, match="dead-letter queue as poison"):
+        if action == "move":
+            q.move(0, "poison")
+        else:
+            q.mark_rejected(0)
+    assert _poison_copies(qm)[f"{q._single().topics.data}@0:0"].body == valid.value[:-5]

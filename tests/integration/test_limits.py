@@ -36,7 +36,7 @@ from facade import (
 )
 from facade.envelope import decode_acknowledgment, encode_message
 from facade.manager import QueueManager
-from facade.outgoing import OutgoingQueue, OutgoingRecord
+from facade.outgoingqueue import OutgoingQueue, OutgoingRecord
 from facade.topicsettings import MAX_BODY_BYTES, MAX_MESSAGE_BYTES, MAX_RECORD_BYTES
 from tests.support.kafka import BrokerEndpoint
 from tests.support.outgoing import dead_pid

@@ -15,7 +15,7 @@ from facade import Acknowledgment, BrokerError, Delivery, JournalLevel, Message,
 from facade.config import KmqConfig
 from facade.envelope import encode_message
 from facade.manager import QueueManager
-from facade.outgoing import OutgoingQueue, OutgoingRecord
+from facade.outgoingqueue import OutgoingQueue, OutgoingRecord
 from facade.devstack import start_tansu
 from tests.support.kafka import BrokerEndpoint
 from tests.support.outgoing import dead_pid

@@ -74,6 +74,13 @@ def test_the_manager_does_not_load_the_directory_client() -> None:
     assert not {"ldap3", "facade.directory", "debian", "pyspark"} & loaded
 
 
+def test_opening_a_queue_manager_does_not_load_the_receive_path() -> None:
+    # `kmq queue list` start-up: the queue-reading modules load when a queue is opened.
+    loaded = modules_after("import facade.manager")
+    assert not {"facade.queue", "facade.peeklock", "facade.queueview", "facade.queuestate",
+                "facade.cursor"} & loaded
+
+
 def test_a_missing_local_broker_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KMQ_TANSU_BINARY", raising=False)
     monkeypatch.setattr(devstack.importlib.util, "find_spec", lambda name: None)

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 from facade.envelope import acknowledgment_message, encode_message
 from facade.errors import MessageQueueError, UnsupportedFormatNameOperation
 from facade.formatnames import SystemQueue, parse_queue_reference
-from facade.queueview import QueueView
 from facade.topics import QueueTopics
 from facade.message import (
     AcknowledgedQueue,
@@ -42,6 +41,7 @@ from facade.message import (
 
 if TYPE_CHECKING:
     from facade.destination import Destination
+    from facade.queueview import QueueView
     from facade.interfaces import OutputsHost
 
 __all__ = ["ORIGINAL_TTBR_PROPERTY", "SystemOutputs", "acknowledgment_requested"]
@@ -173,6 +173,10 @@ class SystemOutputs:
     def _journal_full(self, journal: QueueTopics, quota_kb: int, size: int) -> bool:
         view = self._journal_views.get(journal.data)
         if view is None:
+            # Here, not at module level: only journal quotas read a queue, and opening a queue
+            # manager should not load the queue-reading machinery (kmq start-up time).
+            from facade.queueview import QueueView
+
             view = self._journal_views[journal.data] = QueueView(self.manager.session, journal)
         view.catch_up()
         return view.state.pending_bytes + size > quota_kb * 1024
