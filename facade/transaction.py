@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import functools
 import logging
 import threading
 import uuid
@@ -321,14 +322,29 @@ class MessageQueueTransaction:
 
     def _encode_sends(self) -> list[tuple[str, EncodedRecord]]:
         # PROPID_M_FIRST_IN_XACT / LAST_IN_XACT are known only now, so copies are encoded here.
+        # A copy whose time-to-reach-queue passed before the commit never reaches its queue:
+        # it is dead-lettered (DEADXACT) and NACKed after the commit instead of being written.
         records = []
         first_id = self._sends[0].copy.id if self._sends else None
         last_id = self._sends[-1].copy.id if self._sends else None
+        now = dt.datetime.now(dt.timezone.utc)
+        written: list[_Send] = []  # what the commit writes (acknowledged and journaled after it)
         for send in self._sends:
             copy = send.copy.stamped(first_in_transaction=send.copy.id == first_id,
                                      last_in_transaction=send.copy.id == last_id)
+            if _past_ttrq(copy, now):
+                self._rejections.append(functools.partial(self._too_late, copy, send.destination))
+                continue
             records.append((send.destination.topics.data, encode_message(copy, validate=False)))
+            written.append(send)
+        self._sends = written
         return records
+
+    def _too_late(self, copy: Message, destination: Destination) -> None:
+        outputs = self._manager.outputs
+        outputs.dead_letter(copy, MessageClass.NACK_REACH_QUEUE_TIMEOUT)
+        outputs.acknowledge(copy, MessageClass.NACK_REACH_QUEUE_TIMEOUT, destination,
+                            reason="its transaction committed after its time-to-reach-queue")
 
     def _produce(self, producer: Any, records: list[tuple[str, EncodedRecord]]) -> list[Any]:
         for topic, record in records:
@@ -375,3 +391,10 @@ def check_transaction(transaction: object) -> MessageQueueTransaction | str | No
     raise InvalidParameter(
         f"transaction must be a MessageQueueTransaction, \"single\" or None, not {transaction!r}",
         hint="tx = qm.begin_transaction(); q.send(m, transaction=tx); tx.commit()")
+
+
+def _past_ttrq(copy: Message, now: dt.datetime) -> bool:
+    """Whether ``copy``'s time-to-reach-queue (from its sent time) has passed at ``now``."""
+    if copy.time_to_reach_queue is None or copy.sent_time is None:
+        return False
+    return now > copy.sent_time + dt.timedelta(seconds=copy.time_to_reach_queue)

@@ -414,3 +414,20 @@ def test_a_mover_killed_at_random_moments_moves_each_message_once_in_order(
     assert final.returncode == 0, final.stderr
     got = _drain(b, count)
     assert [int(m.body) for m in got] == list(range(count))
+
+
+def test_a_copy_whose_ttrq_passed_before_commit_is_dead_lettered(qm: QueueManager) -> None:
+    q = _tq(qm, "ttrq")
+    admin = qm.create_queue(r".\private$\ttrq-admin")
+    tx = qm.begin_transaction()
+    sent = q.send(Message(body=b"too late", time_to_reach_queue=1,
+                          journal=JournalLevel.DEADLETTER, admin_queue=admin.format_name,
+                          acknowledge=Acknowledgment.FULL_REACH_QUEUE), transaction=tx)
+    time.sleep(2)  # the commit comes after the TTRQ, however fast the machine
+    tx.commit()
+    dead = qm.open_queue(f"MACHINE={qm.guid};DEADXACT").receive(timeout=WAIT)
+    assert dead.id == sent.id and dead.message_class is MessageClass.NACK_REACH_QUEUE_TIMEOUT
+    nack = admin.receive(timeout=WAIT)
+    assert nack.message_class is MessageClass.NACK_REACH_QUEUE_TIMEOUT
+    with pytest.raises(ReceiveTimeout):
+        q.receive(timeout=1)
