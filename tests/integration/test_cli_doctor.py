@@ -45,8 +45,8 @@ def test_a_setup_made_by_kmq_passes(doctor_qm: QueueManager) -> None:
     assert report["ok"] is True
     assert [f for f in report["findings"] if f["severity"] == "error"] == []
     # queue, receipts, journal (+ receipts), subqueue (+ receipts), 3 system queues (+ receipts),
-    # and the two registries
-    assert report["topics_checked"] == 14
+    # and the three registries (queues, queue managers, queue-manager security)
+    assert report["topics_checked"] == 15
     # The topics really were created with kmq's settings, as the broker describes them.
     session = KafkaSession.from_config(KmqConfig.load())
     data = f"kmq.{doctor_qm.name}.private.orders"
