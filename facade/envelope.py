@@ -14,6 +14,11 @@ source of truth. In short:
   transactional messages, so one sender's transactional messages stay in one partition and in
   order (MSMQ's exactly-once-in-order guarantee); ``None`` otherwise so the producer spreads load.
 
+The record <-> message mapping is generated from the property declarations on
+:class:`~facade.message.Message` (:mod:`facade.propertyspec`): each property's ``avro=`` names
+its field and codec. :func:`declared_envelope_schema` is the schema those declarations
+describe; a unit test holds the ``.avsc`` to it.
+
 This module produces and consumes plain Python values; the Kafka adapter passes them on.
 ACK/NACK messages are ordinary messages whose body is an Avro-encoded ``kmq.Acknowledgment``
 (:func:`encode_acknowledgment` / :func:`decode_acknowledgment`).

@@ -7,12 +7,11 @@ name is resolved once, on the driver, through the queue manager (registry and di
 as :meth:`facade.manager.QueueManager.open_queue` would; executors receive the resolved queues
 (topics and format names) in the writer's options, encode envelopes and produce the records.
 
-Columns (see :data:`MESSAGE_COLUMNS`): ``body`` (required, binary or string), ``label``,
-``priority``, ``correlation_id``, ``app_specific``, ``time_to_be_received``,
-``time_to_reach_queue``, ``acknowledge``, ``admin_queue``, ``response_queue``, ``delivery``,
-``journal``, ``extension``, ``body_type``, ``not_before``, ``properties``, and ``message_key``
-(the source of the message id, see below). Keyword defaults (``**message_defaults``) fill
-missing columns and nulls.
+Columns (see :data:`MESSAGE_COLUMNS`): ``body`` (required, binary or string), the other message
+properties declared with ``spark_input=`` on :class:`facade.message.Message` (``label``,
+``priority``, ``correlation_id``, time limits, queues, flags...), and ``message_key`` (the
+source of the message id, see below). Keyword defaults (``**message_defaults``) fill missing
+columns and nulls.
 
 Exactly-once
 ------------
