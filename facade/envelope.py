@@ -14,6 +14,11 @@ source of truth. In short:
   transactional messages, so one sender's transactional messages stay in one partition and in
   order (MSMQ's exactly-once-in-order guarantee); ``None`` otherwise so the producer spreads load.
 
+The record <-> message mapping is generated from the property declarations on
+:class:`~facade.message.Message` (:mod:`facade.propertyspec`): each property's ``avro=`` names
+its field and codec. :func:`declared_envelope_schema` is the schema those declarations
+describe; a unit test holds the ``.avsc`` to it.
+
 This module produces and consumes plain Python values; the Kafka adapter passes them on.
 ACK/NACK messages are ordinary messages whose body is an Avro-encoded ``kmq.Acknowledgment``
 (:func:`encode_acknowledgment` / :func:`decode_acknowledgment`).
@@ -23,8 +28,8 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import MISSING, Field, dataclass
+from typing import Any, cast
 
 from facade import avro as _avro
 from facade.avro import SINGLE_OBJECT_MARKER
@@ -39,6 +44,7 @@ from facade.message import (
     MessageId,
     guid_text,
 )
+from facade.propertyspec import AvroField, compile_function, specs
 
 __all__ = [
     "ACKNOWLEDGMENT_SCHEMA_NAME",
@@ -57,6 +63,7 @@ __all__ = [
     "RecordHeaders",
     "acknowledgment_message",
     "decode_acknowledgment",
+    "declared_envelope_schema",
     "decode_message",
     "encode_acknowledgment",
     "encode_message",
@@ -179,53 +186,101 @@ def record_key(message: Message) -> bytes | None:
     return message.id.machine_guid.bytes_le
 
 
+# --------------------------------------------------------------------------------------------
+# The record <-> message mapping, derived from the property declarations (facade.propertyspec)
+# --------------------------------------------------------------------------------------------
+
+#: Avro codec -> expression turning the property value ``{v}`` into the record value.
+_TO_AVRO = {
+    "plain": "{v}",
+    "int": "int({v})",
+    "message_id": "None if {v} is None else {v}.to_bytes()",
+    "duration_ms": "_seconds_to_ms({v})",
+    "instant_ms": "_instant_to_ms({v})",
+    "guid_text": "None if {v} is None else guid_text({v})",
+}
+#: Avro codec -> expression turning the record value ``{v}`` back into the property value.
+#: fastavro already returns timestamp-millis as an aware datetime and a uuid as uuid.UUID;
+#: ints become enum members in Message's own normalisation.
+_FROM_AVRO = {
+    "plain": "{v}",
+    "int": "{v}",
+    "message_id": "None if {v} is None else MessageId.from_bytes({v})",
+    "duration_ms": "_ms_to_seconds({v})",
+    "instant_ms": "{v}",
+    "guid_text": "{v}",
+}
+
+
+def _envelope_fields() -> list[tuple[str, AvroField]]:
+    """(property name, its Avro field) for every enveloped property, in Avro field order."""
+    found = [(f.name, spec.avro) for f, spec in specs(Message) if spec.avro is not None]
+    return sorted(found, key=lambda item: item[1].position)
+
+
+def _record_builder() -> Any:
+    items = ", ".join(
+        f"{avro.name!r}: " + _TO_AVRO[avro.codec].format(v=f"m.{attr}")
+        for attr, avro in _envelope_fields())
+    return compile_function("record_of", "m", "{" + items + "}", globals())
+
+
+def _message_builder() -> Any:
+    arguments = ", ".join(
+        f"{attr}=" + _FROM_AVRO[avro.codec].format(v=f"r[{avro.name!r}]")
+        for attr, avro in _envelope_fields())
+    return compile_function("message_of", "r", f"Message({arguments})", globals())
+
+
+_record_of = _record_builder()
+_message_of = _message_builder()
+#: Properties stored as Avro strings, in field order: the ones a lone surrogate can break.
+_TEXT_PROPERTIES = tuple(attr for attr, avro in _envelope_fields()
+                         if avro.type in ("string", ["null", "string"]))
+
+
 def _envelope_record(m: Message) -> dict[str, Any]:
     if m.id is None:
         raise InvalidParameter(
             "message property id (PROPID_M_MSGID) is not set",
             hint="send through the queue manager, which assigns it, or set MessageId.new(guid)",
         )
-    return {
-        "id": m.id.to_bytes(),
-        "message_class": int(m.message_class),
-        "correlation_id": None if m.correlation_id is None else m.correlation_id.to_bytes(),
-        "priority": m.priority,
-        "delivery": int(m.delivery),
-        "acknowledge": int(m.acknowledge),
-        "journal": int(m.journal),
-        "app_specific": m.app_specific,
-        "label": m.label,
-        "body_type": int(m.body_type),
-        "body": m.body,
-        "extension": m.extension,
-        "admin_queue": m.admin_queue,
-        "response_queue": m.response_queue,
-        "destination_queue": m.destination_queue,
-        "destination_format_name": m.destination_format_name,
-        "dead_letter_queue": m.dead_letter_queue,
-        "time_to_reach_queue_ms": _seconds_to_ms(m.time_to_reach_queue),
-        "time_to_be_received_ms": _seconds_to_ms(m.time_to_be_received),
-        "sent_time": _instant_to_ms(m.sent_time),
-        "arrived_time": _instant_to_ms(m.arrived_time),
-        "not_before": _instant_to_ms(m.not_before),
-        "source_machine_id": (None if m.source_machine_id is None
-                              else guid_text(m.source_machine_id)),
-        "sender_id": m.sender_id,
-        "sender_id_type": int(m.sender_id_type),
-        "transaction_id": m.transaction_id,
-        "first_in_transaction": m.first_in_transaction,
-        "last_in_transaction": m.last_in_transaction,
-        "auth_level": int(m.auth_level),
-        "privacy_level": int(m.privacy_level),
-        "hash_algorithm": int(m.hash_algorithm),
-        "encryption_algorithm": int(m.encryption_algorithm),
-        "sender_certificate": m.sender_certificate,
-        "signature": m.signature,
-        "destination_symmetric_key": m.destination_symmetric_key,
-        "abort_count": m.abort_count,
-        "move_count": m.move_count,
-        "properties": m.properties,
-    }
+    return cast(dict[str, Any], _record_of(m))
+
+
+def declared_envelope_schema() -> dict[str, Any]:
+    """The ``kmq.MessageEnvelope`` schema as the property declarations describe it, without
+    docs: what ``schemas/message_envelope.avsc`` must hold (field names, types, defaults,
+    order). A unit test compares the two; the .avsc stays the schema records are written with.
+
+    Returns:
+        dict[str, Any]: the schema as parsed JSON.
+    """
+    defaults = {f.name: _default_of(f) for f, _spec in specs(Message)}
+    fields = []
+    for attr, avro in _envelope_fields():
+        entry: dict[str, Any] = {"name": avro.name, "type": avro.type}
+        default = _avro_default(defaults[attr])
+        nullable = isinstance(avro.type, list) and avro.type[0] == "null"
+        if default is not None or nullable:
+            entry["default"] = default
+        fields.append(entry)
+    return {"type": "record", "name": "MessageEnvelope", "namespace": "kmq", "fields": fields}
+
+
+def _default_of(f: Field[Any]) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    return f.default_factory() if callable(f.default_factory) else None
+
+
+def _avro_default(value: Any) -> Any:
+    """A property default in Avro JSON form (bytes as ISO-8859-1 text, enums as ints)."""
+    if isinstance(value, bytes):
+        return value.decode("iso-8859-1")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    return value
 
 
 def envelope_record(message: Message) -> dict[str, Any]:
@@ -298,15 +353,7 @@ def encode_message(message: Message, *, validate: bool = True) -> EncodedRecord:
 
 def _encode_failure(message: Message, exc: Exception) -> InvalidParameter:
     """Name the property that fastavro could not write (validate() covers everything else)."""
-    for name in (
-        "label",
-        "admin_queue",
-        "response_queue",
-        "destination_queue",
-        "destination_format_name",
-        "dead_letter_queue",
-        "transaction_id",
-    ):
+    for name in _TEXT_PROPERTIES:
         value = getattr(message, name)
         if isinstance(value, str) and not _is_utf8_encodable(value):
             return InvalidParameter(
@@ -379,47 +426,7 @@ def decode_message(
 
 
 def _message_from_record(r: Mapping[str, Any]) -> Message:
-    correlation = r["correlation_id"]
-    return Message(
-        body=r["body"],
-        label=r["label"],
-        body_type=r["body_type"],
-        id=MessageId.from_bytes(r["id"]),
-        correlation_id=None if correlation is None else MessageId.from_bytes(correlation),
-        priority=r["priority"],
-        delivery=r["delivery"],
-        acknowledge=r["acknowledge"],
-        admin_queue=r["admin_queue"],
-        response_queue=r["response_queue"],
-        time_to_reach_queue=_ms_to_seconds(r["time_to_reach_queue_ms"]),
-        time_to_be_received=_ms_to_seconds(r["time_to_be_received_ms"]),
-        not_before=r["not_before"],
-        journal=r["journal"],
-        app_specific=r["app_specific"],
-        extension=r["extension"],
-        message_class=r["message_class"],
-        sent_time=r["sent_time"],
-        arrived_time=r["arrived_time"],
-        source_machine_id=r["source_machine_id"],
-        destination_queue=r["destination_queue"],
-        destination_format_name=r["destination_format_name"],
-        sender_id=r["sender_id"],
-        sender_id_type=r["sender_id_type"],
-        transaction_id=r["transaction_id"],
-        first_in_transaction=r["first_in_transaction"],
-        last_in_transaction=r["last_in_transaction"],
-        auth_level=r["auth_level"],
-        privacy_level=r["privacy_level"],
-        hash_algorithm=r["hash_algorithm"],
-        encryption_algorithm=r["encryption_algorithm"],
-        sender_certificate=r["sender_certificate"],
-        signature=r["signature"],
-        destination_symmetric_key=r["destination_symmetric_key"],
-        dead_letter_queue=r["dead_letter_queue"],
-        abort_count=r["abort_count"],
-        move_count=r["move_count"],
-        properties=r["properties"],
-    )
+    return cast(Message, _message_of(r))
 
 
 def _envelope_error(

@@ -10,8 +10,13 @@ read, with Python types instead of MSMQ's VARIANTs:
 * MSMQ enumerations are :class:`enum.IntEnum` / :class:`enum.IntFlag` with the MSMQ values, so
   ``int(message.delivery)`` is what MSMQ's ``PROPID_M_DELIVERY`` would hold.
 
+Each property is declared once, at its field (:func:`facade.propertyspec.declare`): its
+PROPID, its check, its Avro envelope field and its Spark columns. The checks here, the envelope
+mapping (:mod:`facade.envelope`) and the Spark schema (:mod:`spark_connector.schema`) are derived
+from those declarations; a new property is added by declaring one field.
+
 The wire form of a message (the Avro envelope in a Kafka record) lives in :mod:`facade.envelope`;
-this module has no Kafka or Avro dependency.
+this module has no Kafka or Avro dependency (the declarations name Avro types as plain data).
 
 Example::
 
@@ -38,6 +43,14 @@ from enum import IntEnum, IntFlag
 from typing import Any, ClassVar, TypeVar, cast
 
 from facade.errors import InvalidParameter, TransactionUsage
+from facade.propertyspec import (
+    AvroField,
+    CheckFactory,
+    SparkColumn,
+    SparkInput,
+    declare,
+    specs,
+)
 
 __all__ = [
     "SECURITY_PROPERTIES",
@@ -165,7 +178,14 @@ class MessageId:
 
     @classmethod
     def new(cls, machine_guid: uuid.UUID) -> MessageId:
-        """Return a new id for a message sent by the queue manager ``machine_guid``.
+        """Return a new id for a message built outside a queue manager (tests, offline tools,
+        the README's example); a queue manager assigns ids itself, at send.
+
+        Why two allocators: a :class:`facade.manager.QueueManager` draws ids from its
+        :class:`facade.sequence.MessageIdAllocator`, which leases blocks of sequence numbers on
+        a Kafka topic so that every process and host sharing the queue manager's GUID gets
+        unique ids. That needs a broker; this method needs nothing and guarantees less (below),
+        which is enough for a message that no queue manager sends, or that one re-stamps.
 
         Sequence numbers come from one thread-safe, process-wide counter that starts at the
         current Unix time in milliseconds modulo 2**32 (MSMQ uses the queue manager GUID plus a
@@ -534,6 +554,72 @@ def _utcnow() -> _dt.datetime:
 
 
 # --------------------------------------------------------------------------------------------
+# Check factories for the field declarations (facade.propertyspec.CheckFactory)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_label(value: object, name: str, propid: str) -> None:
+    if not isinstance(value, str) or len(value) > MAX_LABEL_LENGTH:
+        raise _invalid(name, propid, f"a str of at most {MAX_LABEL_LENGTH} characters",
+                       value if not isinstance(value, str) else f"{len(value)} characters")
+
+
+def _check_bool(value: object, name: str, propid: str) -> None:
+    if not isinstance(value, bool):
+        raise _invalid(name, propid, "a bool", value)
+
+
+def _check_lookup_id(value: object, name: str, propid: str) -> None:
+    if value is not None:
+        _check_int(value, 0, _UINT64_MAX, name, propid)
+
+
+def _value_check(check: Callable[[object, str, str], None]) -> CheckFactory:
+    """For a check taking (value, name, propid)."""
+    return lambda name, propid: lambda v: check(v, name, propid)
+
+
+def _int_check(lo: int, hi: int) -> CheckFactory:
+    return lambda name, propid: lambda v: _check_int(v, lo, hi, name, propid)
+
+
+def _bytes_check(*, optional: bool) -> CheckFactory:
+    return lambda name, propid: lambda v: _check_bytes(v, name, propid, optional=optional)
+
+
+def _instance_check(cls: type, expected: str) -> CheckFactory:
+    def factory(name: str, propid: str) -> Callable[[object], None]:
+        def check(value: object) -> None:
+            if value is not None and not isinstance(value, cls):
+                raise _invalid(name, propid, expected, value)
+        return check
+    return factory
+
+
+def _enum_coercion(kind: type, name: str, propid: str) -> Callable[[object], object]:
+    """The coercion (and check) of an enum-typed property: an int becomes the member.
+
+    Raises:
+        TypeError: ``kind`` is not an IntEnum or IntFlag (a declaration bug).
+    """
+    if issubclass(kind, IntFlag):
+        flags: type[IntFlag] = kind
+        return lambda v: _coerce_flags(flags, v, name, propid)
+    if issubclass(kind, IntEnum):
+        members: type[IntEnum] = kind
+        return lambda v: _coerce_enum(members, v, name, propid)
+    raise TypeError(f"{name}: enum= must be an IntEnum or IntFlag, got {kind!r}")
+
+
+# Avro types the field declarations share (the .avsc spells them out; a unit test compares).
+_MESSAGE_ID_AVRO = {"type": "fixed", "name": "MessageId", "size": 20}
+_OPTIONAL_STRING = ["null", "string"]
+_OPTIONAL_BYTES = ["null", "bytes"]
+_OPTIONAL_LONG = ["null", "long"]
+_OPTIONAL_INSTANT = ["null", {"type": "long", "logicalType": "timestamp-millis"}]
+
+
+# --------------------------------------------------------------------------------------------
 # Message
 # --------------------------------------------------------------------------------------------
 
@@ -614,46 +700,159 @@ class Message:
             names the property and the allowed values.
     """
 
-    body: bytes = b""
-    label: str = ""
-    body_type: int = BodyType.EMPTY
-    id: MessageId | None = None
-    correlation_id: MessageId | None = None
-    priority: int = DEFAULT_PRIORITY
-    delivery: Delivery = Delivery.EXPRESS
-    acknowledge: Acknowledgment = Acknowledgment.NONE
-    admin_queue: str | None = None
-    response_queue: str | None = None
-    time_to_reach_queue: float | None = None
-    time_to_be_received: float | None = None
-    not_before: _dt.datetime | None = None
-    journal: JournalLevel = JournalLevel.NONE
-    app_specific: int = 0
-    extension: bytes = b""
-    message_class: MessageClass = MessageClass.NORMAL
-    sent_time: _dt.datetime | None = None
-    arrived_time: _dt.datetime | None = None
-    source_machine_id: uuid.UUID | None = None
-    destination_queue: str | None = None
-    destination_format_name: str | None = None
-    lookup_id: int | None = None
-    sender_id: bytes | None = None
-    sender_id_type: SenderIdType = SenderIdType.NONE
-    transaction_id: str | None = None
-    first_in_transaction: bool = False
-    last_in_transaction: bool = False
-    auth_level: AuthLevel = AuthLevel.NONE
-    privacy_level: PrivacyLevel = PrivacyLevel.NONE
-    hash_algorithm: HashAlgorithm = HashAlgorithm.SHA256
-    encryption_algorithm: EncryptionAlgorithm = EncryptionAlgorithm.AES256
-    sender_certificate: bytes | None = None
-    signature: bytes | None = None
-    authenticated: bool = False
-    destination_symmetric_key: bytes | None = None
-    dead_letter_queue: str | None = None
-    abort_count: int = 0
-    move_count: int = 0
-    properties: dict[str, str] = field(default_factory=dict)
+    body: bytes = declare(
+        b"", propid="PROPID_M_BODY", check=_bytes_check(optional=False),
+        avro=AvroField("body", "bytes", 10), spark=SparkColumn("binary", 5),
+        spark_input=SparkInput("bytes", "PROPID_M_BODY; a string is stored UTF-8 encoded"))
+    label: str = declare(
+        "", propid="PROPID_M_LABEL", check=_value_check(_check_label),
+        avro=AvroField("label", "string", 8), spark=SparkColumn("string", 2),
+        spark_input=SparkInput("text", "PROPID_M_LABEL, up to 250 characters"))
+    body_type: int = declare(
+        BodyType.EMPTY, propid="PROPID_M_BODY_TYPE", check=_int_check(0, _UINT32_MAX),
+        avro=AvroField("body_type", "long", 9, "int"), spark=SparkColumn("bigint", 6, "int"),
+        spark_input=SparkInput("int", "PROPID_M_BODY_TYPE; default BYTES for binary, STRING "
+                                      "for string bodies"))
+    id: MessageId | None = declare(
+        None, propid="PROPID_M_MSGID", check=_instance_check(MessageId, "None or a MessageId"),
+        avro=AvroField("id", _MESSAGE_ID_AVRO, 0, "message_id"),
+        spark=SparkColumn("string", 0, "text"))
+    correlation_id: MessageId | None = declare(
+        None, propid="PROPID_M_CORRELATIONID",
+        check=_instance_check(MessageId, "None or a MessageId"),
+        avro=AvroField("correlation_id", ["null", "MessageId"], 2, "message_id"),
+        spark=SparkColumn("string", 1, "text"),
+        spark_input=SparkInput("message_id", "PROPID_M_CORRELATIONID, 'guid\\seq' text or "
+                                             "20 bytes"))
+    priority: int = declare(
+        DEFAULT_PRIORITY, propid="PROPID_M_PRIORITY", check=_int_check(MIN_PRIORITY, MAX_PRIORITY),
+        avro=AvroField("priority", "int", 3), spark=SparkColumn("int", 3),
+        spark_input=SparkInput("int", "PROPID_M_PRIORITY, 0-7 (default 3)"))
+    delivery: Delivery = declare(
+        Delivery.EXPRESS, propid="PROPID_M_DELIVERY", enum=Delivery,
+        avro=AvroField("delivery", "int", 4, "int"), spark=SparkColumn("string", 20, "name"),
+        spark_input=SparkInput("named", "PROPID_M_DELIVERY, EXPRESS (0) or RECOVERABLE (1)"))
+    acknowledge: Acknowledgment = declare(
+        Acknowledgment.NONE, propid="PROPID_M_ACKNOWLEDGE", enum=Acknowledgment,
+        avro=AvroField("acknowledge", "int", 5, "int"), spark=SparkColumn("int", 21, "int"),
+        spark_input=SparkInput("named", "PROPID_M_ACKNOWLEDGE, flags or names "
+                                        "('POSITIVE_ARRIVAL|...')"))
+    admin_queue: str | None = declare(
+        None, propid="PROPID_M_ADMIN_QUEUE", check=_value_check(_check_text),
+        avro=AvroField("admin_queue", _OPTIONAL_STRING, 12), spark=SparkColumn("string", 18),
+        spark_input=SparkInput("text", "PROPID_M_ADMIN_QUEUE, a format name"))
+    response_queue: str | None = declare(
+        None, propid="PROPID_M_RESP_FORMAT_NAME", check=_value_check(_check_text),
+        avro=AvroField("response_queue", _OPTIONAL_STRING, 13), spark=SparkColumn("string", 17),
+        spark_input=SparkInput("text", "PROPID_M_RESP_FORMAT_NAME, a format name"))
+    time_to_reach_queue: float | None = declare(
+        None, propid="PROPID_M_TIME_TO_REACH_QUEUE", check=_value_check(_check_duration),
+        avro=AvroField("time_to_reach_queue_ms", _OPTIONAL_LONG, 17, "duration_ms"),
+        spark=SparkColumn("double", 12),
+        spark_input=SparkInput("seconds", "PROPID_M_TIME_TO_REACH_QUEUE, seconds (> 0)"))
+    time_to_be_received: float | None = declare(
+        None, propid="PROPID_M_TIME_TO_BE_RECEIVED", check=_value_check(_check_duration),
+        avro=AvroField("time_to_be_received_ms", _OPTIONAL_LONG, 18, "duration_ms"),
+        spark=SparkColumn("double", 13),
+        spark_input=SparkInput("seconds", "PROPID_M_TIME_TO_BE_RECEIVED, seconds (> 0)"))
+    not_before: _dt.datetime | None = declare(
+        None, propid="kmq not-before time", check=_value_check(_check_instant),
+        avro=AvroField("not_before", _OPTIONAL_INSTANT, 21, "instant_ms"),
+        spark=SparkColumn("timestamp", 11),
+        spark_input=SparkInput("instant", "kmq timed dequeue instant"))
+    journal: JournalLevel = declare(
+        JournalLevel.NONE, propid="PROPID_M_JOURNAL", enum=JournalLevel,
+        avro=AvroField("journal", "int", 6, "int"), spark=SparkColumn("int", 22, "int"),
+        spark_input=SparkInput("named", "PROPID_M_JOURNAL, flags or names "
+                                        "('DEADLETTER|JOURNAL')"))
+    app_specific: int = declare(
+        0, propid="PROPID_M_APPSPECIFIC", check=_int_check(0, _UINT32_MAX),
+        avro=AvroField("app_specific", "long", 7), spark=SparkColumn("bigint", 7),
+        spark_input=SparkInput("int", "PROPID_M_APPSPECIFIC, 0 to 2**32-1"))
+    extension: bytes = declare(
+        b"", propid="PROPID_M_EXTENSION", check=_bytes_check(optional=False),
+        avro=AvroField("extension", "bytes", 11), spark=SparkColumn("binary", 8),
+        spark_input=SparkInput("bytes", "PROPID_M_EXTENSION"))
+    message_class: MessageClass = declare(
+        MessageClass.NORMAL, propid="PROPID_M_CLASS", enum=MessageClass,
+        avro=AvroField("message_class", "int", 1, "int"), spark=SparkColumn("string", 4, "name"))
+    sent_time: _dt.datetime | None = declare(
+        None, propid="PROPID_M_SENTTIME", check=_value_check(_check_instant),
+        avro=AvroField("sent_time", _OPTIONAL_INSTANT, 19, "instant_ms"),
+        spark=SparkColumn("timestamp", 9))
+    arrived_time: _dt.datetime | None = declare(
+        None, propid="PROPID_M_ARRIVEDTIME", check=_value_check(_check_instant),
+        avro=AvroField("arrived_time", _OPTIONAL_INSTANT, 20, "instant_ms"),
+        spark=SparkColumn("timestamp", 10, "record_timestamp"))
+    source_machine_id: uuid.UUID | None = declare(
+        None, propid="PROPID_M_SRC_MACHINE_ID",
+        check=_instance_check(uuid.UUID, "None or a uuid.UUID"),
+        avro=AvroField("source_machine_id", ["null", {"type": "string", "logicalType": "uuid"}],
+                       22, "guid_text"),
+        spark=SparkColumn("string", 14, "text"))
+    destination_queue: str | None = declare(
+        None, propid="PROPID_M_DEST_QUEUE", check=_value_check(_check_text),
+        avro=AvroField("destination_queue", _OPTIONAL_STRING, 14),
+        spark=SparkColumn("string", 15))
+    destination_format_name: str | None = declare(
+        None, propid="PROPID_M_DEST_FORMAT_NAME", check=_value_check(_check_text),
+        avro=AvroField("destination_format_name", _OPTIONAL_STRING, 15),
+        spark=SparkColumn("string", 16))
+    lookup_id: int | None = declare(
+        None, propid="PROPID_M_LOOKUPID", check=_value_check(_check_lookup_id))
+    sender_id: bytes | None = declare(
+        None, propid="PROPID_M_SENDERID", check=_bytes_check(optional=True),
+        avro=AvroField("sender_id", _OPTIONAL_BYTES, 23), spark=SparkColumn("binary", 26))
+    sender_id_type: SenderIdType = declare(
+        SenderIdType.NONE, propid="PROPID_M_SENDERID_TYPE", enum=SenderIdType,
+        avro=AvroField("sender_id_type", "int", 24, "int"))
+    transaction_id: str | None = declare(
+        None, propid="PROPID_M_XACTID",
+        avro=AvroField("transaction_id", _OPTIONAL_STRING, 25), spark=SparkColumn("string", 23))
+    first_in_transaction: bool = declare(
+        False, propid="PROPID_M_FIRST_IN_XACT",
+        avro=AvroField("first_in_transaction", "boolean", 26), spark=SparkColumn("boolean", 24))
+    last_in_transaction: bool = declare(
+        False, propid="PROPID_M_LAST_IN_XACT",
+        avro=AvroField("last_in_transaction", "boolean", 27), spark=SparkColumn("boolean", 25))
+    auth_level: AuthLevel = declare(
+        AuthLevel.NONE, propid="PROPID_M_AUTH_LEVEL", enum=AuthLevel,
+        avro=AvroField("auth_level", "int", 28, "int"), spark=SparkColumn("int", 27, "int"))
+    privacy_level: PrivacyLevel = declare(
+        PrivacyLevel.NONE, propid="PROPID_M_PRIV_LEVEL", enum=PrivacyLevel,
+        avro=AvroField("privacy_level", "int", 29, "int"), spark=SparkColumn("int", 28, "int"))
+    hash_algorithm: HashAlgorithm = declare(
+        HashAlgorithm.SHA256, propid="PROPID_M_HASH_ALG", enum=HashAlgorithm,
+        avro=AvroField("hash_algorithm", "int", 30, "int"))
+    encryption_algorithm: EncryptionAlgorithm = declare(
+        EncryptionAlgorithm.AES256, propid="PROPID_M_ENCRYPTION_ALG", enum=EncryptionAlgorithm,
+        avro=AvroField("encryption_algorithm", "int", 31, "int"))
+    sender_certificate: bytes | None = declare(
+        None, propid="PROPID_M_SENDER_CERT", check=_bytes_check(optional=True),
+        avro=AvroField("sender_certificate", _OPTIONAL_BYTES, 32))
+    signature: bytes | None = declare(
+        None, propid="PROPID_M_SIGNATURE", check=_bytes_check(optional=True),
+        avro=AvroField("signature", _OPTIONAL_BYTES, 33))
+    authenticated: bool = declare(
+        False, propid="PROPID_M_AUTHENTICATED", check=_value_check(_check_bool),
+        spark=SparkColumn("boolean", 29, "false"))
+    destination_symmetric_key: bytes | None = declare(
+        None, propid="PROPID_M_DEST_SYMM_KEY", check=_bytes_check(optional=True),
+        avro=AvroField("destination_symmetric_key", _OPTIONAL_BYTES, 34))
+    dead_letter_queue: str | None = declare(
+        None, propid="PROPID_M_DEADLETTER_QUEUE", check=_value_check(_check_text),
+        avro=AvroField("dead_letter_queue", _OPTIONAL_STRING, 16), spark=SparkColumn("string", 19))
+    abort_count: int = declare(
+        0, propid="PROPID_M_ABORT_COUNT", check=_int_check(0, _UINT32_MAX),
+        avro=AvroField("abort_count", "long", 35), spark=SparkColumn("bigint", 30))
+    move_count: int = declare(
+        0, propid="PROPID_M_MOVE_COUNT", check=_int_check(0, _UINT32_MAX),
+        avro=AvroField("move_count", "long", 36), spark=SparkColumn("bigint", 31))
+    properties: dict[str, str] = declare(
+        propid="kmq application properties", default_factory=dict,
+        avro=AvroField("properties", {"type": "map", "values": "string"}, 37),
+        spark=SparkColumn("map<string,string>", 32, "pairs"),
+        spark_input=SparkInput("properties", "kmq application properties"))
 
     def __post_init__(self) -> None:
         self.check()
@@ -868,111 +1067,26 @@ def check_enforceable(message: Message) -> None:
                  "(or transaction=\"single\")")
 
 
-def _check_label(value: object) -> None:
-    if not isinstance(value, str) or len(value) > MAX_LABEL_LENGTH:
-        raise _invalid("label", "PROPID_M_LABEL", f"a str of at most {MAX_LABEL_LENGTH} characters",
-                       value if not isinstance(value, str) else f"{len(value)} characters")
-
-
-def _check_instance(cls: type, name: str, propid: str, expected: str) -> Callable[[object], None]:
-    def check(value: object) -> None:
-        if value is not None and not isinstance(value, cls):
-            raise _invalid(name, propid, expected, value)
-    return check
-
-
-def _check_authenticated(value: object) -> None:
-    if not isinstance(value, bool):
-        raise _invalid("authenticated", "PROPID_M_AUTHENTICATED", "a bool", value)
-
-
-def _check_lookup_id(value: object) -> None:
-    if value is not None:
-        _check_int(value, 0, _UINT64_MAX, "lookup_id", "PROPID_M_LOOKUPID")
+def _derive_checks() -> tuple[tuple[tuple[str, type, Callable[[object], object]], ...],
+                               tuple[tuple[str, object, Callable[[object], object]], ...]]:
+    """The enum coercions and the property checks, from the field declarations."""
+    normalized = []
+    checks = []
+    for f, spec in specs(Message):
+        if spec.enum is not None:
+            coerce = _enum_coercion(spec.enum, f.name, spec.propid)
+            normalized.append((f.name, spec.enum, coerce))
+            checks.append((f.name, _DEFAULTS[f.name], coerce))
+        elif spec.check is not None:
+            checks.append((f.name, _DEFAULTS[f.name], spec.check(f.name, spec.propid)))
+    return tuple(normalized), tuple(checks)
 
 
 #: (field, enum type, coercion) for :meth:`Message._normalize`: ints become enum members.
-_NORMALIZED: tuple[tuple[str, type, Callable[[object], object]], ...] = (
-    ("delivery", Delivery, lambda v: _coerce_enum(Delivery, v, "delivery", "PROPID_M_DELIVERY")),
-    ("acknowledge", Acknowledgment, lambda v: _coerce_flags(Acknowledgment, v, "acknowledge",
-                                                            "PROPID_M_ACKNOWLEDGE")),
-    ("journal", JournalLevel, lambda v: _coerce_flags(JournalLevel, v, "journal",
-                                                      "PROPID_M_JOURNAL")),
-    ("message_class", MessageClass, lambda v: _coerce_enum(MessageClass, v, "message_class",
-                                                           "PROPID_M_CLASS")),
-    ("sender_id_type", SenderIdType, lambda v: _coerce_enum(SenderIdType, v, "sender_id_type",
-                                                            "PROPID_M_SENDERID_TYPE")),
-    ("auth_level", AuthLevel, lambda v: _coerce_enum(AuthLevel, v, "auth_level",
-                                                     "PROPID_M_AUTH_LEVEL")),
-    ("privacy_level", PrivacyLevel, lambda v: _coerce_enum(PrivacyLevel, v, "privacy_level",
-                                                           "PROPID_M_PRIV_LEVEL")),
-    ("hash_algorithm", HashAlgorithm, lambda v: _coerce_enum(HashAlgorithm, v, "hash_algorithm",
-                                                             "PROPID_M_HASH_ALG")),
-    ("encryption_algorithm", EncryptionAlgorithm, lambda v: _coerce_enum(
-        EncryptionAlgorithm, v, "encryption_algorithm", "PROPID_M_ENCRYPTION_ALG")),
-)
-#: field -> its coercion, which is also its check (it raises for a value outside the enum).
-_COERCE: dict[str, Callable[[object], object]] = {name: c for name, _kind, c in _NORMALIZED}
-
 #: (field, default object, check) in field order: :meth:`Message.validate` checks a property
-#: only when it does not hold its default object (defaults are valid by construction).
-_PROPERTY_CHECKS: tuple[tuple[str, object, Callable[[object], object]], ...] = tuple(
-    (name, _DEFAULTS[name], check) for name, check in (
-        ("body", lambda v: _check_bytes(v, "body", "PROPID_M_BODY", optional=False)),
-        ("label", _check_label),
-        ("body_type", lambda v: _check_int(v, 0, _UINT32_MAX, "body_type", "PROPID_M_BODY_TYPE")),
-        ("id", _check_instance(MessageId, "id", "PROPID_M_MSGID", "None or a MessageId")),
-        ("correlation_id", _check_instance(MessageId, "correlation_id", "PROPID_M_CORRELATIONID",
-                                           "None or a MessageId")),
-        ("priority", lambda v: _check_int(v, MIN_PRIORITY, MAX_PRIORITY, "priority",
-                                          "PROPID_M_PRIORITY")),
-        ("delivery", _COERCE["delivery"]),
-        ("acknowledge", _COERCE["acknowledge"]),
-        ("admin_queue", lambda v: _check_text(v, "admin_queue", "PROPID_M_ADMIN_QUEUE")),
-        ("response_queue", lambda v: _check_text(v, "response_queue",
-                                                 "PROPID_M_RESP_FORMAT_NAME")),
-        ("time_to_reach_queue", lambda v: _check_duration(v, "time_to_reach_queue",
-                                                          "PROPID_M_TIME_TO_REACH_QUEUE")),
-        ("time_to_be_received", lambda v: _check_duration(v, "time_to_be_received",
-                                                          "PROPID_M_TIME_TO_BE_RECEIVED")),
-        ("not_before", lambda v: _check_instant(v, "not_before", "kmq not-before time")),
-        ("journal", _COERCE["journal"]),
-        ("app_specific", lambda v: _check_int(v, 0, _UINT32_MAX, "app_specific",
-                                              "PROPID_M_APPSPECIFIC")),
-        ("extension", lambda v: _check_bytes(v, "extension", "PROPID_M_EXTENSION",
-                                             optional=False)),
-        ("message_class", _COERCE["message_class"]),
-        ("sent_time", lambda v: _check_instant(v, "sent_time", "PROPID_M_SENTTIME")),
-        ("arrived_time", lambda v: _check_instant(v, "arrived_time", "PROPID_M_ARRIVEDTIME")),
-        ("source_machine_id", _check_instance(uuid.UUID, "source_machine_id",
-                                              "PROPID_M_SRC_MACHINE_ID", "None or a uuid.UUID")),
-        ("destination_queue", lambda v: _check_text(v, "destination_queue",
-                                                    "PROPID_M_DEST_QUEUE")),
-        ("destination_format_name", lambda v: _check_text(v, "destination_format_name",
-                                                          "PROPID_M_DEST_FORMAT_NAME")),
-        ("lookup_id", _check_lookup_id),
-        ("sender_id", lambda v: _check_bytes(v, "sender_id", "PROPID_M_SENDERID", optional=True)),
-        ("sender_id_type", _COERCE["sender_id_type"]),
-        ("auth_level", _COERCE["auth_level"]),
-        ("privacy_level", _COERCE["privacy_level"]),
-        ("hash_algorithm", _COERCE["hash_algorithm"]),
-        ("encryption_algorithm", _COERCE["encryption_algorithm"]),
-        ("sender_certificate", lambda v: _check_bytes(v, "sender_certificate",
-                                                      "PROPID_M_SENDER_CERT", optional=True)),
-        ("signature", lambda v: _check_bytes(v, "signature", "PROPID_M_SIGNATURE",
-                                             optional=True)),
-        ("authenticated", _check_authenticated),
-        ("destination_symmetric_key", lambda v: _check_bytes(v, "destination_symmetric_key",
-                                                             "PROPID_M_DEST_SYMM_KEY",
-                                                             optional=True)),
-        ("dead_letter_queue", lambda v: _check_text(v, "dead_letter_queue",
-                                                    "PROPID_M_DEADLETTER_QUEUE")),
-        ("abort_count", lambda v: _check_int(v, 0, _UINT32_MAX, "abort_count",
-                                             "PROPID_M_ABORT_COUNT")),
-        ("move_count", lambda v: _check_int(v, 0, _UINT32_MAX, "move_count",
-                                            "PROPID_M_MOVE_COUNT")),
-    )
-)
+#: only when it does not hold its default object (defaults are valid by construction). Enum
+#: properties are checked by their coercion, which raises for a value outside the enum.
+_NORMALIZED, _PROPERTY_CHECKS = _derive_checks()
 
 
 @dataclass(frozen=True)

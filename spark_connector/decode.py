@@ -31,7 +31,7 @@ import datetime as dt
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,7 +41,8 @@ from facade.errors import EnvelopeError, InvalidParameter
 from facade.formatnames import SystemQueue
 from facade.message import Message, MessageClass, MessageId
 from facade.topics import system_topics
-from spark_connector.schema import MESSAGE_SCHEMA
+from facade.propertyspec import compile_function
+from spark_connector.schema import ACK_COLUMNS, MESSAGE_SCHEMA, property_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -258,44 +259,47 @@ def _as_utc(array: pa.Array) -> pa.Array:
 # --------------------------------------------------------------------------------------------
 
 
-def _row(m: Message) -> tuple[Any, ...]:
-    """The envelope column values of one message, in :data:`_ENVELOPE_COLUMNS` order.
+#: Spark codec (facade.propertyspec) -> expression turning the property value ``{v}`` into
+#: its column value.
+_TO_COLUMN = {
+    "plain": "{v}",
+    "int": "int({v})",
+    "text": "None if {v} is None else str({v})",
+    "name": "{v}.name",
+    "pairs": "list({v}.items())",
+    # Filled from the record timestamp, as the queue manager sets PROPID_M_ARRIVEDTIME.
+    "record_timestamp": "None",
+    # authenticated: never taken from the wire, and no signature check here.
+    "false": "False",
+}
 
-    One function with plain attribute reads: this runs once per record and dominates the
-    decoder's cost after Avro decoding itself.
-    """
+#: The property column values of one message, in column order, generated from the
+#: declarations: plain attribute reads, because this runs once per record and dominates the
+#: decoder's cost after Avro decoding itself.
+_property_values = compile_function(
+    "property_values", "m",
+    "(" + "".join(_TO_COLUMN[column.codec].format(v=f"m.{name}") + ", "
+                  for name, column in property_columns()) + ")",
+    globals())
+
+
+def _row(m: Message) -> tuple[Any, ...]:
+    """The envelope column values of one message, in :data:`_ENVELOPE_COLUMNS` order."""
     ack = _acknowledgment(m) if m.message_class.is_acknowledgment else None
-    return (
-        None if m.id is None else str(m.id),
-        None if m.correlation_id is None else str(m.correlation_id),
-        m.label, m.priority, m.message_class.name, m.body, int(m.body_type), m.app_specific,
-        m.extension, m.sent_time,
-        None,  # arrived_time: filled from the record timestamp
-        m.not_before, m.time_to_reach_queue, m.time_to_be_received,
-        None if m.source_machine_id is None else str(m.source_machine_id),
-        m.destination_queue, m.destination_format_name, m.response_queue, m.admin_queue,
-        m.dead_letter_queue, m.delivery.name, int(m.acknowledge), int(m.journal),
-        m.transaction_id, m.first_in_transaction, m.last_in_transaction, m.sender_id,
-        int(m.auth_level), int(m.privacy_level),
-        False,  # authenticated: never taken from the wire, and no signature check here
-        m.abort_count, m.move_count, list(m.properties.items()),
-        None if ack is None else str(ack.original_id),
-        None if ack is None else [q.format_name or f"{{{q.guid}}}" for q in ack.queues],
-        None if ack is None else ack.reason,
-        None if ack is None else ack.time,
+    if ack is None:
+        return cast(tuple[Any, ...], _property_values(m)) + _NO_ACK
+    return cast(tuple[Any, ...], _property_values(m)) + (
+        str(ack.original_id),
+        [q.format_name or f"{{{q.guid}}}" for q in ack.queues],
+        ack.reason,
+        ack.time,
     )
 
 
 #: The envelope columns :func:`_row` fills, in order (a prefix of MESSAGE_SCHEMA).
-_ENVELOPE_COLUMNS = (
-    "id", "correlation_id", "label", "priority", "message_class", "body", "body_type",
-    "app_specific", "extension", "sent_time", "arrived_time", "not_before",
-    "time_to_reach_queue", "time_to_be_received", "source_machine_id", "destination_queue",
-    "destination_format_name", "response_queue", "admin_queue", "dead_letter_queue", "delivery",
-    "acknowledge", "journal", "transaction_id", "first_in_transaction", "last_in_transaction",
-    "sender_id", "auth_level", "privacy_level", "authenticated", "abort_count", "move_count",
-    "properties", "ack_original_id", "ack_queues", "ack_reason", "ack_time",
-)
+_ENVELOPE_COLUMNS = tuple(name for name, _column in property_columns()) + tuple(
+    f.name for f in ACK_COLUMNS)
+_NO_ACK = (None,) * len(ACK_COLUMNS)
 _NULL_ROW = (None,) * len(_ENVELOPE_COLUMNS)
 _ARRIVED_INDEX = _ENVELOPE_COLUMNS.index("arrived_time")
 

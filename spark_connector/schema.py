@@ -16,7 +16,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-__all__ = ["KAFKA_SOURCE_SCHEMA", "MESSAGE_SCHEMA"]
+from facade.message import Message
+from facade.propertyspec import SparkColumn, specs
+
+__all__ = [
+    "ACK_COLUMNS",
+    "KAFKA_SOURCE_SCHEMA",
+    "MESSAGE_SCHEMA",
+    "RECORD_COLUMNS",
+    "property_columns",
+]
 
 #: Exactly the columns of Spark's ``format("kafka")`` source (with ``includeHeaders=true``).
 KAFKA_SOURCE_SCHEMA = StructType([
@@ -34,6 +43,8 @@ KAFKA_SOURCE_SCHEMA = StructType([
 ])
 
 #: The decoded message columns :func:`spark_connector.decode.decode_messages` produces, in order.
+#: The envelope columns come from the property declarations (``spark=`` in
+#: :class:`facade.message.Message`), in their declared positions.
 #:
 #: Envelope columns (null on a row whose record could not be decoded):
 #:
@@ -58,48 +69,40 @@ KAFKA_SOURCE_SCHEMA = StructType([
 #: Record columns (always set): ``topic``, ``partition``, ``offset`` (the message's lookup id,
 #: PROPID_M_LOOKUPID), ``timestamp``; then ``error`` (why the record is not a valid kmq
 #: envelope, null when fine) and ``raw_value`` (the record value, only on error rows).
-MESSAGE_SCHEMA = StructType([
-    StructField("id", StringType()),
-    StructField("correlation_id", StringType()),
-    StructField("label", StringType()),
-    StructField("priority", IntegerType()),
-    StructField("message_class", StringType()),
-    StructField("body", BinaryType()),
-    StructField("body_type", LongType()),
-    StructField("app_specific", LongType()),
-    StructField("extension", BinaryType()),
-    StructField("sent_time", TimestampType()),
-    StructField("arrived_time", TimestampType()),
-    StructField("not_before", TimestampType()),
-    StructField("time_to_reach_queue", DoubleType()),
-    StructField("time_to_be_received", DoubleType()),
-    StructField("source_machine_id", StringType()),
-    StructField("destination_queue", StringType()),
-    StructField("destination_format_name", StringType()),
-    StructField("response_queue", StringType()),
-    StructField("admin_queue", StringType()),
-    StructField("dead_letter_queue", StringType()),
-    StructField("delivery", StringType()),
-    StructField("acknowledge", IntegerType()),
-    StructField("journal", IntegerType()),
-    StructField("transaction_id", StringType()),
-    StructField("first_in_transaction", BooleanType()),
-    StructField("last_in_transaction", BooleanType()),
-    StructField("sender_id", BinaryType()),
-    StructField("auth_level", IntegerType()),
-    StructField("privacy_level", IntegerType()),
-    StructField("authenticated", BooleanType()),
-    StructField("abort_count", LongType()),
-    StructField("move_count", LongType()),
-    StructField("properties", MapType(StringType(), StringType())),
+#: Spark type (``simpleString()``) of a declared column -> the type (flat columns only).
+_SPARK_TYPES = {
+    "string": StringType(), "int": IntegerType(), "bigint": LongType(), "binary": BinaryType(),
+    "double": DoubleType(), "boolean": BooleanType(), "timestamp": TimestampType(),
+    "map<string,string>": MapType(StringType(), StringType()),
+}
+
+
+def property_columns() -> list[tuple[str, SparkColumn]]:
+    """(property name, its declared Spark column) for every message property shown in
+    :data:`MESSAGE_SCHEMA`, in column order (see :mod:`facade.propertyspec`)."""
+    found = [(f.name, spec.spark) for f, spec in specs(Message) if spec.spark is not None]
+    return sorted(found, key=lambda item: item[1].position)
+
+
+#: The acknowledgment payload columns, after the property columns (not message properties:
+#: they are decoded from an ACK/NACK message's body).
+ACK_COLUMNS = [
     StructField("ack_original_id", StringType()),
     StructField("ack_queues", ArrayType(StringType())),
     StructField("ack_reason", StringType()),
     StructField("ack_time", TimestampType()),
+]
+
+#: The Kafka record columns, after the envelope columns.
+RECORD_COLUMNS = [
     StructField("topic", StringType()),
     StructField("partition", IntegerType()),
     StructField("offset", LongType()),
     StructField("timestamp", TimestampType()),
     StructField("error", StringType()),
     StructField("raw_value", BinaryType()),
-])
+]
+
+MESSAGE_SCHEMA = StructType(
+    [StructField(name, _SPARK_TYPES[column.type]) for name, column in property_columns()]
+    + ACK_COLUMNS + RECORD_COLUMNS)

@@ -7,12 +7,11 @@ name is resolved once, on the driver, through the queue manager (registry and di
 as :meth:`facade.manager.QueueManager.open_queue` would; executors receive the resolved queues
 (topics and format names) in the writer's options, encode envelopes and produce the records.
 
-Columns (see :data:`MESSAGE_COLUMNS`): ``body`` (required, binary or string), ``label``,
-``priority``, ``correlation_id``, ``app_specific``, ``time_to_be_received``,
-``time_to_reach_queue``, ``acknowledge``, ``admin_queue``, ``response_queue``, ``delivery``,
-``journal``, ``extension``, ``body_type``, ``not_before``, ``properties``, and ``message_key``
-(the source of the message id, see below). Keyword defaults (``**message_defaults``) fill
-missing columns and nulls.
+Columns (see :data:`MESSAGE_COLUMNS`): ``body`` (required, binary or string), the other message
+properties declared with ``spark_input=`` on :class:`facade.message.Message` (``label``,
+``priority``, ``correlation_id``, time limits, queues, flags...), and ``message_key`` (the
+source of the message id, see below). Keyword defaults (``**message_defaults``) fill missing
+columns and nulls.
 
 Exactly-once
 ------------
@@ -70,6 +69,7 @@ from facade.message import (
     MessageId,
     unsupported_security,
 )
+from facade.propertyspec import SparkInput, specs
 from facade.topics import system_topics
 from spark_connector.resolve import QueueTarget, Resolution, resolve
 
@@ -193,33 +193,38 @@ class _Column:
 _INTEGER = ("byte", "short", "integer", "long")
 _NUMBER = (*_INTEGER, "float", "double", "decimal")
 
+#: SparkInput kind (facade.propertyspec) -> (Spark type names accepted, converter).
+_INPUT_KINDS: dict[str, tuple[tuple[str, ...], Callable[[str, Any], Any]]] = {
+    "bytes": (("binary", "string"), _as_bytes),
+    "int": (_INTEGER, _as_int),
+    "text": (("string",), _as_text),
+    "seconds": (_NUMBER, _as_seconds),
+    "instant": (("timestamp",), _as_instant),
+    "message_id": (("string", "binary"), _as_correlation_id),
+    "properties": (("map",), _as_properties),
+}
+
+
+def _input_column(spark_input: SparkInput, enum: type | None) -> _Column:
+    """The column a writer may give for a property declared with ``spark_input=``.
+
+    Raises:
+        TypeError: a ``named`` input on a property without an enum (a declaration bug).
+    """
+    if spark_input.kind == "named":
+        if enum is None or not issubclass(enum, (IntEnum, IntFlag)):
+            raise TypeError(f"a 'named' Spark input needs an IntEnum or IntFlag, got {enum!r}")
+        return _Column((*_INTEGER, "string"), _as_named(enum), spark_input.meaning)
+    types, convert = _INPUT_KINDS[spark_input.kind]
+    return _Column(types, convert, spark_input.meaning)
+
+
 #: Recognised columns (and ``**message_defaults`` names): Spark types accepted, MSMQ property.
+#: The message properties are those declared with ``spark_input=`` on
+#: :class:`facade.message.Message`, in field order; ``message_key`` is the sink's own.
 MESSAGE_COLUMNS: dict[str, _Column] = {
-    "body": _Column(("binary", "string"), _as_bytes,
-                    "PROPID_M_BODY; a string is stored UTF-8 encoded"),
-    "body_type": _Column(_INTEGER, _as_int,
-                         "PROPID_M_BODY_TYPE; default BYTES for binary, STRING for string bodies"),
-    "label": _Column(("string",), _as_text, "PROPID_M_LABEL, up to 250 characters"),
-    "priority": _Column(_INTEGER, _as_int, "PROPID_M_PRIORITY, 0-7 (default 3)"),
-    "correlation_id": _Column(("string", "binary"), _as_correlation_id,
-                              "PROPID_M_CORRELATIONID, 'guid\\seq' text or 20 bytes"),
-    "app_specific": _Column(_INTEGER, _as_int, "PROPID_M_APPSPECIFIC, 0 to 2**32-1"),
-    "time_to_be_received": _Column(_NUMBER, _as_seconds,
-                                   "PROPID_M_TIME_TO_BE_RECEIVED, seconds (> 0)"),
-    "time_to_reach_queue": _Column(_NUMBER, _as_seconds,
-                                   "PROPID_M_TIME_TO_REACH_QUEUE, seconds (> 0)"),
-    "acknowledge": _Column((*_INTEGER, "string"), _as_named(Acknowledgment),
-                           "PROPID_M_ACKNOWLEDGE, flags or names ('POSITIVE_ARRIVAL|...')"),
-    "admin_queue": _Column(("string",), _as_text, "PROPID_M_ADMIN_QUEUE, a format name"),
-    "response_queue": _Column(("string",), _as_text,
-                              "PROPID_M_RESP_FORMAT_NAME, a format name"),
-    "delivery": _Column((*_INTEGER, "string"), _as_named(Delivery),
-                        "PROPID_M_DELIVERY, EXPRESS (0) or RECOVERABLE (1)"),
-    "journal": _Column((*_INTEGER, "string"), _as_named(JournalLevel),
-                       "PROPID_M_JOURNAL, flags or names ('DEADLETTER|JOURNAL')"),
-    "extension": _Column(("binary", "string"), _as_bytes, "PROPID_M_EXTENSION"),
-    "not_before": _Column(("timestamp",), _as_instant, "kmq timed dequeue instant"),
-    "properties": _Column(("map",), _as_properties, "kmq application properties"),
+    **{f.name: _input_column(spec.spark_input, spec.enum)
+       for f, spec in specs(Message) if spec.spark_input is not None},
     "message_key": _Column(("string", "binary"), _as_bytes,
                            "the message id's source (unique per batch) instead of the row's "
                            "position; not a default"),
