@@ -426,10 +426,12 @@ def _latency_bars(axes: Any, report: Report, kind: str) -> None:
     stats = report.latency_ms.get(kind, {"count": 0})
     names = [f"p{p}" for p in _PERCENTILES] + ["max"]
     values = [stats.get(n, 0.0) for n in names]
-    bars = axes.bar(names, values, color="tab:orange" if kind == BACKLOG else "tab:blue")
+    seconds = max(values, default=0.0) >= 10_000  # long waits read better in seconds
+    heights = [v / 1000 for v in values] if seconds else values
+    bars = axes.bar(names, heights, color="tab:orange" if kind == BACKLOG else "tab:blue")
     axes.bar_label(bars, labels=[_duration(v) for v in values], fontsize=9)
-    axes.set_ylim(0, max(values, default=0) * 1.15 or 1)
-    axes.set_ylabel("milliseconds (linear)")
+    axes.set_ylim(0, max(heights, default=0) * 1.15 or 1)
+    axes.set_ylabel("seconds (linear)" if seconds else "milliseconds (linear)")
     title = "backlog: send to receive, throughput run" if kind == BACKLOG else \
         "end-to-end latency: send to receive, paced run"
     axes.set_title(f"{title} (n={int(stats.get('count', 0)):,})")

@@ -26,6 +26,11 @@ __all__ = ["SparkFigures", "run_report_job"]
 _SENDER_PROPERTY = "debian.maintainer"
 
 
+#: Seconds the report's streaming query may run: on Tansu it took 345 s for the whole corpus on
+#: a loaded 2-core machine (long journals read slowly), so leave a wide margin.
+REPORT_TIMEOUT = 1800.0
+
+
 class _Sources(Protocol):
     """What the job reads from :class:`~facade.demo.report.ReportSources`."""
 
@@ -66,7 +71,7 @@ class SparkFigures:
 
 
 def run_report_job(sources: _Sources, *, top_senders: int, probe_source: str,
-                   timeout: float = 600.0) -> SparkFigures:
+                   timeout: float = REPORT_TIMEOUT) -> SparkFigures:
     """Run the report's streaming query and aggregate its output.
 
     Args:

@@ -73,8 +73,7 @@ def _json(result) -> dict:
 
 
 def test_demo_accounts_for_every_copy(demo_env: Path, corpus: Path, tmp_path: Path,
-                                      broker: BrokerEndpoint,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                      broker: BrokerEndpoint) -> None:
     report_dir = tmp_path / "report"
     data = _json(CliRunner().invoke(app, ["demo", "--corpus", str(corpus), "--report-dir",
                                           str(report_dir), "--json"]))
