@@ -82,8 +82,8 @@ if typing.TYPE_CHECKING:
 
 __all__ = [
     "AccessDenied",
-    "AcknowledgedQueue",
     "AccessRight",
+    "AcknowledgedQueue",
     "Acknowledgment",
     "AcknowledgmentInfo",
     "AuthLevel",
