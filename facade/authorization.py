@@ -42,17 +42,21 @@ stopped only by the broker's own ACLs, TLS and SASL (``docs/design.md``, "Securi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from facade.acl import QUEUE_MANAGER_RIGHTS, AccessRight, SecurityDescriptor
 from facade.errors import AccessDenied, InvalidParameter
+from facade.interfaces import RegistryHost
 from facade.message import Message, MessageClass
 
 if TYPE_CHECKING:
-    from facade.manager import Destination, QueueManager
+    from facade.destination import Destination
+    from facade.outputs import SystemOutputs
+    from facade.principal import Principal
+    from facade.qmsecurity import QueueManagerSecurity
     from facade.registry import QueueProperties
 
-__all__ = ["QueueAccess", "RefusedCopy", "receive_right"]
+__all__ = ["AccessHost", "QueueAccess", "RefusedCopy", "receive_right"]
 
 #: Administration rights a queue manager's MANAGE right stands in for.
 _MANAGED = AccessRight.SET_PROPERTIES | AccessRight.DELETE
@@ -93,16 +97,37 @@ class RefusedCopy:
     hint: str | None = None
 
 
+class AccessHost(RegistryHost, Protocol):
+    """What :class:`QueueAccess` needs from its queue manager (which passes itself): beside
+    the registry (each queue's current descriptor) and the directory (a public queue's copy of
+    it), the caller, the system outputs and the queue manager's own descriptor."""
+
+    @property
+    def principal(self) -> Principal:
+        """The caller the checks are made for."""
+        ...
+
+    @property
+    def outputs(self) -> SystemOutputs:
+        """Posts NACK_ACCESS_DENIED and writes dead-letter copies."""
+        ...
+
+    @property
+    def qm_security(self) -> QueueManagerSecurity:
+        """The queue manager's own descriptor (system queues, MANAGE)."""
+        ...
+
+
 class QueueAccess:
     """The access checks of one queue manager, made for its caller's principal.
 
     Args:
-        manager (QueueManager): supplies the registry (current descriptors), the directory
-            (public queues' copy of the descriptor), the system outputs (NACKs) and the
-            principal.
+        manager (AccessHost): the queue manager: supplies the registry (current descriptors),
+            the directory (public queues' copy of the descriptor), the system outputs (NACKs),
+            its own descriptor and the principal.
     """
 
-    def __init__(self, manager: QueueManager):
+    def __init__(self, manager: AccessHost):
         self.manager = manager
         #: path name -> (the record the rights were computed from, the caller's rights): a
         #: receive loop checks the same unchanged record thousands of times a second.

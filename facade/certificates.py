@@ -163,7 +163,10 @@ def import_identity(home: Path, sender_id: str, certificate: bytes, private_key:
     """
     cert = parse_certificate(certificate)
     key = _parse_private_key(private_key, password)
-    if cert.public_key().public_numbers() != key.public_key().public_numbers():
+    cert_key = cert.public_key()
+    # A certificate of another key type (Ed25519, DSA...) cannot hold this EC or RSA key.
+    if (not isinstance(cert_key, (ec.EllipticCurvePublicKey, rsa.RSAPublicKey))
+            or cert_key.public_numbers() != key.public_key().public_numbers()):
         raise InvalidParameter("the private key does not belong to the certificate",
                                hint="pass the key file the certificate was issued for")
     return _store_identity(home, sender_id, cert, key, replace)

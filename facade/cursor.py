@@ -101,6 +101,14 @@ class CursorSource(Protocol):
         """Release expired peek-locks and prefetched batches."""
         ...
 
+    def _authorize(self, remove: bool) -> None:
+        """Check the caller's right to receive (``remove``) or peek the queue.
+
+        Raises:
+            AccessDenied: the right is missing.
+        """
+        ...
+
 #: Seconds between polls while an action waits for a message (as ``MessageQueue`` does).
 _WAIT_SLICE = 0.05
 

@@ -203,7 +203,7 @@ def _checked(body: bytes, symmetric_key: bytes | None, algorithm: EncryptionAlgo
                               "missing or not kmq's")
     if len(body) < _NONCE + _TAG:
         raise EncryptionError("the encrypted body is too short")
-    size = _KEY_BYTES.get(algorithm)  # type: ignore[call-overload]
+    size = _KEY_BYTES.get(algorithm)
     if size is None:
         raise EncryptionError(f"unknown body cipher {algorithm!r}")
     return size

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from facade.message import Message, MessageId
     from facade.registry import Registry
 
-__all__ = ["IdAllocator", "OutputsHost", "QueueResolver", "ResolverHost", "SystemQueueWriter"]
+__all__ = ["IdAllocator", "OutputsHost", "QueueResolver", "RegistryHost", "ResolverHost",
+           "SystemQueueWriter"]
 
 
 class IdAllocator(Protocol):
@@ -108,9 +109,8 @@ class SystemQueueWriter(Protocol):
         ...
 
 
-class ResolverHost(Protocol):
-    """What :class:`facade.resolution.Resolver` reads: the registry, the directory and the
-    single-queue resolution of the queue manager."""
+class RegistryHost(Protocol):
+    """Where the queue manager keeps queues' records: the registry and the directory."""
 
     @property
     def registry(self) -> Registry:
@@ -125,6 +125,11 @@ class ResolverHost(Protocol):
             DirectoryUnavailable: workgroup mode, or it cannot be reached.
         """
         ...
+
+
+class ResolverHost(RegistryHost, Protocol):
+    """What :class:`facade.resolution.Resolver` reads: the registry, the directory and the
+    single-queue resolution of the queue manager."""
 
     def resolve(self, reference: FormatName | QueuePath) -> Destination:
         """As :meth:`QueueResolver.resolve`."""

@@ -573,8 +573,9 @@ class KafkaSession:
         except KafkaException as exc:
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             code = None if error is None else error.code()
-            if code in (KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION,
-                        KafkaError.INVALID_REQUEST):
+            if error is not None and code in (KafkaError._UNSUPPORTED_FEATURE,
+                                              KafkaError.UNSUPPORTED_VERSION,
+                                              KafkaError.INVALID_REQUEST):
                 return (False, f"the broker refuses DeleteRecords ({error.name()})")
             if code in (KafkaError._NOENT, KafkaError.UNKNOWN_TOPIC_OR_PART):
                 return (False, f"not probed: {QUEUE_REGISTRY_TOPIC} does not exist yet "

@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
+from enum import Enum
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -54,10 +55,17 @@ def _filter(acl: KafkaAcl) -> AclBindingFilter:
 
 
 def _acl(binding: AclBinding) -> KafkaAcl:
-    return KafkaAcl(binding.restype.name.lower(), binding.name,
-                    binding.resource_pattern_type.name.lower(), binding.principal,
-                    binding.operation.name.lower(), binding.permission_type.name.lower(),
-                    binding.host)
+    return KafkaAcl(_name(binding.restype), binding.name,
+                    _name(binding.resource_pattern_type), binding.principal,
+                    _name(binding.operation), _name(binding.permission_type), binding.host)
+
+
+def _name(value: Enum | str | int) -> str:
+    """The lowercase name of an AclBinding field, which AclBinding converts to its enum (its
+    annotations keep the str | int its constructor also accepts)."""
+    if not isinstance(value, Enum):
+        raise TypeError(f"confluent_kafka returned an ACL field that is not an enum: {value!r}")
+    return value.name.lower()
 
 
 def describe_acls(session: KafkaSession) -> list[KafkaAcl]:
@@ -68,7 +76,10 @@ def describe_acls(session: KafkaSession) -> list[KafkaAcl]:
         AccessDenied: the principal may not describe the cluster's ACLs.
         BrokerUnavailable: no answer.
     """
-    match_all = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+    # None matches any name, principal and host (confluent_kafka's documented filter), though its
+    # annotations say str.
+    match_all = AclBindingFilter(ResourceType.ANY, None,  # type: ignore[arg-type]
+                                 ResourcePatternType.ANY, None, None,  # type: ignore[arg-type]
                                  AclOperation.ANY, AclPermissionType.ANY)
     with map_kafka_errors("describe Kafka ACLs"):
         found = session.admin.describe_acls(match_all, request_timeout=ADMIN_TIMEOUT)

@@ -162,5 +162,7 @@ def certificate_subject(path: str) -> str:
 
 def _login_name() -> str:
     """The default principal (the login name), which an authenticated identity replaces."""
-    field = {f.name: f for f in dataclasses.fields(KmqConfig)}["principal"]
-    return field.default_factory()  # type: ignore[misc]
+    factory = {f.name: f for f in dataclasses.fields(KmqConfig)}["principal"].default_factory
+    if not callable(factory):  # dataclasses.MISSING: KmqConfig.principal lost its default
+        raise TypeError("KmqConfig.principal has no default factory")
+    return factory()

@@ -53,6 +53,7 @@ from facade.message import (
     HashAlgorithm,
     Message,
     MessageClass,
+    MessageId,
     PrivacyLevel,
     SenderIdType,
 )
@@ -263,12 +264,13 @@ class MessageProtection:
         Raises:
             CouldNotEncrypt: no public key is known for that queue manager.
             DirectoryUnavailable: its key had to be read from the directory, which failed.
+            EncryptionError: ``copy`` has no message id to bind the encrypted body to.
         """
         if copy.privacy_level is PrivacyLevel.NONE:
             return copy
         recipient = self._recipient_key(destination)
-        body, key = self._sealer.seal(copy.body, recipient, copy.encryption_algorithm, copy.id,
-                                      destination.format_name)
+        body, key = self._sealer.seal(copy.body, recipient, copy.encryption_algorithm,
+                                      _sealed_id(copy), destination.format_name)
         return copy.stamped(body=body, destination_symmetric_key=key)
 
     def for_storage(self, message: Message) -> Message:
@@ -277,7 +279,7 @@ class MessageProtection:
         if message.privacy_level is PrivacyLevel.NONE or message.destination_symmetric_key:
             return message
         body, key = self._sealer.seal(message.body, public_bytes(self._own().public_key()),
-                                      message.encryption_algorithm, message.id,
+                                      message.encryption_algorithm, _sealed_id(message),
                                       message.destination_queue or "")
         return message.stamped(body=body, destination_symmetric_key=key, authenticated=False)
 
@@ -473,6 +475,17 @@ class MessageProtection:
         with self._lock:
             self._keys[owner] = _Cached(key, now + DIRECTORY_CACHE_SECONDS)
         return key
+
+
+def _sealed_id(message: Message) -> MessageId:
+    """The id an encrypted body is bound to (every copy is stamped with one before sealing).
+
+    Raises:
+        EncryptionError: the message has no id, so its body cannot be bound to it.
+    """
+    if message.id is None:
+        raise EncryptionError("cannot encrypt the body of a message without an id")
+    return message.id
 
 
 def _check_queue(message: Message, authenticated: bool, encrypted: bool,

@@ -34,7 +34,7 @@ import logging
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from facade.acl import EVERYONE, AccessRight, ObjectKind, SecurityDescriptor
 from facade.errors import BrokerUnavailable, InvalidParameter, MessageQueueError
@@ -43,9 +43,11 @@ from facade.message import Delivery
 from facade.topics import QUEUE_MANAGER_SECURITY_TOPIC
 
 if TYPE_CHECKING:
-    from facade.manager import QueueManager
+    from facade.kafka import KafkaSession
+    from facade.principal import Principal
 
-__all__ = ["QUEUE_MANAGER_SECURITY_TOPIC", "QueueManagerSecurity", "unset_descriptor"]
+__all__ = ["QUEUE_MANAGER_SECURITY_TOPIC", "QueueManagerSecurity", "SecurityHost",
+           "unset_descriptor"]
 
 log = logging.getLogger("kmq.qmsecurity")
 
@@ -73,14 +75,34 @@ def _decode(value: bytes | None) -> SecurityDescriptor:
     return SecurityDescriptor.from_values(owner, doc["access_list"])
 
 
+class SecurityHost(Protocol):
+    """What :class:`QueueManagerSecurity` needs from its queue manager (which passes itself)."""
+
+    @property
+    def name(self) -> str:
+        """The queue manager's name (the key of its descriptor record)."""
+        ...
+
+    @property
+    def principal(self) -> Principal:
+        """The caller the checks are made for."""
+        ...
+
+    @property
+    def session(self) -> KafkaSession:
+        """The queue manager's Kafka clients (read and write the descriptor topic)."""
+        ...
+
+
 class QueueManagerSecurity:
     """Reads, checks and replaces queue managers' descriptors for one queue manager's caller.
 
     Args:
-        manager (QueueManager): supplies the Kafka session, its name and the principal.
+        manager (SecurityHost): the queue manager: supplies the Kafka session, its name and the
+            principal.
     """
 
-    def __init__(self, manager: QueueManager):
+    def __init__(self, manager: SecurityHost):
         self.manager = manager
         self._lock = threading.Lock()
         self._reader: Any = None

@@ -13,6 +13,7 @@ from facade.interfaces import OutputsHost
 from facade.sender import SenderHost
 
 if TYPE_CHECKING:
+    from facade.authorization import QueueAccess
     from facade.registry import QueueProperties
     from facade.protection import MessageProtection
     from facade.sender import Sender
@@ -29,6 +30,11 @@ class QueueHost(SenderHost, OutputsHost, Protocol):
     @property
     def sender(self) -> Sender:
         """Produces sent copies and settles their outcome."""
+        ...
+
+    @property
+    def access(self) -> QueueAccess:
+        """The access checks made for the caller (MSMQ access rights on queues)."""
         ...
 
     @property

@@ -45,10 +45,11 @@ import heapq
 import re
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from operator import attrgetter, itemgetter
+from typing import TypeVar
 
 from facade.avro import HEADER_SIZE
 from facade.envelope import read_headers
@@ -176,6 +177,13 @@ class IndexEntry:
     """
 
     __slots__ = ("_extra", "_id", "offset", "priority", "size")
+    # Declared for type checkers: __slots__ alone gives mypy no attribute types.
+    offset: int
+    priority: int
+    size: int
+    _id: int | str
+    # (correlation_id, expires_ms, not_before_ms, dedupe ident, poison), None when all unset.
+    _extra: tuple[str | None, int | None, int | None, int | str, bool] | None
 
     def __init__(self, offset: int, priority: int, message_id: str,
                  correlation_id: str | None, expires_ms: int | None,
@@ -602,8 +610,10 @@ class _Lane:
 # --------------------------------------------------------------------------------------------
 # A key usually maps to one offset; storing a bare int then saves a list per entry.
 
+_K = TypeVar("_K", bound=Hashable)  # a message-id ident (int | str) or correlation-id text
 
-def _index_add(index: dict[str, int | list[int]], key: str, offset: int) -> None:
+
+def _index_add(index: dict[_K, int | list[int]], key: _K, offset: int) -> None:
     current = index.get(key)
     if current is None:
         index[key] = offset
@@ -613,7 +623,7 @@ def _index_add(index: dict[str, int | list[int]], key: str, offset: int) -> None
         current.append(offset)
 
 
-def _index_remove(index: dict[str, int | list[int]], key: str, offset: int) -> None:
+def _index_remove(index: dict[_K, int | list[int]], key: _K, offset: int) -> None:
     current = index.get(key)
     if isinstance(current, int):
         if current == offset:
@@ -624,7 +634,7 @@ def _index_remove(index: dict[str, int | list[int]], key: str, offset: int) -> N
             index[key] = current[0]
 
 
-def _index_get(index: dict[str, int | list[int]], key: str) -> tuple[int, ...]:
+def _index_get(index: dict[_K, int | list[int]], key: _K) -> tuple[int, ...]:
     current = index.get(key)
     if current is None:
         return ()
@@ -817,7 +827,7 @@ class QueueState:
             return None
         return _PURGE_CODE if offset < self._purge_floor else None
 
-    def _seen(self, key: str, offset: int) -> bool:
+    def _seen(self, key: int | str, offset: int) -> bool:
         """Record ``key`` at ``offset``; True if it appeared within the dedupe window."""
         dedupe, keys, offsets = self._dedupe, self._dedupe_keys, self._dedupe_offsets
         oldest_kept = offset - self._dedupe_window

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -37,7 +37,7 @@ __all__ = ["SignatureError", "digest_input", "sign", "signing_hash", "verify"]
 
 #: Version tag of the canonical encoding; a new encoding gets a new tag.
 _TAG = b"kmq-signature-v1\x00"
-_HASHES = {
+_HASHES: dict[HashAlgorithm, Callable[[], hashes.HashAlgorithm]] = {
     HashAlgorithm.SHA256: hashes.SHA256,
     HashAlgorithm.SHA384: hashes.SHA384,
     HashAlgorithm.SHA512: hashes.SHA512,
@@ -111,13 +111,14 @@ def verify(message: Message, certificate: x509.Certificate,
         raise SignatureError(str(exc)) from None
     data = digest_input(message)
     try:
-        key = key or certificate.public_key()
-        if isinstance(key, rsa.RSAPublicKey):
-            key.verify(message.signature, data, _pss(algorithm), algorithm)
-        elif isinstance(key, ec.EllipticCurvePublicKey):
-            key.verify(message.signature, data, ec.ECDSA(algorithm))
+        public_key = key or certificate.public_key()
+        if isinstance(public_key, rsa.RSAPublicKey):
+            public_key.verify(message.signature, data, _pss(algorithm), algorithm)
+        elif isinstance(public_key, ec.EllipticCurvePublicKey):
+            public_key.verify(message.signature, data, ec.ECDSA(algorithm))
         else:
-            raise SignatureError(f"the certificate's key ({type(key).__name__}) cannot sign")
+            raise SignatureError(
+                f"the certificate's key ({type(public_key).__name__}) cannot sign")
     except InvalidSignature:
         raise SignatureError("the signature does not match the message (tampered, or signed "
                              "with another key)") from None
@@ -150,8 +151,8 @@ def _framed(m: Message) -> Iterator[bytes]:
         yield _blob(None if text is None else text.encode("utf-8"))
     own = sorted((k, v) for k, v in m.properties.items() if not k.startswith("kmq."))
     yield struct.pack(">I", len(own))
-    for key, value in own:
-        yield _blob(key.encode("utf-8")) + _blob(value.encode("utf-8"))
+    for name, text in own:
+        yield _blob(name.encode("utf-8")) + _blob(text.encode("utf-8"))
 
 
 def _blob(value: bytes | None) -> bytes:

@@ -17,6 +17,7 @@ numbers with their offsets as differences, one to two bytes per key.
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 from facade.avro import DecodeFailure, family
 from facade.errors import EnvelopeError
@@ -117,9 +118,9 @@ def decode_snapshot(value: bytes | None, *, topic: str | None = None,
                             topic=topic, partition=partition, offset=offset) from None
 
 
-def _millis(value: object) -> int:
+def _millis(value: datetime | int) -> int:
     """fastavro reads a timestamp-millis as a datetime."""
-    return int(value.timestamp() * 1000) if hasattr(value, "timestamp") else int(value)  # type: ignore[union-attr, call-overload]
+    return int(value.timestamp() * 1000) if isinstance(value, datetime) else int(value)
 
 
 def _entry_record(entry: IndexEntry) -> dict:

@@ -209,3 +209,24 @@ def test_imported_ca_issued_rsa_identity_signs_with_pss(tmp_path: Path) -> None:
                                     serialization.NoEncryption())
     with pytest.raises(InvalidParameter, match="2048 bits"):
         import_identity(tmp_path, "erin", _ca_issued("erin", small), small_pem)
+
+
+def test_certificate_of_another_key_type_does_not_take_the_key(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
+    from facade.certificates import import_identity
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    ed25519_certificate = _ca_issued("frank", ed25519.Ed25519PrivateKey.generate())
+    with pytest.raises(InvalidParameter, match="does not belong"):
+        import_identity(tmp_path, "frank", ed25519_certificate, key_pem)
+
+
+def test_a_private_message_without_id_is_not_sealed(tmp_path: Path) -> None:
+    protection = _protection(tmp_path)
+    message = _message(id=None, privacy_level=PrivacyLevel.BODY_AES)
+    with pytest.raises(EncryptionError, match="without an id"):
+        protection.for_storage(message)
