@@ -51,7 +51,7 @@ from facade.message import Message, MessageClass
 
 if TYPE_CHECKING:
     from facade.destination import Destination
-    from facade.outputs import SystemOutputs
+    from facade.systemoutputs import SystemOutputs
     from facade.principal import Principal
     from facade.qmsecurity import QueueManagerSecurity
     from facade.registry import QueueProperties
