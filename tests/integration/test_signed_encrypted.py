@@ -384,11 +384,15 @@ def test_a_message_is_returned_only_at_the_stronger_of_both_levels(
 def test_signed_and_encrypted_with_each_directory_kind(broker: BrokerEndpoint, kmq_home: Path,
                                                        directory_settings) -> None:
     """The same flow with the certificate and the key in the embedded store and in slapd."""
-    principal = f"sender-{uuid.uuid4().hex[:8]}"  # the slapd server is shared by the session
-    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers, principal=principal,
+    # The embedded store takes the declared principal (local development); slapd authenticates
+    # the bind, and that identity is the sender (a declared one that differs is refused).
+    declared = {"principal": f"sender-{uuid.uuid4().hex[:8]}"} \
+        if directory_settings.url.startswith("embedded:") else {}
+    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers,
                             queue_manager=f"qm-{uuid.uuid4().hex[:10]}",
-                            directory=directory_settings)
+                            directory=directory_settings, **declared)
     with QueueManager.open(config) as manager:
+        principal = manager.access.principal
         manager.directory.initialize()
         queue, admin = _queues(manager)
         unregistered = queue.send(_asking_for_nack(admin, body=SECRET,
