@@ -243,6 +243,66 @@ def test_nack_alone_accounts_for_a_copy() -> None:
     assert verdict.unexpected == {"direct: nacked:NACK_REACH_QUEUE_TIMEOUT": 1}
 
 
+TXQ = r"DIRECT=OS:qm\private$\releases"
+
+
+def _in_transaction(seq: int, transaction: str) -> SentMessage:
+    return SentMessage(message_id=str(MessageId(QM, seq)), kind="entry", route="transactional",
+                       label=f"pkg {seq}", format_name=TXQ, queues=(TXQ,), expect="receive",
+                       acknowledge=0, sender="M", transaction=transaction)
+
+
+def _received_in(order: list[int]) -> Ledger:
+    """Five messages sent in two transactions (1-3, then 4-5), received in ``order``."""
+    ledger = Ledger()
+    for seq in range(1, 6):
+        ledger.record_send(_in_transaction(seq, "tx-a" if seq <= 3 else "tx-b"))
+    for seq in order:
+        ledger.observe_received(_copy(seq, TXQ), TXQ)
+    return ledger
+
+
+def test_transactional_copies_received_once_in_send_order_pass() -> None:
+    ledger = _received_in([1, 2, 3, 4, 5])
+    assert ledger.verdict().ok
+    assert ledger.transactions() == (5, 2)
+    assert ledger.received_once("transactional") == (5, 5)
+
+
+def test_a_transactional_copy_out_of_order_fails_the_verdict_naming_it() -> None:
+    verdict = _received_in([1, 2, 4, 3, 5]).verdict()  # the second transaction overtook
+    assert not verdict.ok and verdict.unaccounted_count == 0
+    assert verdict.problem_counts == {"transactional out of order": 1}
+    [what] = verdict.problems["transactional out of order"]
+    assert what.startswith(f"{TXQ}: receive #3 was {MessageId(QM, 4)}, sent as #4")
+
+
+def test_a_transactional_copy_received_twice_fails_the_verdict() -> None:
+    ledger = _received_in([1, 2, 2, 3, 4, 5])
+    verdict = ledger.verdict()
+    assert not verdict.ok and verdict.problem_counts == {"received twice": 1}  # order kept
+    assert ledger.received_once("transactional") == (4, 5)
+
+
+def test_a_missing_transactional_copy_is_unaccounted_not_out_of_order() -> None:
+    verdict = _received_in([1, 2, 4, 5]).verdict()
+    assert verdict.unaccounted_count == 1 and not verdict.problem_counts
+
+
+@pytest.mark.parametrize("authenticated", [True, False])
+def test_a_signed_request_received_unverified_fails_the_verdict(authenticated: bool) -> None:
+    ledger = Ledger()
+    ledger.record_send(SentMessage(
+        message_id=str(MessageId(QM, 1)), kind="entry", route="security", label="req",
+        format_name=Q2, queues=(Q2,), expect="receive", acknowledge=0, sender="M",
+        signed=True))
+    received = Message(id=MessageId(QM, 1), destination_queue=Q2, authenticated=authenticated)
+    ledger.observe_received(received, Q2)
+    verdict = ledger.verdict()
+    assert verdict.ok is authenticated
+    assert verdict.problem_counts == ({} if authenticated else {"signed but not verified": 1})
+
+
 # -- report ----------------------------------------------------------------------------------------
 
 
