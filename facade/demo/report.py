@@ -369,7 +369,8 @@ def _header_text(report: Report, *, notes: bool = True) -> str:
     run = report.run
     verdict = run.get("verdict", {})
     status = ("PASSED: every copy accounted for" if verdict.get("ok")
-              else f"FAILED: {verdict.get('unaccounted', '?')} copies unaccounted for")
+              else f"FAILED: {verdict.get('unaccounted', '?')} copies unaccounted for"
+              + "".join(f", {kind} {n}" for kind, n in verdict.get("problems", {}).items()))
     lines = [f"kmq demo report ({report.engine}): {status}"]
     for title in ("parameters", "totals"):
         pairs = [f"{k} {v}" for k, v in run.get(title, {}).items()]

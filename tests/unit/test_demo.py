@@ -12,6 +12,7 @@ import pytest
 
 from facade.config import KmqConfig
 from facade.demo import report as report_module
+from facade.demo import runner
 from facade.demo.corpus import (
     ChangelogEntry,
     CorpusStats,
@@ -287,6 +288,29 @@ def test_a_transactional_copy_received_twice_fails_the_verdict() -> None:
 def test_a_missing_transactional_copy_is_unaccounted_not_out_of_order() -> None:
     verdict = _received_in([1, 2, 4, 5]).verdict()
     assert verdict.unaccounted_count == 1 and not verdict.problem_counts
+
+
+@pytest.mark.parametrize(("order", "said"), [
+    ([1, 2, 3, 4, 5], "received once each, in order"),
+    ([1, 2, 4, 3, 5], "received once each, OUT OF ORDER"),
+    ([1, 2, 2, 3, 4, 5], "only 4 of 5 received exactly once, in order"),
+])
+def test_the_report_states_the_transactional_promise_as_kept_or_broken(
+        order: list[int], said: str, tmp_path: Path) -> None:
+    ledger = _received_in(order)
+    verdict = ledger.verdict()
+    guarantees = runner._guarantees(ledger, verdict, {"verified": 0})
+    assert guarantees["transactional"] == f"5 messages in 2 transactions, {said}"
+    run = {"guarantees": guarantees, "verdict": {
+        "ok": verdict.ok, "unaccounted": 0, "problems": dict(verdict.problem_counts)}}
+    write_report(Report(engine="python (fallback)", queue_classes=[], top_senders=[],
+                        acknowledgments={}, latency_ms={}, run=run), tmp_path)
+    markdown = (tmp_path / "report.md").read_text()
+    assert f"transactional: 5 messages in 2 transactions, {said}" in markdown
+    assert "security requests verified: 0 of 0 (signed and encrypted)" in markdown
+    assert ("PASSED" in markdown) is verdict.ok
+    for kind, count in verdict.problem_counts.items():  # a failure names its problem
+        assert f"FAILED: 0 copies unaccounted for, {kind} {count}" in markdown
 
 
 @pytest.mark.parametrize("authenticated", [True, False])
