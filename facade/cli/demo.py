@@ -105,6 +105,7 @@ def render_summary(summary: dict[str, Any]) -> Any:
         ("ACKs", _pairs(summary["acks"]) or "0"),
         ("request/response", (f"{summary['requests']['sent']} requests, "
                               f"{summary['requests']['answered']} answered")),
+        *((what, text) for what, text in summary["guarantees"].items()),
         ("poison", (f"{summary['poison']['written']} written, "
                     f"{summary['poison']['dead_lettered']} dead-lettered")),
         ("unaccounted", str(summary["accounting"]["unaccounted"])),

@@ -13,8 +13,10 @@ The raw poison record has no message id; it is accounted by where it was written
 
 Beyond that, the ledger checks what MSMQ promises around those outcomes: no copy is received
 twice, every acknowledgment that was asked for is in the admin queue, every request that named a
-response queue got a response, and nothing turns up that was never sent. All of it is
-thread-safe: receiver threads report while the sender records.
+response queue got a response, every signed copy was verified on receipt
+(``Message.authenticated``), the copies sent in transactions were received in send order (MSMQ's
+exactly-once, in-order promise for transactional queues), and nothing turns up that was never
+sent. All of it is thread-safe: receiver threads report while the sender records.
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ class SentMessage:
         sender (str): the changelog maintainer (``debian.maintainer``) or the responder.
         correlation_id (str | None): a response's request id.
         wants_response (bool): it named a response queue.
+        signed (bool): sent with an auth level (PROPID_M_AUTH_LEVEL): every received copy must
+            be ``authenticated``.
+        transaction (str | None): PROPID_M_XACTID of the transaction it was sent in; such
+            copies must be received in the order they were recorded (record them in commit
+            order, each transaction's messages in send order).
     """
 
     message_id: str
@@ -85,6 +92,8 @@ class SentMessage:
     sender: str
     correlation_id: str | None = None
     wants_response: bool = False
+    signed: bool = False
+    transaction: str | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,7 @@ class _Observed:
     a receiver can get a copy before the sending thread has written its ledger line)."""
 
     received: int = 0
+    unverified: int = 0
     dead_letter_classes: list[str] = field(default_factory=list)
     nack_classes: list[str] = field(default_factory=list)
     ack_classes: list[str] = field(default_factory=list)
@@ -143,8 +153,9 @@ class Verdict:
         unaccounted (list[str]): a sample of copies with no outcome.
         unaccounted_count (int): how many.
         problems (dict[str, list[str]]): other broken promises by kind (``received twice``,
-            ``acknowledgment missing``, ``response missing``, ``never sent``, ``poison not
-            dead-lettered``, ``bad acknowledgment``), each a sample of up to SAMPLE_SIZE.
+            ``acknowledgment missing``, ``response missing``, ``signed but not verified``,
+            ``transactional out of order``, ``never sent``, ``poison not dead-lettered``,
+            ``bad acknowledgment``), each a sample of up to SAMPLE_SIZE.
         problem_counts (Counter[str]): complete counts of those problems.
         unexpected (Counter[str]): accounted copies whose outcome was not the planned one
             (e.g. a copy planned for receipt that expired); informational.
@@ -187,6 +198,7 @@ class Ledger:
         self._expected: Counter = Counter()
         self._received: Counter = Counter()
         self._responses: dict[str, list[str]] = {}
+        self._in_order: dict[str, list[str]] = {}  # queue -> ids sent in transactions, in order
         self._bad_acks: list[str] = []
         self.received_records: list[ReceivedRecord] = []
         self.dead_letters: list[Message] = []
@@ -202,6 +214,8 @@ class Ledger:
                 self._copies[CopyKey(sent.message_id, queue)] = sent
                 if sent.expect == "receive":
                     self._expected[queue] += 1
+                if sent.transaction is not None:
+                    self._in_order.setdefault(queue, []).append(sent.message_id)
             if sent.correlation_id is not None:
                 self._responses.setdefault(sent.correlation_id, []).append(sent.message_id)
 
@@ -232,6 +246,8 @@ class Ledger:
         with self._lock:
             observed = self._observed.setdefault(key, _Observed())
             observed.received += 1
+            if not message.authenticated:
+                observed.unverified += 1
             if observed.received == 1:
                 self._received[key.queue] += 1
             self.received_records.append(record)
@@ -313,11 +329,16 @@ class Ledger:
                 continue
             if observed.received > 1:
                 problem("received twice", str(key))
+            if sent.signed and observed.unverified:
+                problem("signed but not verified", f"{key} ({sent.label})")
             planned = "received" if sent.expect == "receive" else "dead-lettered"
             if not outcome.startswith(planned):
                 unexpected[f"{sent.route}: {outcome}"] += 1
             for missing in _missing_acknowledgments(sent, observed, outcome):
                 problem("acknowledgment missing", f"{missing} for {key}")
+        for queue, sent_ids in self._in_order.items():
+            for what in _order_problems(queue, sent_ids, self._received_ids(queue)):
+                problem("transactional out of order", what)
         for key in self._observed.keys() - self._copies.keys():
             problem("never sent", str(key))
         for sent in self._sent.values():
@@ -342,6 +363,10 @@ class Ledger:
                        unaccounted_count=outcomes["unaccounted"], problems=problems,
                        problem_counts=counts, unexpected=unexpected)
 
+    def _received_ids(self, queue: str) -> list[str]:
+        """Ids received from ``queue``, in the order the receivers reported them."""
+        return [r.message_id for r in self.received_records if r.queue == queue]
+
     # -- summaries -----------------------------------------------------------------------------
 
     def sends_by(self, attribute: str) -> Counter:
@@ -364,6 +389,20 @@ class Ledger:
         with self._lock:
             return {k: list(v) for k, v in self._responses.items()}
 
+    def received_once(self, route: str) -> tuple[int, int]:
+        """Copies sent along ``route`` that were received exactly once, and all its copies."""
+        with self._lock:
+            keys = [key for key, sent in self._copies.items() if sent.route == route]
+            once = sum(1 for key in keys
+                       if key in self._observed and self._observed[key].received == 1)
+            return once, len(keys)
+
+    def transactions(self) -> tuple[int, int]:
+        """Messages sent in transactions, and the transactions they were sent in."""
+        with self._lock:
+            ids = [s.transaction for s in self._sent.values() if s.transaction is not None]
+            return len(ids), len(set(ids))
+
     def poison_places(self) -> list[str]:
         """Where the poison records were written."""
         with self._lock:
@@ -379,6 +418,21 @@ def _outcome(observed: _Observed) -> str:
     if observed.nack_classes:
         return f"nacked:{observed.nack_classes[0]}"
     return "unaccounted"
+
+
+def _order_problems(queue: str, sent_ids: list[str], received_ids: list[str]) -> list[str]:
+    """Where ``queue``'s transactional copies were received out of send order: the first
+    receive (of each id, among those sent in transactions) that is not the next one sent.
+    Missing and repeated copies are the other checks' business."""
+    planned = set(sent_ids)
+    got = [i for i in dict.fromkeys(received_ids) if i in planned]
+    received = set(got)
+    expected = [i for i in sent_ids if i in received]
+    for position, (want, came) in enumerate(zip(expected, got)):
+        if want != came:
+            return [f"{queue}: receive #{position + 1} was {came}, sent as #"
+                    f"{sent_ids.index(came) + 1}; expected {want}"]
+    return []
 
 
 def _missing_acknowledgments(sent: SentMessage, observed: _Observed,

@@ -128,7 +128,8 @@ class Report:
         chart (str | None): path of the PNG chart, once drawn.
         notes (list[str]): how the report was made (fallbacks, missing pieces).
         run (dict[str, Any]): what the demo ran and found (set by the demo, not the engine):
-            ``parameters``, ``totals``, ``verdict`` and ``explanations`` (sentences, e.g. why
+            ``parameters``, ``totals``, ``guarantees`` (the security and transactional
+            promises, one sentence each), ``verdict`` and ``explanations`` (sentences, e.g. why
             ``security`` and ``security-replies`` differ).
     """
 
@@ -368,11 +369,13 @@ def _header_text(report: Report, *, notes: bool = True) -> str:
     run = report.run
     verdict = run.get("verdict", {})
     status = ("PASSED: every copy accounted for" if verdict.get("ok")
-              else f"FAILED: {verdict.get('unaccounted', '?')} copies unaccounted for")
+              else f"FAILED: {verdict.get('unaccounted', '?')} copies unaccounted for"
+              + "".join(f", {kind} {n}" for kind, n in verdict.get("problems", {}).items()))
     lines = [f"kmq demo report ({report.engine}): {status}"]
     for title in ("parameters", "totals"):
         pairs = [f"{k} {v}" for k, v in run.get(title, {}).items()]
         lines += _wrap_pairs(f"{title}:", pairs)
+    lines += [f"{k}: {v}" for k, v in run.get("guarantees", {}).items()]
     outcomes = [f"{k} {v}" for k, v in sorted(verdict.get("outcomes", {}).items())]
     lines += _wrap_pairs("outcome per copy:", outcomes)
     for sentence in run.get("explanations", []) if notes else []:

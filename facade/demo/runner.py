@@ -4,11 +4,14 @@ Phases (each timed; the long ones show a progress bar on stderr):
 
 1. **parse**: read the corpus (:mod:`facade.demo.corpus`).
 2. **setup**: choose or start the brokers (:mod:`facade.demo.stack`), open the run's queue
-   manager, create queues, alias and distribution list (:mod:`facade.demo.workload`).
+   manager, create queues, alias and distribution list, and give the run's principal a
+   signing identity and the queue manager its encryption key (:mod:`facade.demo.workload`).
 3. **send + receive**: a few receiver threads start first; RECEIVERS_PER_QUEUE of them compete
    on one queue at a time, each with a prefetching handle (biggest queue first; the security
-   desks answer requests; the replies come last); then every entry is sent along its route, with one raw poison record written half-way (the receiver
-   of that queue moves it to the dead-letter queue and goes on). A queue is drained when every
+   desks verify and answer the signed, encrypted requests; one transactional receiver takes the
+   transactional queue a few messages per transaction; the replies come last); then every entry
+   is sent along its route, with one raw poison record written half-way (the receiver of that
+   queue moves it to the dead-letter queue and goes on). A queue is drained when every
    copy planned for it has come, or nothing came for a while: a lost copy must not hang the
    demo, the verdict reports it.
 4. **paced**: the end-to-end latency run: competing receivers wait on ``latency-probe`` while
@@ -61,14 +64,17 @@ from facade.demo.workload import (
     ROUTE_MULTI,
     ROUTE_PACED,
     ROUTE_SECURITY,
+    ROUTE_TRANSACTIONAL,
     EntrySender,
     QueueDrain,
     ReceiverPool,
     SecurityDesk,
     Topology,
+    TransactionalDrain,
     create_topology,
     delete_directory_objects,
     delete_topology,
+    enable_message_security,
     plan_route,
     read_all,
     send_paced,
@@ -199,6 +205,7 @@ def _run(options: DemoOptions, environment: DemoEnvironment, entries: list[Chang
         with QueueManager.open(environment.config) as qm:
             with timer.phase("setup"):
                 topology = create_topology(qm, plan_layout(entries), environment.run_id)
+                enable_message_security(qm)
             ledger = Ledger()
             workload = _Workload(qm, topology, ledger, options, console, timer)
             receivers = workload.run(entries)
@@ -262,8 +269,9 @@ class _Workload:
         """Send every entry while receivers run; then expire the held ones.
 
         Returns:
-            dict[str, Any]: ``workers`` (receiver threads), ``queues`` (queues drained) and
-            ``retried`` (receives retried after a transient broker error).
+            dict[str, Any]: ``workers`` (receiver threads), ``queues`` (queues drained),
+            ``retried`` (receives retried after a transient broker error) and ``verified``
+            (security requests whose signature the security desks verified).
 
         Raises:
             BaseException: a receiver's failure, or Ctrl-C.
@@ -288,7 +296,8 @@ class _Workload:
             self._expire(last_held)
         return {"workers": self.options.receivers, "queues": len({d.format_name for d in drains}),
                 "per_queue": RECEIVERS_PER_QUEUE, "prefetch": PREFETCH,
-                "retried": sum(d.transient_errors for d in drains)}
+                "retried": sum(d.transient_errors for d in drains),
+                "verified": sum(d.verified for d in drains if isinstance(d, SecurityDesk))}
 
     def _paced(self, entries: list[ChangelogEntry]) -> None:
         """The paced run (phase 4): competing receivers open ``latency-probe`` first, then
@@ -327,25 +336,31 @@ class _Workload:
                 copies.update([topology.security, topology.replies])
             elif route == ROUTE_MULTI:
                 copies.update([topology.queue_for(entry), topology.bugs])
+            elif route == ROUTE_TRANSACTIONAL:
+                copies[topology.releases] += 1
             elif route != ROUTE_HELD:
                 copies[topology.queue_for(entry)] += 1
         return copies
 
     def _drains(self, planned: Counter) -> list[QueueDrain]:
         """RECEIVERS_PER_QUEUE competing drains per receiving queue, next to each other,
-        biggest queue first (it takes longest), the security desks among them, and the
-        replies last: their upstream is the security desks."""
+        biggest queue first (it takes longest), the security desks among them, one
+        transactional drain for the transactional queue, and the replies last: their
+        upstream is the security desks."""
         topology, ledger, idle = self.topology, self.ledger, self.options.idle_limit
         sending_done = self.sending_done.is_set
         desks = [SecurityDesk(self.qm, topology.security, ledger, sending_done, idle)
                  for _ in range(RECEIVERS_PER_QUEUE)]
-        queues = sorted([topology.security, *topology.distribution_queues, topology.bugs],
+        special: dict[str, list[QueueDrain]] = {
+            topology.security: list(desks),
+            topology.releases: [TransactionalDrain(self.qm, topology.releases, ledger,
+                                                   sending_done, idle)]}
+        queues = sorted([*special, *topology.distribution_queues, topology.bugs],
                         key=lambda q: -planned[q])
         drains: list[QueueDrain] = []
         for queue in queues:
-            drains += desks if queue == topology.security else [
-                QueueDrain(self.qm, queue, ledger, sending_done, idle)
-                for _ in range(RECEIVERS_PER_QUEUE)]
+            drains += special.get(queue) or [QueueDrain(self.qm, queue, ledger, sending_done, idle)
+                                             for _ in range(RECEIVERS_PER_QUEUE)]
         desks_done = lambda: sending_done() and all(d.done.is_set() for d in desks)  # noqa: E731
         return drains + [QueueDrain(self.qm, topology.replies, ledger, desks_done, idle)
                          for _ in range(RECEIVERS_PER_QUEUE)]
@@ -369,9 +384,10 @@ class _Workload:
                         # Into the first queue of the biggest distribution.
                         write_poison_record(self.qm, self.topology.distribution_queues[0],
                                             self.ledger)
-                    if sender.send(index, entry).route == ROUTE_HELD:
+                    if sender.send(index, entry) == ROUTE_HELD:
                         last_held = time.monotonic()
                     progress.advance(task)
+                sender.flush_transaction()  # the last, shorter transaction
             self.qm.sender.flush(30.0)
         finally:
             sender.close()
@@ -458,6 +474,7 @@ def _run_facts(options: DemoOptions, environment: DemoEnvironment, stats: Corpus
             "NACKs": sum(n for c, n in admin.items() if c.startswith("NACK")),
             "send + receive": f"{moving:.1f} s ({copies / moving:,.0f} copies/s)" if moving else "-",
         },
+        "guarantees": _guarantees(ledger, verdict, receivers),
         "verdict": {"ok": verdict.ok, "unaccounted": verdict.unaccounted_count,
                     "problems": dict(verdict.problem_counts),
                     "outcomes": dict(verdict.outcomes)},
@@ -472,6 +489,22 @@ def _run_facts(options: DemoOptions, environment: DemoEnvironment, stats: Corpus
             f"which its receiver moved there; and {dead.get('NACK_RECEIVE_TIMEOUT', 0):,} "
             "NACK_RECEIVE_TIMEOUT: the held entries whose 1 s time-to-be-received ran out.",
         ],
+    }
+
+
+def _guarantees(ledger: Ledger, verdict: Verdict, receivers: dict[str, Any]) -> dict[str, str]:
+    """The security and transactional promises as the run kept them, one sentence each."""
+    requests = ledger.sends_by("route")[ROUTE_SECURITY]
+    once, copies = ledger.received_once(ROUTE_TRANSACTIONAL)
+    messages, transactions = ledger.transactions()
+    received = "received once each" if once == copies else \
+        f"only {once} of {copies} received exactly once"
+    order = "OUT OF ORDER" if verdict.problem_counts["transactional out of order"] else "in order"
+    return {
+        "security requests verified": (f"{receivers['verified']} of {requests} "
+                                       "(signed and encrypted)"),
+        "transactional": (f"{messages} messages in {transactions} transactions, "
+                          f"{received}, {order}"),
     }
 
 
@@ -501,6 +534,7 @@ def _summary(options: DemoOptions, environment: DemoEnvironment, stats: CorpusSt
                    "dead_lettered": sum(n for o, n in verdict.outcomes.items()
                                         if o.startswith("poison dead-lettered"))},
         "receivers": receivers,
+        "guarantees": _guarantees(ledger, verdict, receivers),
         "paced": {"messages": ledger.sends_by("route")[ROUTE_PACED], "rate_per_s": PACED_RATE},
         "accounting": verdict.to_dict(),
         "report": {"dir": str(options.report_dir.resolve()), "engine": report.engine,

@@ -9,10 +9,13 @@ Object                         Role
                                ``changes-other``; journal on, so received messages stay
                                readable in ``;JOURNAL``
 ``.\private$\bugs``            entries that close bugs also go here (multiple-element send)
-``.\private$\security``        urgent entries (high, critical, emergency); the responder reads it
+``.\private$\security``        urgent entries (high, critical, emergency), signed and encrypted;
+                               the responder reads it and verifies them
 ``.\private$\security-replies`` the responder's answers (correlation id = request id)
 ``.\private$\changes-held``    entries with a 1 s time-to-be-received that nobody reads: they
                                expire into the dead-letter queue (``expire_due``)
+``.\private$\releases``        transactional queue, journal on: a slice of the direct entries, sent
+                               in transactions of TRANSACTION_SIZE and received in transactions
 ``.\private$\admin``           acknowledgments (ACK/NACK) of every copy that asked for them
 ``.\private$\latency-probe``   the paced run's messages (:func:`send_paced`), journal on
 alias ``kmq-demo-<run>-security`` directory alias for the security queue (a private queue:
@@ -22,10 +25,13 @@ list ``kmq-demo-<run>-announce`` distribution list: every distribution queue + t
 
 Routing of entry *i* (first match wins): every 100th entry is **held** (TTBR 1 s); urgent
 entries go to the **security** queue, found through the directory alias, sent recoverable with a
-response queue; every 200th entry is **announced** to the distribution list (one copy per member,
+response queue, signed by the run's principal and encrypted for the queue manager
+(:func:`enable_message_security` gives both their keys); every 200th entry is **announced** to the distribution list (one copy per member,
 ACK_REACH_QUEUE asked for every 1000th); entries closing bugs go to the **multiple-element** name
-``PUBLIC=<its queue>,DIRECT=OS:<qm>\private$\bugs``; the rest go **direct** to their
-distribution queue. Every 200th entry (and every held or security one) asks for FULL_RECEIVE
+``PUBLIC=<its queue>,DIRECT=OS:<qm>\private$\bugs``; every TRANSACTIONAL_EVERY-th of the
+rest is **transactional**: sent to ``releases`` in transactions of TRANSACTION_SIZE messages
+(``send_many(batch, transaction="single")``); the rest go **direct** to their distribution
+queue. Every 200th entry (and every held or security one) asks for FULL_RECEIVE
 acknowledgments. Every entry has journal level DEADLETTER, so any copy that fails lands in the
 dead-letter queue and stays accountable.
 
@@ -33,7 +39,9 @@ Receiving: a :class:`ReceiverPool` of a few threads drains the queues, a few at 
 competing receivers: each queue gets RECEIVERS_PER_QUEUE drains (:class:`QueueDrain`; the
 security queue's are :class:`SecurityDesk`, which answer requests), each with its own handle
 opened with ``prefetch`` (one PREFETCH receipt takes up to PREFETCH messages), so competing
-receivers take disjoint batches instead of all claiming the same head message.
+receivers take disjoint batches instead of all claiming the same head message. The
+transactional queue has one :class:`TransactionalDrain`, which receives a few messages per
+transaction: one receiver, so the order it sees is the queue's order.
 """
 
 from __future__ import annotations
@@ -46,8 +54,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from facade.certificates import create_identity, identity_names, load_identity
 from facade.demo.corpus import ChangelogEntry
 from facade.demo.ledger import Ledger, SentMessage
+from facade.directory.certificates import register_certificate
 from facade.demo.mapping import (
     QueueLayout,
     entry_label,
@@ -59,7 +69,14 @@ from facade.demo.mapping import (
 from facade.errors import MessageQueueError, ReceiveTimeout, TransientQueueError
 from facade.formatnames import SystemQueue, parse_queue_reference
 from facade.kafka import produce_and_wait
-from facade.message import Acknowledgment, Delivery, JournalLevel, Message
+from facade.message import (
+    Acknowledgment,
+    AuthLevel,
+    Delivery,
+    JournalLevel,
+    Message,
+    PrivacyLevel,
+)
 
 __all__ = [
     "EntrySender",
@@ -68,11 +85,14 @@ __all__ = [
     "RECEIVERS_PER_QUEUE",
     "ReceiverPool",
     "SecurityDesk",
+    "TRANSACTION_SIZE",
     "Topology",
+    "TransactionalDrain",
     "acknowledgment_for",
     "create_topology",
     "delete_directory_objects",
     "delete_topology",
+    "enable_message_security",
     "entry_message",
     "plan_route",
     "read_all",
@@ -98,6 +118,11 @@ BROADCAST_EVERY = 200
 LIST_ACK_EVERY = 1000
 #: Every ACK_EVERY-th entry (at offset ACK_OFFSET) asks for FULL_RECEIVE acknowledgments.
 ACK_EVERY, ACK_OFFSET = 200, 3
+#: Every TRANSACTIONAL_EVERY-th entry (at offset TRANSACTIONAL_OFFSET) that would go direct
+#: goes to the transactional queue instead (the offset keeps it clear of ACK_OFFSET).
+TRANSACTIONAL_EVERY, TRANSACTIONAL_OFFSET = 10, 7
+#: Messages per transaction, on the send side and on the receive side.
+TRANSACTION_SIZE = 5
 #: Competing receivers (drains, each with its own handle) per queue.
 RECEIVERS_PER_QUEUE = 2
 #: Messages one PREFETCH receipt takes for a receiver (``open_queue(name, prefetch=k)``): with
@@ -114,6 +139,7 @@ ROUTE_MULTI = "multiple-element"
 ROUTE_LIST = "distribution-list"
 ROUTE_SECURITY = "security"
 ROUTE_HELD = "held"
+ROUTE_TRANSACTIONAL = "transactional"
 ROUTE_RESPONSE = "response"
 ROUTE_PACED = "paced"
 
@@ -129,8 +155,9 @@ class Topology:
         public (dict[str, str]): distribution queue format name -> ``PUBLIC=<guid>``.
         paths (dict[str, str]): format name -> path name of every queue created (to delete).
         bugs (str): the bugs queue.
-        security, replies, held, admin, probe (str): the other private queues' format names
-            (``probe``: the paced run's ``latency-probe``).
+        security, replies, held, admin, probe, releases (str): the other private queues'
+            format names (``probe``: the paced run's ``latency-probe``; ``releases``: the
+            transactional queue).
         alias_name (str): the directory alias of the security queue.
         list_name (str), list_format_name (str): the distribution list and its ``DL=<guid>``.
         dead_letter (str): ``MACHINE=<guid>;DEADLETTER`` of the run's queue manager.
@@ -147,6 +174,7 @@ class Topology:
     held: str
     admin: str
     probe: str
+    releases: str
     alias_name: str
     list_name: str
     list_format_name: str
@@ -165,7 +193,8 @@ class Topology:
     @property
     def journaled(self) -> list[str]:
         """Format names of the queues whose received messages stay in their journal."""
-        return [*self.distribution_queues, self.bugs, self.security, self.replies, self.probe]
+        return [*self.distribution_queues, self.bugs, self.security, self.replies, self.probe,
+                self.releases]
 
 
 def create_topology(qm: Any, layout: QueueLayout, run_id: str) -> Topology:
@@ -183,10 +212,12 @@ def create_topology(qm: Any, layout: QueueLayout, run_id: str) -> Topology:
     """
     paths: dict[str, str] = {}
 
-    def create(path: str, label: str, journal: bool) -> tuple[str, Any]:
+    def create(path: str, label: str, journal: bool,
+               transactional: bool = False) -> tuple[str, Any]:
         """Create a queue; returns its canonical format name (what copies carry as
         PROPID_M_DEST_QUEUE) and its properties."""
-        with qm.create_queue(path, label=label, journal=journal) as queue:
+        with qm.create_queue(path, label=label, journal=journal,
+                             transactional=transactional) as queue:
             format_name, properties = queue.destinations[0].format_name, queue.properties
         paths[format_name] = path
         return format_name, properties
@@ -199,6 +230,8 @@ def create_topology(qm: Any, layout: QueueLayout, run_id: str) -> Topology:
         distributions[key] = format_name
         public[format_name] = f"PUBLIC={properties.instance}"
     bugs = create(r".\private$\bugs", "entries that close bugs", True)[0]
+    releases = create(r".\private$\releases", "entries sent in transactions", True,
+                      transactional=True)[0]
     private = {name: create(rf".\private$\{name}", label, journal)[0]
                for name, label, journal in (
         ("security", "urgent entries for the security desk", True),
@@ -219,8 +252,36 @@ def create_topology(qm: Any, layout: QueueLayout, run_id: str) -> Topology:
         run_id=run_id, distributions=distributions, public=public, paths=paths, bugs=bugs,
         security=private["security"], replies=private["security-replies"],
         held=private["changes-held"], admin=private["admin"], probe=private["latency-probe"],
-        alias_name=alias.name, list_name=dl.name, list_format_name=dl.format_name,
+        releases=releases, alias_name=alias.name, list_name=dl.name, list_format_name=dl.format_name,
         dead_letter=f"MACHINE={qm.guid};{SystemQueue.DEADLETTER.value}", layout=layout)
+
+
+def enable_message_security(qm: Any) -> str:
+    """Give the run's principal a signing identity and the queue manager its encryption key,
+    as ``kmq cert create``, ``kmq cert register`` and ``kmq cert qm-key`` do (MSMQ: the sender's
+    certificate registered in the directory; the destination queue manager's public key).
+
+    An identity the principal already has under ``KMQ_HOME`` is kept and reused; a new one is
+    left in place after the run (as ``kmq cert create`` would).
+
+    Args:
+        qm (QueueManager): the run's queue manager (needs a directory).
+
+    Returns:
+        str: the principal's certificate digest (``mSMQDigests``).
+
+    Raises:
+        DirectoryUnavailable: no directory.
+        ConfigurationError: the identity or key files cannot be read or written.
+        InvalidParameter: the principal is not a valid sender id.
+    """
+    home, principal = qm.config.home, qm.config.principal
+    identity = (load_identity(home, principal) if principal in identity_names(home)
+                else create_identity(home, principal))
+    register_certificate(qm.directory, identity.sender_id, identity.certificate_der,
+                         identity.digest)
+    qm.protection.publish_key()
+    return identity.digest
 
 
 def delete_topology(qm: Any, topology: Topology) -> list[str]:
@@ -285,6 +346,8 @@ def plan_route(index: int, entry: ChangelogEntry) -> str:
         return ROUTE_LIST
     if entry.closed_bugs:
         return ROUTE_MULTI
+    if index % TRANSACTIONAL_EVERY == TRANSACTIONAL_OFFSET:
+        return ROUTE_TRANSACTIONAL
     return ROUTE_DIRECT
 
 
@@ -300,8 +363,10 @@ def acknowledgment_for(index: int, route: str) -> Acknowledgment:
 
 
 def entry_message(entry: ChangelogEntry, index: int, route: str, topology: Topology) -> Message:
-    """The message for one changelog entry (mapping in :mod:`facade.demo.mapping`)."""
+    """The message for one changelog entry (mapping in :mod:`facade.demo.mapping`); a
+    security request is signed (AuthLevel.ALWAYS) and its body encrypted (BODY_AES)."""
     acknowledge = acknowledgment_for(index, route)
+    secure = route == ROUTE_SECURITY
     return Message(
         body=entry.text.encode("utf-8", "replace"),
         label=entry_label(entry),
@@ -311,8 +376,10 @@ def entry_message(entry: ChangelogEntry, index: int, route: str, topology: Topol
         acknowledge=acknowledge,
         admin_queue=topology.admin if acknowledge else None,
         # Urgent entries must survive a sender crash: recoverable (durable outgoing queue).
-        delivery=Delivery.RECOVERABLE if route == ROUTE_SECURITY else Delivery.EXPRESS,
-        response_queue=topology.replies if route == ROUTE_SECURITY else None,
+        delivery=Delivery.RECOVERABLE if secure else Delivery.EXPRESS,
+        response_queue=topology.replies if secure else None,
+        auth_level=AuthLevel.ALWAYS if secure else AuthLevel.NONE,
+        privacy_level=PrivacyLevel.BODY_AES if secure else PrivacyLevel.NONE,
         time_to_be_received=HELD_TTBR if route == ROUTE_HELD else None,
         journal=JournalLevel.DEADLETTER,
     )
@@ -322,7 +389,9 @@ class EntrySender:
     """Sends changelog entries along their routes and records each send in the ledger.
 
     Handles are opened once and reused (one thread: the caller's). Sends do not wait for the
-    broker: copies are accounted by their outcome, not by the send's return.
+    broker: copies are accounted by their outcome, not by the send's return. Transactional
+    entries are held until TRANSACTION_SIZE of them are ready, then sent in one transaction
+    and recorded in send order (:meth:`flush_transaction` sends a last, shorter one).
 
     Args:
         qm (QueueManager): the run's queue manager.
@@ -343,27 +412,58 @@ class EntrySender:
         security = qm.directory.alias(topology.alias_name).recipient_format_name
         self._security = qm.open_queue(security)
         self._held = qm.open_queue(topology.held)
+        self._releases = qm.open_queue(topology.releases)
+        self._batch: list[tuple[Message, str]] = []  # (message, maintainer), not sent yet
 
-    def send(self, index: int, entry: ChangelogEntry) -> SentMessage:
-        """Send entry number ``index`` and record it.
+    def send(self, index: int, entry: ChangelogEntry) -> str:
+        """Send entry number ``index`` and record it (a transactional entry: once its
+        transaction is full and committed).
+
+        Returns:
+            str: the route taken (``ROUTE_*``).
 
         Raises:
-            MessageQueueError: the send was refused (resolution, quota, broker).
+            MessageQueueError: the send was refused (resolution, quota, broker), or the
+                transaction could not commit (TransactionAborted: none of it was sent).
         """
         route = plan_route(index, entry)
-        handle = self._handle(route, entry)
         message = entry_message(entry, index, route, self.topology)
+        if route == ROUTE_TRANSACTIONAL:
+            self._batch.append((message, entry.maintainer))
+            if len(self._batch) >= TRANSACTION_SIZE:
+                self.flush_transaction()
+            return route
+        handle = self._handle(route, entry)
         sent = handle.send(message)
-        queues = (self._list_queues if route == ROUTE_LIST
-                  else tuple(d.format_name for d in handle.destinations))
-        record = SentMessage(
-            message_id=str(sent.id), kind="entry", route=route, label=message.label,
-            format_name=handle.format_name, queues=queues,
+        queues = self._list_queues if route == ROUTE_LIST else None
+        self._record(handle, sent, route, entry.maintainer, queues)
+        return route
+
+    def flush_transaction(self) -> None:
+        """Send the transactional entries held so far in one transaction (MSMQ: exactly once,
+        in order) and record them in that order; nothing when none are held.
+
+        Raises:
+            MessageQueueError: as for :meth:`send`.
+        """
+        batch, self._batch = self._batch, []
+        if not batch:
+            return
+        sent = self._releases.send_many([m for m, _ in batch], transaction="single")
+        for message, (_, maintainer) in zip(sent, batch):
+            self._record(self._releases, message, ROUTE_TRANSACTIONAL, maintainer)
+
+    def _record(self, handle: Any, sent: Message, route: str, sender: str,
+                queues: tuple[str, ...] | None = None) -> None:
+        """Record ``sent`` (the message as stamped by the send) in the ledger."""
+        self.ledger.record_send(SentMessage(
+            message_id=str(sent.id), kind="entry", route=route, label=sent.label,
+            format_name=handle.format_name,
+            queues=queues or tuple(d.format_name for d in handle.destinations),
             expect="expire" if route == ROUTE_HELD else "receive",
-            acknowledge=int(message.acknowledge), sender=entry.maintainer,
-            wants_response=message.response_queue is not None)
-        self.ledger.record_send(record)
-        return record
+            acknowledge=int(sent.acknowledge), sender=sender,
+            wants_response=sent.response_queue is not None,
+            signed=sent.auth_level is not AuthLevel.NONE, transaction=sent.transaction_id))
 
     def _handle(self, route: str, entry: ChangelogEntry) -> Any:
         if route == ROUTE_HELD:
@@ -386,7 +486,8 @@ class EntrySender:
 
     def close(self) -> None:
         """Close the send handles."""
-        for handle in [*self._handles.values(), self._list, self._security, self._held]:
+        for handle in [*self._handles.values(), self._list, self._security, self._held,
+                       self._releases]:
             handle.close()
 
 
@@ -506,11 +607,7 @@ class QueueDrain:
         failures = 0
         while not abort.is_set():
             try:
-                message = queue.receive(timeout=_RECEIVE_SLICE)
-            except ReceiveTimeout:
-                if self._finished(idle_since):
-                    return
-                continue
+                messages = self.take(queue)
             except TransientQueueError as exc:
                 # An overloaded broker can let a receipt come back late; receive again rather
                 # than stop. A message whose receipt won meanwhile is lost (at-most-once
@@ -523,10 +620,28 @@ class QueueDrain:
                 time.sleep(0.5)
                 continue
             failures = 0
-            self.ledger.observe_received(message, self.format_name)
-            self.received += 1
-            self.handle(message)
+            if not messages:
+                if self._finished(idle_since):
+                    return
+                continue
+            for message in messages:
+                self.ledger.observe_received(message, self.format_name)
+                self.received += 1
+                self.handle(message)
             idle_since = time.monotonic()
+
+    def take(self, queue: Any) -> list[Message]:
+        """The next message received from ``queue`` (a list of one), or none within
+        _RECEIVE_SLICE seconds.
+
+        Raises:
+            TransientQueueError: the broker is overloaded or away (retried by the loop).
+            MessageQueueError: the receive failed for good.
+        """
+        try:
+            return [queue.receive(timeout=_RECEIVE_SLICE)]
+        except ReceiveTimeout:
+            return []
 
     def _finished(self, idle_since: float) -> bool:
         if not self.upstream_done():
@@ -538,22 +653,56 @@ class QueueDrain:
         """Act on a received message (nothing here; the security desk answers requests)."""
 
 
+class TransactionalDrain(QueueDrain):
+    """The one receiver of the transactional queue: receives up to TRANSACTION_SIZE messages
+    per transaction (``receive(transaction=tx)``) and commits, so each is removed exactly once;
+    the ledger hears of them after the commit, in receive order (one receiver: the queue's
+    order). Its handle does not prefetch (a transactional receive locks one message at a time).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **{**kwargs, "prefetch": 0})
+
+    def take(self, queue: Any) -> list[Message]:
+        """Up to TRANSACTION_SIZE messages received in one committed transaction (none when
+        the first receive times out; an empty transaction commits nothing).
+
+        Raises:
+            TransientQueueError: the broker is overloaded or away: the transaction is aborted,
+                its messages go back to the queue (abort count + 1) for the retry.
+            TransactionAborted: the commit failed; the messages are back in the queue.
+        """
+        batch: list[Message] = []
+        with self.qm.begin_transaction() as transaction:
+            while len(batch) < TRANSACTION_SIZE:
+                try:
+                    batch.append(queue.receive(timeout=_RECEIVE_SLICE, transaction=transaction))
+                except ReceiveTimeout:
+                    break
+        return batch
+
+
 class SecurityDesk(QueueDrain):
     """The responder: receives urgent entries and answers each request that names a response
-    queue, with ``correlation_id`` = the request's id (MSMQ request/response).
+    queue, with ``correlation_id`` = the request's id (MSMQ request/response). Requests are
+    signed; it counts those whose signature the receive verified (``message.authenticated``).
 
     Attributes:
         responses (int): responses sent.
+        verified (int): requests received with ``authenticated`` True.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.responses = 0
+        self.verified = 0
         self._reply_handles: dict[str, Any] = {}
 
     def handle(self, message: Message) -> None:
         if not message.response_queue:
             return  # a list announcement, not a request
+        if message.authenticated:
+            self.verified += 1
         handle = self._reply_handles.get(message.response_queue)
         if handle is None:
             handle = self._reply_handles[message.response_queue] = self.qm.open_queue(

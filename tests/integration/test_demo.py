@@ -22,7 +22,8 @@ from facade.config import KmqConfig
 from facade.demo import runner
 from facade.demo.ledger import Ledger, SentMessage
 from facade.manager import QueueManager
-from tests.support.kafka import BrokerEndpoint
+from facade.demo.workload import TRANSACTION_SIZE
+from tests.support.kafka import BrokerEndpoint, raw_values
 
 pytestmark = pytest.mark.integration
 
@@ -87,11 +88,22 @@ def test_demo_accounts_for_every_copy(demo_env: Path, corpus: Path, tmp_path: Pa
     assert routes["security"] == 12 and routes["response"] == 12  # depths 2, 7, 12, 17 x 3
     assert routes["multiple-element"] > 0 and routes["direct"] > 0
     assert data["requests"] == {"sent": 12, "answered": 12}
+    # Issue 15: every request was signed and encrypted, and the security desk verified each.
+    guarantees = data["guarantees"]
+    assert guarantees["security requests verified"] == "12 of 12 (signed and encrypted)"
+    # Issue 14: a slice went through the transactional queue, TRANSACTION_SIZE per transaction.
+    sent_in_transactions = routes["transactional"]
+    assert sent_in_transactions > 0
+    transactions = -(-sent_in_transactions // TRANSACTION_SIZE)
+    assert guarantees["transactional"] == (
+        f"{sent_in_transactions} messages in {transactions} transactions, "
+        "received once each, in order")
 
     by_queue = data["copies_by_queue"]
     assert sum(by_queue.values()) == data["copies"]
     assert by_queue["bugs"] == routes["multiple-element"]
     assert by_queue["changes-held"] == 1 and by_queue["security-replies"] == 12
+    assert by_queue["releases"] == sent_in_transactions
     assert {"changes-unstable", "changes-experimental", "changes-bookworm-security",
             "changes-other"} <= set(by_queue)  # one queue per distribution, never split
     receivers = data["receivers"]
@@ -121,6 +133,7 @@ def test_demo_accounts_for_every_copy(demo_env: Path, corpus: Path, tmp_path: Pa
     assert data["copies_by_queue"]["latency-probe"] == data["paced"]["messages"]
     run = report["run"]
     assert run["verdict"]["ok"] and run["verdict"]["outcomes"] == outcomes
+    assert run["guarantees"] == guarantees
     assert run["parameters"]["receivers"].startswith("4 threads, 2 per queue, prefetch")
     assert run["totals"]["copies"] == f"{data['copies']:,}"
     security = next(e for e in run["explanations"] if e.startswith("security received"))
@@ -128,6 +141,8 @@ def test_demo_accounts_for_every_copy(demo_env: Path, corpus: Path, tmp_path: Pa
     markdown = (report_dir / "report.md").read_text()
     assert "PASSED: every copy accounted for" in markdown
     assert "1 NACK_RECEIVE_REJECTED: the one raw poison record" in markdown
+    assert "security requests verified: 12 of 12 (signed and encrypted)" in markdown
+    assert f"transactional: {guarantees['transactional']}" in markdown
     assert "Backlog, not latency" in markdown and "End-to-end latency" in markdown
     assert (report_dir / "report.md").is_file()
     try:
@@ -157,6 +172,27 @@ def test_demo_as_a_process_prints_the_summary(demo_env: Path, corpus: Path,
     assert "every copy accounted for" in done.stdout
     assert "30 of 60 entries" in done.stdout and str(tmp_path / "r") in done.stdout
     assert "send" in done.stderr  # the progress bars go to stderr
+
+
+def test_demo_security_requests_are_never_in_clear_text_in_kafka(
+        demo_env: Path, corpus: Path, tmp_path: Path, broker: BrokerEndpoint) -> None:
+    # --keep leaves the queues, so their data topics can be read as a plain Kafka client would.
+    data = _json(CliRunner().invoke(app, ["demo", "--corpus", str(corpus), "--keep",
+                                          "--report-dir", str(tmp_path / "r"), "--json"]))
+    assert data["ok"] and data["sent"]["by_route"]["security"] == 12
+    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers,
+                            queue_manager=data["environment"]["queue_manager"])
+    with QueueManager.open(config) as qm:
+        topic = qm.open_queue(r".\private$\security").destinations[0].topics.data
+        try:
+            values = raw_values(broker.bootstrap_servers, topic)
+        finally:
+            for queue in qm.list_queues():
+                qm.delete_queue(queue.path_name)
+    # 12 requests and the list announcement, whose body (not encrypted: it did not ask) shows
+    # that a body in clear text would be seen: every body says "Change number".
+    assert len(values) == 13
+    assert len([value for value in values if b"Change number" in value]) == 1
 
 
 class _LedgerWithPhantom(Ledger):

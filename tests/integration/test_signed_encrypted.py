@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from facade import AuthLevel, Message, PrivacyLevel
 from facade.certificates import SenderIdentity, create_identity
@@ -35,7 +34,7 @@ from facade.protection import (
     protection_settings,
 )
 from facade.signing import sign
-from tests.support.kafka import BrokerEndpoint
+from tests.support.kafka import BrokerEndpoint, raw_values
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +78,7 @@ def _expect_rejected(qm: QueueManager, queue, admin, sent_id, nack: MessageClass
     assert dead.properties["kmq.reason"] == info.reason
     if dead.privacy_level:  # an encrypted body reaches neither the NACK nor the DLQ in clear
         assert info.original_body is None
-        dead_letters = _raw_values(qm.config.bootstrap_servers, qm.dead_letter_topic)
+        dead_letters = raw_values(qm.config.bootstrap_servers, qm.dead_letter_topic)
         assert dead_letters and not any(SECRET in value for value in dead_letters)
     return dead
 
@@ -96,23 +95,6 @@ def _forge(qm: QueueManager, queue, message: Message,
     forged = tamper(sent)
     qm.write_system_copy(destination.topics.data, forged)
     return forged
-
-
-def _raw_values(bootstrap: str, topic: str) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4()}",
-                         "enable.auto.commit": False, "allow.auto.create.topics": False})
-    try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        values = []
-        while len(values) < high:
-            record = consumer.poll(10)
-            assert record is not None, f"{topic}: read {len(values)} of {high} records"
-            assert record.error() is None, record.error()
-            values.append(record.value())
-        return values
-    finally:
-        consumer.close()
 
 
 # --- signing ---------------------------------------------------------------------------------
@@ -227,7 +209,7 @@ def test_encrypted_body_is_never_in_clear_text_in_kafka(qm: QueueManager,
     assert journaled.id == sent.id and journaled.body == SECRET and journaled.authenticated
     destination = queue.destinations[0]
     for topic in (destination.topics.data, destination.topics.journal().data):
-        values = _raw_values(broker.bootstrap_servers, topic)
+        values = raw_values(broker.bootstrap_servers, topic)
         assert values and not any(SECRET in value for value in values), topic
 
 
@@ -238,7 +220,7 @@ def test_each_copy_of_a_multiple_element_send_is_encrypted_for_its_destination(
     both = qm.open_queue(rf"DIRECT=OS:{qm.name}\private$\first,DIRECT=OS:{qm.name}\private$\second")
     both.send(Message(body=SECRET, privacy_level=PrivacyLevel.BODY_AES), wait=True)
     for queue in (first, second):
-        raw = _raw_values(broker.bootstrap_servers, queue.destinations[0].topics.data)
+        raw = raw_values(broker.bootstrap_servers, queue.destinations[0].topics.data)
         assert len(raw) == 1 and SECRET not in raw[0]
         received = queue.receive(timeout=10)
         assert received.body == SECRET and received.authenticated is False

@@ -17,13 +17,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from facade.devstack import start_tansu
 
 __all__ = ["BrokerCapabilities", "BrokerEndpoint", "PrivateBroker", "docker_engine_answers",
-           "probe_capabilities", "provide_broker"]
+           "probe_capabilities", "provide_broker", "raw_values"]
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,32 @@ def probe_capabilities(bootstrap_servers: str, timeout: float = 20.0) -> BrokerC
     admin.delete_topics([topic])
     return BrokerCapabilities(hides_aborted_transactions=b"aborted" not in seen,
                               persistent=not cluster_id.startswith("tansu"))
+
+
+def raw_values(bootstrap: str, topic: str) -> list[bytes]:
+    """Every record value of partition 0 of ``topic`` (kmq's data topics have one), read as a
+    plain Kafka consumer (no kmq decoding): what a client that bypasses the facade would see.
+
+    Raises:
+        AssertionError: the end of the partition was not reached within 10 s of the last
+            record, or a record came with an error.
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4()}",
+                         "enable.auto.commit": False, "allow.auto.create.topics": False,
+                         "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        values = []
+        while True:
+            record = consumer.poll(10)
+            assert record is not None, f"{topic}: no end of partition after {len(values)} records"
+            error = record.error()
+            if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                return values
+            assert error is None, error
+            values.append(record.value())
+    finally:
+        consumer.close()
 
 
 def _read_committed_values(bootstrap_servers: str, topic: str, until: bytes, timeout: float) -> list[bytes]:

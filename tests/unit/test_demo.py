@@ -12,6 +12,7 @@ import pytest
 
 from facade.config import KmqConfig
 from facade.demo import report as report_module
+from facade.demo import runner
 from facade.demo.corpus import (
     ChangelogEntry,
     CorpusStats,
@@ -241,6 +242,89 @@ def test_nack_alone_accounts_for_a_copy() -> None:
     verdict = ledger.verdict()
     assert verdict.ok and verdict.outcomes == {"nacked:NACK_REACH_QUEUE_TIMEOUT": 1}
     assert verdict.unexpected == {"direct: nacked:NACK_REACH_QUEUE_TIMEOUT": 1}
+
+
+TXQ = r"DIRECT=OS:qm\private$\releases"
+
+
+def _in_transaction(seq: int, transaction: str) -> SentMessage:
+    return SentMessage(message_id=str(MessageId(QM, seq)), kind="entry", route="transactional",
+                       label=f"pkg {seq}", format_name=TXQ, queues=(TXQ,), expect="receive",
+                       acknowledge=0, sender="M", transaction=transaction)
+
+
+def _received_in(order: list[int]) -> Ledger:
+    """Five messages sent in two transactions (1-3, then 4-5), received in ``order``."""
+    ledger = Ledger()
+    for seq in range(1, 6):
+        ledger.record_send(_in_transaction(seq, "tx-a" if seq <= 3 else "tx-b"))
+    for seq in order:
+        ledger.observe_received(_copy(seq, TXQ), TXQ)
+    return ledger
+
+
+def test_transactional_copies_received_once_in_send_order_pass() -> None:
+    ledger = _received_in([1, 2, 3, 4, 5])
+    assert ledger.verdict().ok
+    assert ledger.transactions() == (5, 2)
+    assert ledger.received_once("transactional") == (5, 5)
+
+
+def test_a_transactional_copy_out_of_order_fails_the_verdict_naming_it() -> None:
+    verdict = _received_in([1, 2, 4, 3, 5]).verdict()  # the second transaction overtook
+    assert not verdict.ok and verdict.unaccounted_count == 0
+    assert verdict.problem_counts == {"transactional out of order": 1}
+    [what] = verdict.problems["transactional out of order"]
+    assert what.startswith(f"{TXQ}: receive #3 was {MessageId(QM, 4)}, sent as #4")
+
+
+def test_a_transactional_copy_received_twice_fails_the_verdict() -> None:
+    ledger = _received_in([1, 2, 2, 3, 4, 5])
+    verdict = ledger.verdict()
+    assert not verdict.ok and verdict.problem_counts == {"received twice": 1}  # order kept
+    assert ledger.received_once("transactional") == (4, 5)
+
+
+def test_a_missing_transactional_copy_is_unaccounted_not_out_of_order() -> None:
+    verdict = _received_in([1, 2, 4, 5]).verdict()
+    assert verdict.unaccounted_count == 1 and not verdict.problem_counts
+
+
+@pytest.mark.parametrize(("order", "said"), [
+    ([1, 2, 3, 4, 5], "received once each, in order"),
+    ([1, 2, 4, 3, 5], "received once each, OUT OF ORDER"),
+    ([1, 2, 2, 3, 4, 5], "only 4 of 5 received exactly once, in order"),
+])
+def test_the_report_states_the_transactional_promise_as_kept_or_broken(
+        order: list[int], said: str, tmp_path: Path) -> None:
+    ledger = _received_in(order)
+    verdict = ledger.verdict()
+    guarantees = runner._guarantees(ledger, verdict, {"verified": 0})
+    assert guarantees["transactional"] == f"5 messages in 2 transactions, {said}"
+    run = {"guarantees": guarantees, "verdict": {
+        "ok": verdict.ok, "unaccounted": 0, "problems": dict(verdict.problem_counts)}}
+    write_report(Report(engine="python (fallback)", queue_classes=[], top_senders=[],
+                        acknowledgments={}, latency_ms={}, run=run), tmp_path)
+    markdown = (tmp_path / "report.md").read_text()
+    assert f"transactional: 5 messages in 2 transactions, {said}" in markdown
+    assert "security requests verified: 0 of 0 (signed and encrypted)" in markdown
+    assert ("PASSED" in markdown) is verdict.ok
+    for kind, count in verdict.problem_counts.items():  # a failure names its problem
+        assert f"FAILED: 0 copies unaccounted for, {kind} {count}" in markdown
+
+
+@pytest.mark.parametrize("authenticated", [True, False])
+def test_a_signed_request_received_unverified_fails_the_verdict(authenticated: bool) -> None:
+    ledger = Ledger()
+    ledger.record_send(SentMessage(
+        message_id=str(MessageId(QM, 1)), kind="entry", route="security", label="req",
+        format_name=Q2, queues=(Q2,), expect="receive", acknowledge=0, sender="M",
+        signed=True))
+    received = Message(id=MessageId(QM, 1), destination_queue=Q2, authenticated=authenticated)
+    ledger.observe_received(received, Q2)
+    verdict = ledger.verdict()
+    assert verdict.ok is authenticated
+    assert verdict.problem_counts == ({} if authenticated else {"signed but not verified": 1})
 
 
 # -- report ----------------------------------------------------------------------------------------
