@@ -53,6 +53,7 @@ def _view(reader: _Reader) -> QueueView:
     view.records = RecordCache(None, TOPICS.data)
     view._awaiting, view._outcomes, view._since_snapshot = set(), {}, 0
     view._applied_ahead, view._gaps = {}, {}
+    view._markers_due, view._last_transaction = {}, {}
     view._receipts_paused, view._receive_only = False, True
     view._reader = reader
     return view
