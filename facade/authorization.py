@@ -223,10 +223,8 @@ class QueueAccess:
         Raises:
             BrokerUnavailable, BrokerError: the dead-letter copy was not acknowledged.
         """
-        outputs = self.manager.outputs
-        outputs.dead_letter(copy, MessageClass.NACK_ACCESS_DENIED)
-        outputs.acknowledge(copy, MessageClass.NACK_ACCESS_DENIED, destination,
-                            reason=refusal.message)
+        self.manager.outputs.reject(copy, MessageClass.NACK_ACCESS_DENIED, destination,
+                                    refusal.message)
         return RefusedCopy(str(copy.id), destination.format_name, refusal.message, refusal.hint)
 
     @staticmethod

@@ -54,7 +54,7 @@ from facade.peeklock import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, PeekLockRecei
 from facade.protection import MessageRejected, ProtectionLevel
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
-from facade.systemoutputs import SystemOutputs, acknowledgment_requested
+from facade.systemoutputs import acknowledgment_requested
 from facade.sender import SendTracker
 from facade.transaction import MessageQueueTransaction, check_transaction
 from facade.receipts import ReceiptAction
@@ -288,17 +288,16 @@ class MessageQueue(PeekLockReceives):
                 # each copy for its own destination's key
                 copy = manager.protection.seal(copy, destination)
                 if destination in mismatched:
-                    reject_copy(outputs, copy, destination, MessageClass.NACK_NOT_TRANSACTIONAL_MSG,
-                                "a nontransactional message sent to a transactional queue")
+                    outputs.reject(copy, MessageClass.NACK_NOT_TRANSACTIONAL_MSG, destination,
+                                   "a nontransactional message sent to a transactional queue")
                     continue
                 record = encode_message(copy, validate=False)
                 size = len(record.value)
                 if self._over_quota(destination, size, batched):
-                    if not outputs.dead_letter(copy, MessageClass.NACK_Q_EXCEED_QUOTA):
-                        refused.append((sent.id, destination.format_name))
                     quota_kb = destination.properties.quota_kb if destination.properties else None
-                    outputs.acknowledge(copy, MessageClass.NACK_Q_EXCEED_QUOTA, destination,
-                                        reason=f"queue quota of {quota_kb} KB reached")
+                    if not outputs.reject(copy, MessageClass.NACK_Q_EXCEED_QUOTA, destination,
+                                          f"queue quota of {quota_kb} KB reached"):
+                        refused.append((sent.id, destination.format_name))
                     continue
                 journal = None
                 if not journaled:
@@ -376,8 +375,8 @@ class MessageQueue(PeekLockReceives):
             sent_messages.append(sent)
         outputs = manager.outputs
         transaction.enlist_sends(enlisted, rejections=[
-            functools.partial(reject_copy, outputs, copy, destination,
-                              MessageClass.NACK_NOT_TRANSACTIONAL_Q,
+            functools.partial(outputs.reject, copy, MessageClass.NACK_NOT_TRANSACTIONAL_Q,
+                              destination,
                               "a transactional message sent to a nontransactional queue")
             for copy, destination in rejected])
         return sent_messages
@@ -1239,8 +1238,7 @@ class MessageQueue(PeekLockReceives):
             return message
         message_class = (MessageClass.NACK_RECEIVE_TIMEOUT if action is ReceiptAction.EXPIRE
                          else MessageClass.NACK_RECEIVE_REJECTED)
-        outputs.dead_letter(message, message_class)
-        outputs.acknowledge(message, message_class, self._single(), reason=reason)
+        outputs.reject(message, message_class, self._single(), reason)
         return message
 
     def _subqueue_destination(self, subqueue: str) -> Destination:
@@ -1353,14 +1351,3 @@ def require_told(message: Message, mismatched: list[Destination], message_class:
         f"{names}: {why}; the copy would be rejected ({message_class.name}) and this message "
         "asks for neither a dead-letter copy nor a negative acknowledgment, so nothing was sent",
         queue=mismatched[0].format_name, hint=hint)
-
-
-def reject_copy(outputs: SystemOutputs, copy: Message, destination: Destination,
-                message_class: MessageClass, reason: str) -> None:
-    """Reject ``copy`` at ``destination``: dead-letter it and post the NACK, as asked for.
-
-    Raises:
-        BrokerUnavailable, BrokerError: the dead-letter copy was not written.
-    """
-    outputs.dead_letter(copy, message_class)
-    outputs.acknowledge(copy, message_class, destination, reason=reason)

@@ -449,9 +449,7 @@ class Sender:
             copy = copy.stamped(properties=_with_reason(copy, reason))
         # Short timeouts: this runs on the poller thread, and a broker that is down must not
         # stall every other delivery verdict; recover() retries parked records.
-        outputs.dead_letter(copy, message_class, timeout=_SETTLE_TIMEOUT)
-        outputs.acknowledge(copy, message_class, destination, reason=reason,
-                            timeout=_SETTLE_TIMEOUT)
+        outputs.reject(copy, message_class, destination, reason, timeout=_SETTLE_TIMEOUT)
 
     # -- recovery ------------------------------------------------------------------------------
 

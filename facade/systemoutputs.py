@@ -129,6 +129,21 @@ class SystemOutputs:
             copy = dataclasses.replace(sent, destination_queue=destination.format_name)
             manager.write_system_copy(destination.topics.data, copy, timeout)
 
+    def reject(self, copy: Message, message_class: MessageClass, queue: Destination,
+               reason: str | None = None, timeout: float = 30.0) -> bool:
+        """Reject ``copy`` with ``message_class``: the dead-letter copy (journal level
+        DEADLETTER) and the NACK (when asked for), the two outputs of every refusal.
+
+        Returns:
+            bool: True if a dead-letter copy was written.
+
+        Raises:
+            BrokerUnavailable, BrokerError: the dead-letter copy was not acknowledged.
+        """
+        written = self.dead_letter(copy, message_class, timeout)
+        self.acknowledge(copy, message_class, queue, reason=reason, timeout=timeout)
+        return written
+
     def dead_letter(self, original: Message, message_class: MessageClass,
                     timeout: float = 30.0) -> bool:
         """Copy ``original`` to the dead-letter queue with its class set to the reason, if its

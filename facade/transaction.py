@@ -341,10 +341,8 @@ class MessageQueueTransaction:
         return records
 
     def _too_late(self, copy: Message, destination: Destination) -> None:
-        outputs = self._manager.outputs
-        outputs.dead_letter(copy, MessageClass.NACK_REACH_QUEUE_TIMEOUT)
-        outputs.acknowledge(copy, MessageClass.NACK_REACH_QUEUE_TIMEOUT, destination,
-                            reason="its transaction committed after its time-to-reach-queue")
+        self._manager.outputs.reject(copy, MessageClass.NACK_REACH_QUEUE_TIMEOUT, destination,
+                                     "its transaction committed after its time-to-reach-queue")
 
     def _produce(self, producer: Any, records: list[tuple[str, EncodedRecord]]) -> list[Any]:
         for topic, record in records:
