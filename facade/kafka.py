@@ -99,6 +99,9 @@ STARVED_AFTER = 0.25
 _SETTLE = 0.03
 #: Seconds a reader may go unused before it stops fetching (see :class:`TopicReader`).
 REST_AFTER = 0.5
+#: Seconds ``read_to_end`` waits at a topic's last stable offset for an open Kafka transaction
+#: before it takes that offset as the end (see :meth:`TopicReader.read_to_end`).
+OPEN_TRANSACTION_GRACE = 10.0
 
 _UNAVAILABLE = {
     KafkaError._TRANSPORT,
@@ -721,6 +724,13 @@ def _in_use(method: Any) -> Any:
     return call
 
 
+def _describe_lag(lagging: Mapping[str, tuple[int, int]]) -> str:
+    """``topic at offset P of H`` per lagging topic, for logs and errors."""
+    return "; ".join(f"{topic} at offset {position} of "
+                     f"{high if high >= 0 else 'an unknown end (no fetch response yet)'}"
+                     for topic, (position, high) in lagging.items())
+
+
 class TopicReader:
     """Reads single-partition topics from explicit offsets, without a consumer group.
 
@@ -755,6 +765,10 @@ class TopicReader:
         self._busy = 0
         self._last_used = time.monotonic()
         self._closed = False
+        #: Per topic: the offset where librdkafka last reported the end of what a read_committed
+        #: reader may read (the last stable offset: below the high watermark while a Kafka
+        #: transaction is open).
+        self._stable_end: dict[str, int] = {}
         _RESTER.watch(self)
 
     def _new_consumer(self) -> Consumer:
@@ -767,6 +781,8 @@ class TopicReader:
             "allow.auto.create.topics": False,
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
+            # Reports the last stable offset (see read_to_end).
+            "enable.partition.eof": True,
             # Receives wait on other processes' receipts: start with a short broker-side fetch
             # wait (see _check_starved for when it grows).
             "fetch.wait.max.ms": self._wait_ms,
@@ -813,6 +829,7 @@ class TopicReader:
             error = msg.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
+                    self._stable_end[cast(str, msg.topic())] = cast(int, msg.offset())
                     continue
                 raise kafka_error_to_queue_error(error, "read topic", msg.topic())
             _, timestamp = msg.timestamp()
@@ -928,13 +945,26 @@ class TopicReader:
         consumer has actually been offered (and some Kafka-API brokers answer watermark queries
         inexactly). ``position()`` skips transaction control records, so gaps are not waited on.
         """
+        return not self._lagging(topics)
+
+    def _lagging(self, topics: Iterable[str]) -> dict[str, tuple[int, int]]:
+        """The topics not read up to their high watermark: ``topic -> (position, high)``,
+        high < 0 while no fetch response is known."""
+        lagging = {}
         with map_kafka_errors("read positions"):
             for topic, position in self._positions(topics).items():
-                _low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0),
-                                                                  cached=True)
+                low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0),
+                                                                 cached=True)
                 if high < 0 or position < 0 and high > 0 or 0 <= position < high:
-                    return False
-        return True
+                    lagging[topic] = (max(position, low, 0), high)
+        return lagging
+
+    def _held_by_transaction(self, lagging: Mapping[str, tuple[int, int]]) -> bool:
+        """True when every lagging topic is read up to its last stable offset: what is left
+        belongs to an open Kafka transaction, invisible to read_committed readers until it ends."""
+        return bool(lagging) and all(
+            high >= 0 and self._stable_end.get(topic) == position
+            for topic, (position, high) in lagging.items())
 
     def log_start(self, topic: str) -> int:
         """The log start offset of ``topic`` (partition 0) from the latest fetch response, 0
@@ -1008,15 +1038,41 @@ class TopicReader:
         Reads at least ``_SETTLE`` seconds first, so that the fetch-response watermarks
         :meth:`caught_up` relies on reflect records acknowledged before the call.
 
+        A Kafka transaction that is open (a producer between its first write and its commit or
+        abort) holds its records, and every record after them, back from read_committed readers.
+        A commit takes milliseconds, so the reader first waits for it: a transaction committed
+        just before the call is read. Held for :data:`OPEN_TRANSACTION_GRACE` seconds at the last
+        stable offset, the reader takes that offset as the end (logged): a producer that died
+        inside a transaction holds records until the broker aborts it after its
+        ``transaction.timeout.ms``, and readers must not be locked out meanwhile. Its records
+        are read later, once it is committed.
+
         Raises:
-            BrokerUnavailable: not caught up within ``timeout`` seconds.
+            BrokerUnavailable: not caught up within ``timeout`` seconds; the message gives each
+                topic's position and high watermark.
         """
-        started = checked = time.monotonic()
-        while time.monotonic() - started < _SETTLE or not self.caught_up(topics):
+        started = time.monotonic()
+        checked = started
+        held_since: float | None = None
+        while True:
             now = time.monotonic()
-            if now - started > timeout:
-                raise BrokerUnavailable(f"could not read {', '.join(topics)} up to the end within "
-                                        f"{timeout:g} s", hint="check that the Kafka broker is running")
+            if now - started >= _SETTLE:
+                lagging = self._lagging(topics)
+                if not lagging:
+                    return
+                if not self._held_by_transaction(lagging):
+                    held_since = None
+                elif held_since is None:
+                    held_since = now
+                elif now - held_since >= OPEN_TRANSACTION_GRACE:
+                    log.warning("an open Kafka transaction holds back records of %s; read up "
+                                "to the last stable offset after %g s",
+                                _describe_lag(lagging), OPEN_TRANSACTION_GRACE)
+                    return
+                if now - started > timeout:
+                    raise BrokerUnavailable(
+                        f"could not read {', '.join(topics)} up to the end within {timeout:g} s "
+                        f"({_describe_lag(lagging)})", hint="check that the Kafka broker is running")
             if now - checked > STARVED_AFTER:
                 # Still behind: short fetch waits are what keeps a slow broker from answering
                 # (see _check_starved).
