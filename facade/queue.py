@@ -268,7 +268,8 @@ class MessageQueue(PeekLockReceives):
             sent = message.stamped(id=manager.ids.new(), sent_time=now,
                                    source_machine_id=manager.guid,
                                    destination_format_name=self.format_name)
-            sent.check()  # once per send: the application may have edited it since construction
+            if not message.unchanged_since_check():
+                sent.check()  # the application edited it since construction (or last send)
             check_enforceable(sent)  # transactions: refused, never ignored
             sent_messages.append(manager.protection.prepare(sent))  # checked, signed if asked
         outputs = manager.outputs
