@@ -237,7 +237,8 @@ def produce(producer: Producer, topic: str, value: bytes, key: bytes | None,
         BrokerError (or a more specific MessageQueueError): the producer refused the record.
     """
     try:
-        producer.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
+        producer.produce(topic, value=value, key=key, headers=cast(Any, headers),
+                         on_delivery=on_delivery)
     except KafkaException as exc:
         raise _queue_error(exc, operation, topic) from exc
 

@@ -51,7 +51,7 @@ from facade.errors import (
 )
 from facade.kafka import Refusal, is_fatal, poll_producer, produce, refusal
 from facade.message import Delivery, JournalLevel, Message, MessageClass
-from facade.outgoingqueue import OutgoingQueue, OutgoingRecord, StoredRecord, outgoing_queue_path
+from facade.outgoingqueue import OutgoingQueue, StoredRecord, outgoing_queue_path
 from facade.interfaces import QueueResolver, SystemQueueWriter
 from facade.topics import QueueTopics
 from facade.topicsettings import (
@@ -231,15 +231,16 @@ class Sender:
         deadlines = [0] * len(copies)  # only a stored copy is produced again, so needs one
         stored = [i for i, item in enumerate(copies) if item[1].delivery is Delivery.RECOVERABLE]
         if stored:
-            created, owner, records = _now_ms(), _owner_tag(), []
+            rows_of = []
             for i in stored:
                 destination, copy, record, _ = copies[i]
                 deadlines[i] = _deadline_ms(copy)
-                records.append(OutgoingRecord(
-                    topic=destination.topics.data, key=record.key, value=record.value,
-                    headers=tuple(record.headers), message_id=str(copy.id),
-                    deadline_ms=deadlines[i], purpose=owner, created_ms=created))
-            for i, row in zip(stored, self.outgoing.put_many(records)):
+                # The key, value and headers come from facade.envelope: no OutgoingRecord
+                # (and its checks of every field) is needed to store them.
+                rows_of.append((destination.topics.data, record.key, record.value,
+                                record.headers, str(copy.id), deadlines[i]))
+            for i, row in zip(stored, self.outgoing.put_copies(rows_of, _owner_tag(),
+                                                               _now_ms())):
                 rows[i] = row
         for index, (destination, copy, record, on_delivered) in enumerate(copies):
             try:
