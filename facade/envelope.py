@@ -27,10 +27,13 @@ ACK/NACK messages are ordinary messages whose body is an Avro-encoded ``kmq.Ackn
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import io
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, Field, dataclass
 from typing import Any, cast
 
+import fastavro
 from facade import avro as _avro
 from facade.avro import SINGLE_OBJECT_MARKER
 from facade.avro import DecodeFailure as _DecodeFailure
@@ -60,12 +63,14 @@ __all__ = [
     "HEADER_VERSION",
     "SINGLE_OBJECT_MARKER",
     "EncodedRecord",
+    "EnvelopeCopies",
     "RecordHeaders",
     "acknowledgment_message",
     "decode_acknowledgment",
     "declared_envelope_schema",
     "decode_message",
     "encode_acknowledgment",
+    "encode_copies",
     "encode_message",
     "envelope_record",
     "envelope_writer",
@@ -349,6 +354,114 @@ def encode_message(message: Message, *, validate: bool = True) -> EncodedRecord:
     except (ValueError, TypeError, OverflowError) as exc:
         raise _encode_failure(message, exc) from exc
     return EncodedRecord(record_key(message), value, _headers(message, record))
+
+
+# --------------------------------------------------------------------------------------------
+# Copies of one message (distribution lists, multiple-element names)
+# --------------------------------------------------------------------------------------------
+
+#: The one envelope field that differs between the copies of one send.
+_PER_COPY_FIELD = "destination_queue"
+
+
+def _split_writer() -> tuple[Any, Any, Any]:
+    """The envelope schema cut around :data:`_PER_COPY_FIELD`: the fields before it, the field
+    itself and the fields after it, each as a fastavro-parsed record schema.
+
+    An Avro binary record is the concatenation of its fields' encodings, with no framing of
+    its own, so writing the three records one after the other gives the bytes of the whole
+    record (``tests/unit/test_envelope.py`` compares them for many messages).
+    """
+    fields = _ENVELOPE.current.parsed["fields"]
+    cut = next(i for i, f in enumerate(fields) if f["name"] == _PER_COPY_FIELD)
+    named: dict[str, Any] = {}  # named types (kmq.MessageId) defined before the cut, used after
+    parts = []
+    for suffix, part in (("Head", fields[:cut]), ("Copy", fields[cut:cut + 1]),
+                         ("Tail", fields[cut + 1:])):
+        schema = {"type": "record", "name": f"kmq._Envelope{suffix}", "fields": part}
+        parts.append(fastavro.parse_schema(schema, named_schemas=named))
+    return parts[0], parts[1], parts[2]
+
+
+_HEAD, _COPY, _TAIL = _split_writer()
+
+
+@functools.lru_cache(maxsize=4096)
+def _copy_field(destination_queue: str | None) -> bytes:
+    """The encoded :data:`_PER_COPY_FIELD` (destinations repeat from send to send: cached)."""
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, _COPY, {_PER_COPY_FIELD: destination_queue})
+    return out.getvalue()
+
+
+class EnvelopeCopies:
+    """One message's record, encoded once for every copy of a send (MSMQ sends one copy per
+    queue of a distribution list or multiple-element format name, each with its own
+    PROPID_M_DEST_QUEUE).
+
+    Each copy's value is byte for byte what :func:`encode_message` writes for the message
+    with that ``destination_queue``; its key and headers are the same for every copy (none is
+    derived from ``destination_queue``). Built by :func:`encode_copies`.
+
+    Attributes:
+        key (bytes | None): the record key (see :func:`record_key`).
+        headers (list[tuple[str, bytes]]): the headers, shared: :meth:`record` hands out copies.
+    """
+
+    __slots__ = ("_head", "_tail", "headers", "key")
+
+    def __init__(self, head: bytes, tail: bytes, key: bytes | None,
+                 headers: list[tuple[str, bytes]]):
+        self._head, self._tail, self.key, self.headers = head, tail, key, headers
+
+    def record(self, destination_queue: str | None) -> EncodedRecord:
+        """The Kafka record of the copy for ``destination_queue``.
+
+        Args:
+            destination_queue (str | None): the copy's PROPID_M_DEST_QUEUE (a format name).
+
+        Returns:
+            EncodedRecord: its key, value and (a fresh list of) headers.
+
+        Raises:
+            InvalidParameter: ``destination_queue`` is not text that UTF-8 can encode.
+        """
+        try:
+            middle = _copy_field(destination_queue)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise InvalidParameter(
+                f"message property destination_queue cannot be encoded: {exc}",
+                hint="pass a format name (text without unpaired surrogates)") from exc
+        return EncodedRecord(self.key, self._head + middle + self._tail, list(self.headers))
+
+
+def encode_copies(message: Message) -> EnvelopeCopies:
+    """Encode ``message`` once for all its copies, which differ only in ``destination_queue``
+    (the one in ``message`` is ignored).
+
+    Args:
+        message (Message): a message with ``id`` set, validated already (as for
+            ``encode_message(message, validate=False)``).
+
+    Returns:
+        EnvelopeCopies: what makes each copy's record.
+
+    Raises:
+        InvalidParameter: ``message.id`` is unset or a property cannot be written (named).
+    """
+    if message.id is None:
+        raise InvalidParameter("a message needs an id to be encoded",
+                               hint="send it through a queue, which assigns the id")
+    record = _envelope_record(message)
+    head, tail = io.BytesIO(), io.BytesIO()
+    head.write(_ENVELOPE.current.prefix)
+    try:
+        fastavro.schemaless_writer(head, _HEAD, record)
+        fastavro.schemaless_writer(tail, _TAIL, record)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise _encode_failure(message, exc) from exc
+    return EnvelopeCopies(head.getvalue(), tail.getvalue(), record_key(message),
+                          _headers(message, record))
 
 
 def _encode_failure(message: Message, exc: Exception) -> InvalidParameter:

@@ -32,6 +32,7 @@ import datetime as _dt
 import functools
 import itertools
 import math
+import operator
 import os
 import re
 import threading
@@ -866,6 +867,31 @@ class Message:
         """
         self._normalize()
         self.validate()
+        # What was checked, by identity: unchanged_since_check() compares with it.
+        self.__dict__[_CHECKED] = _field_values(self.__dict__)
+
+    def unchanged_since_check(self) -> bool:
+        """Whether no property was assigned since the last :meth:`check` (construction does
+        one), so that checking again could not fail. The queue manager checks at every send
+        because the application may edit a message after building it; this lets it skip
+        the repeated check of a message nobody touched.
+
+        Every property value is immutable (bytes, str, int, enum, datetime, UUID, MessageId)
+        except ``properties``, which can be edited in place: it is checked again here.
+        Copies made by :meth:`stamped` never count as unchanged.
+
+        Returns:
+            bool: True when every property is the very object :meth:`check` saw.
+
+        Raises:
+            InvalidParameter: ``properties`` was edited in place into something invalid.
+        """
+        checked = self.__dict__.get(_CHECKED)
+        if checked is None or not all(map(operator.is_, checked, _field_values(self.__dict__))):
+            return False
+        if self.properties:
+            self._validate_properties()
+        return True
 
     def stamped(self, **changes: Any) -> Message:
         """A copy with ``changes`` applied, without normalising or validating again.
@@ -1087,6 +1113,11 @@ def _derive_checks() -> tuple[tuple[tuple[str, type, Callable[[object], object]]
 #: only when it does not hold its default object (defaults are valid by construction). Enum
 #: properties are checked by their coercion, which raises for a value outside the enum.
 _NORMALIZED, _PROPERTY_CHECKS = _derive_checks()
+#: Where :meth:`Message.check` keeps the property values it checked (not a dataclass field:
+#: equality, ``dataclasses.replace`` and the envelope ignore it).
+_CHECKED = "_checked_values"
+#: Every property's value out of a message's ``__dict__``, in field order.
+_field_values = operator.itemgetter(*(f.name for f in fields(Message)))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ Nothing here talks to Kafka: the sender and the recovery code in the queue manag
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import sqlite3
 import threading
@@ -239,11 +240,41 @@ class OutgoingQueue:
             if not isinstance(record, OutgoingRecord):
                 raise InvalidParameter(
                     f"put() takes an OutgoingRecord, not {type(record).__name__}")
-        if not records:
-            return []
-        mine = _PendingPut([(
+        return self._put_rows([(
             r.topic, r.key, r.value, _encode_headers(r.headers), r.message_id, r.deadline_ms,
             r.purpose, r.created_ms) for r in records])
+
+    def put_copies(self, copies: Sequence[tuple[str, bytes | None, bytes,
+                                                Sequence[tuple[str, bytes]], str, int]],
+                   purpose: str, created_ms: int) -> list[int]:
+        """Store message copies as :meth:`put_many` does, without building and checking an
+        :class:`OutgoingRecord` for each: for the sender's own copies, whose key, value and
+        headers come from :mod:`facade.envelope` (bytes and ``(str, bytes)`` pairs, as
+        ``OutgoingRecord`` requires; a wrong type makes SQLite store a value that
+        :func:`decode_row` reports as unreadable, never one resent as something else).
+
+        Args:
+            copies (Sequence[tuple]): ``(topic, key, value, headers, message_id, deadline_ms)``
+                per copy, in the order they will be produced; ``deadline_ms`` in epoch ms.
+            purpose (str): what the records are (``OutgoingRecord.purpose``), non-empty.
+            created_ms (int): epoch milliseconds when they were made.
+
+        Returns:
+            list[int]: their row ids, in the same order and increasing.
+
+        Raises:
+            MessageQueueError, TransientQueueError: as :meth:`put_many`; none is stored.
+        """
+        _require(isinstance(purpose, str) and purpose, "purpose", "a non-empty str")
+        return self._put_rows([(topic, key, value, _encode_headers(headers), message_id,
+                                deadline_ms, purpose, created_ms)
+                               for topic, key, value, headers, message_id, deadline_ms in copies])
+
+    def _put_rows(self, rows: list[tuple[Any, ...]]) -> list[int]:
+        """Store rows in the next group commit; see :meth:`put_many`."""
+        if not rows:
+            return []
+        mine = _PendingPut(rows)
         with self._group:
             self._waiting.append(mine)
             while self._committing and mine.row_ids is None and mine.error is None:
@@ -564,9 +595,18 @@ def _checked_headers(headers: Iterable[tuple[str, bytes]]) -> Headers:
     return pairs
 
 
-def _encode_headers(headers: Headers) -> str:
+def _encode_headers(headers: Iterable[tuple[str, bytes]]) -> str:
     # JSON of [name, base64 value] pairs: keeps order and duplicate names, as Kafka headers do.
-    return json.dumps([[name, base64.b64encode(value).decode("ascii")] for name, value in headers])
+    # Written by hand (the same text json.dumps writes): base64 needs no JSON escaping, and
+    # the few distinct names are JSON-encoded once each.
+    pairs = ", ".join(f'[{_json_text(name)}, "{base64.b64encode(value).decode("ascii")}"]'
+                     for name, value in headers)
+    return f"[{pairs}]"
+
+
+@functools.lru_cache(maxsize=256)
+def _json_text(name: str) -> str:
+    return json.dumps(name)
 
 
 def _decode_headers(text: str) -> Headers:

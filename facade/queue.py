@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from facade.acl import AccessRight
 from facade.authorization import receive_right
 from facade.cursor import Cursor
-from facade.envelope import EncodedRecord, decode_message, encode_message
+from facade.envelope import EncodedRecord, decode_message, encode_copies, encode_message
 from facade.formatnames import (
     DirectFormatName,
     FormatName,
@@ -268,7 +268,8 @@ class MessageQueue(PeekLockReceives):
             sent = message.stamped(id=manager.ids.new(), sent_time=now,
                                    source_machine_id=manager.guid,
                                    destination_format_name=self.format_name)
-            sent.check()  # once per send: the application may have edited it since construction
+            if not message.unchanged_since_check():
+                sent.check()  # the application edited it since construction (or last send)
             check_enforceable(sent)  # transactions: refused, never ignored
             sent_messages.append(manager.protection.prepare(sent))  # checked, signed if asked
         outputs = manager.outputs
@@ -277,8 +278,10 @@ class MessageQueue(PeekLockReceives):
         batched: dict[str, int] = {}  # bytes this batch adds to each queue with a quota
         denied = manager.access.refused_sends(destinations)  # topic -> why (WRITE_MESSAGE)
         denied_copies = []
+        fan_out = len(destinations) > 1
         for sent in sent_messages:
             journaled = not sent.journal & JournalLevel.JOURNAL
+            shared = None  # the envelope encoded once for the copies sealing leaves unchanged
             for destination in destinations:
                 copy = sent.stamped(destination_queue=destination.format_name)
                 if destination.topics.data in denied:
@@ -286,12 +289,18 @@ class MessageQueue(PeekLockReceives):
                         copy, destination, denied[destination.topics.data]))
                     continue
                 # each copy for its own destination's key
-                copy = manager.protection.seal(copy, destination)
+                sealed = manager.protection.seal(copy, destination)
                 if destination in mismatched:
-                    outputs.reject(copy, MessageClass.NACK_NOT_TRANSACTIONAL_MSG, destination,
+                    outputs.reject(sealed, MessageClass.NACK_NOT_TRANSACTIONAL_MSG, destination,
                                    "a nontransactional message sent to a transactional queue")
                     continue
-                record = encode_message(copy, validate=False)
+                if fan_out and sealed is copy:
+                    # Copies differ only in destination_queue: encode the rest once per send.
+                    shared = shared or encode_copies(sent)
+                    record = shared.record(copy.destination_queue)
+                else:
+                    record = encode_message(sealed, validate=False)
+                copy = sealed
                 size = len(record.value)
                 if self._over_quota(destination, size, batched):
                     quota_kb = destination.properties.quota_kb if destination.properties else None

@@ -49,9 +49,9 @@ from facade.errors import (
     QueueNotFound,
     TransientQueueError,
 )
-from facade.kafka import Refusal, is_fatal, map_kafka_errors, poll_producer, refusal
+from facade.kafka import Refusal, is_fatal, poll_producer, produce, refusal
 from facade.message import Delivery, JournalLevel, Message, MessageClass
-from facade.outgoingqueue import OutgoingQueue, OutgoingRecord, StoredRecord, outgoing_queue_path
+from facade.outgoingqueue import OutgoingQueue, StoredRecord, outgoing_queue_path
 from facade.interfaces import QueueResolver, SystemQueueWriter
 from facade.topics import QueueTopics
 from facade.topicsettings import (
@@ -181,6 +181,8 @@ class Sender:
         #: ``max.message.bytes`` per topic, as last described (None: not reported); only read
         #: for records that may exceed Kafka's default limit.
         self._topic_limits: dict[str, int | None] = {}
+        #: Records of at most this many bytes pass every limit (see :meth:`check_size`).
+        self._always_fits: int | None = None
         self._poller = threading.Thread(target=self._poll_loop, name="kmq-sender", daemon=True)
         self._poller.start()
 
@@ -229,15 +231,16 @@ class Sender:
         deadlines = [0] * len(copies)  # only a stored copy is produced again, so needs one
         stored = [i for i, item in enumerate(copies) if item[1].delivery is Delivery.RECOVERABLE]
         if stored:
-            created, owner, records = _now_ms(), _owner_tag(), []
+            rows_of = []
             for i in stored:
                 destination, copy, record, _ = copies[i]
                 deadlines[i] = _deadline_ms(copy)
-                records.append(OutgoingRecord(
-                    topic=destination.topics.data, key=record.key, value=record.value,
-                    headers=tuple(record.headers), message_id=str(copy.id),
-                    deadline_ms=deadlines[i], purpose=owner, created_ms=created))
-            for i, row in zip(stored, self.outgoing.put_many(records)):
+                # The key, value and headers come from facade.envelope: no OutgoingRecord
+                # (and its checks of every field) is needed to store them.
+                rows_of.append((destination.topics.data, record.key, record.value,
+                                record.headers, str(copy.id), deadlines[i]))
+            for i, row in zip(stored, self.outgoing.put_copies(rows_of, _owner_tag(),
+                                                               _now_ms())):
                 rows[i] = row
         for index, (destination, copy, record, on_delivered) in enumerate(copies):
             try:
@@ -270,8 +273,11 @@ class Sender:
             InvalidParameter: the record is too large; names its size, the limit and the fix.
         """
         size = record_size(record.key, record.value, record.headers)
+        if self._always_fits is not None and size <= self._always_fits:
+            return  # the usual case: under every limit, nothing to describe
         session = self.manager.session
         limit = min(MAX_RECORD_BYTES, session.message_max_bytes)
+        self._always_fits = min(limit, KAFKA_DEFAULT_MAX_MESSAGE_BYTES)
         what = (f"message to {destination.format_name!r} is {size:,} bytes as a Kafka record "
                 f"(body {len(copy.body):,} bytes)")
         if size > limit:
@@ -360,10 +366,9 @@ class Sender:
         """
         producer = self._producer(delivery, ttrq_ms)
         used.append(producer)
+        topic = destination.topics.data
         try:
-            with map_kafka_errors("send to queue", destination.topics.data):
-                producer.produce(destination.topics.data, value=record.value, key=record.key,
-                                 headers=record.headers, on_delivery=on_delivery)
+            produce(producer, topic, record.value, record.key, record.headers, on_delivery)
         except BrokerError as exc:
             if not is_fatal(exc):
                 raise
@@ -371,9 +376,7 @@ class Sender:
             self._retire(producer)
             producer = self._producer(delivery, ttrq_ms)
             used.append(producer)
-            with map_kafka_errors("send to queue", destination.topics.data):
-                producer.produce(destination.topics.data, value=record.value, key=record.key,
-                                 headers=record.headers, on_delivery=on_delivery)
+            produce(producer, topic, record.value, record.key, record.headers, on_delivery)
 
     def _settle(self, destination: Destination, copy: Message, row: int | None,
                 error: str | None, on_delivered: Callable[[], object] | None,
@@ -635,8 +638,9 @@ def _vanished(topic: str, copy: Message) -> Destination:
 def _wants_verdict(message: Message) -> bool:
     """Whether a copy's delivery verdict leads anywhere: an ACK/NACK to its admin queue, or a
     dead-letter copy (NACK_REACH_QUEUE_TIMEOUT) when its journal level has DEADLETTER."""
+    # int.__and__: IntFlag's own operator is Python code, and this runs once per copy.
     return bool((message.admin_queue and message.acknowledge)
-                or message.journal & JournalLevel.DEADLETTER)
+                or int.__and__(message.journal, JournalLevel.DEADLETTER))
 
 
 def _deadline_ms(message: Message) -> int:
@@ -660,9 +664,11 @@ def _ttrq_ms(message: Message) -> int:
     arrive up to its age at recovery past its deadline (records already past it are failed,
     not resent).
     """
-    limits = [t for t in (message.time_to_reach_queue, message.time_to_be_received)
-              if t is not None]
-    seconds = min(limits) if limits else LONG_LIVED
+    ttrq, ttbr = message.time_to_reach_queue, message.time_to_be_received
+    if ttrq is None:
+        seconds = LONG_LIVED if ttbr is None else ttbr
+    else:
+        seconds = ttrq if ttbr is None else min(ttrq, ttbr)
     return max(1, min(int(seconds * 1000), _MAX_TIMEOUT_MS))
 
 

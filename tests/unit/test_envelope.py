@@ -23,6 +23,7 @@ from facade.envelope import (
     decode_acknowledgment,
     decode_message,
     encode_acknowledgment,
+    encode_copies,
     encode_message,
     read_headers,
     record_key,
@@ -297,6 +298,80 @@ def test_record_key_groups_one_senders_transactional_messages() -> None:
 # ---------------------------------------------------------------------------------------------
 # Encoding errors
 # ---------------------------------------------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------------------------
+# Copies of one send encoded once (encode_copies): byte-identical to encode_message
+# ---------------------------------------------------------------------------------------------
+
+_TEXT = st.text(max_size=40)
+_OPTIONAL_NAME = st.none() | st.text(min_size=1, max_size=60)
+
+
+@st.composite
+def _sent_messages(draw: st.DrawFn) -> Message:
+    """Messages as the queue manager sends them: every envelope field may vary."""
+    transaction_id = draw(st.none() | st.text(min_size=1, max_size=20))
+    in_txn = transaction_id is not None
+    return Message(
+        id=MessageId(draw(st.uuids()), draw(st.integers(0, 2**32 - 1))),
+        body=draw(st.binary(max_size=300)),
+        label=draw(_TEXT),
+        priority=draw(st.integers(0, 7)),
+        delivery=draw(st.sampled_from(Delivery)),
+        correlation_id=draw(st.none() | st.builds(MessageId, st.uuids(),
+                                                 st.integers(0, 2**32 - 1))),
+        admin_queue=draw(_OPTIONAL_NAME),
+        response_queue=draw(_OPTIONAL_NAME),
+        destination_format_name=draw(_OPTIONAL_NAME),
+        time_to_reach_queue=draw(st.none() | st.floats(0.001, 10**6)),
+        time_to_be_received=draw(st.none() | st.floats(0.001, 10**6)),
+        sent_time=draw(st.none() | st.just(T0)),
+        not_before=draw(st.none() | st.just(T0 + dt.timedelta(seconds=3))),
+        app_specific=draw(st.integers(0, 2**32 - 1)),
+        extension=draw(st.binary(max_size=20)),
+        source_machine_id=draw(st.none() | st.uuids()),
+        transaction_id=transaction_id,
+        first_in_transaction=in_txn and draw(st.booleans()),
+        last_in_transaction=in_txn and draw(st.booleans()),
+        abort_count=draw(st.integers(0, 2**32 - 1)),
+        properties=draw(st.dictionaries(_TEXT, _TEXT, max_size=4)),
+    )
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(message=_sent_messages(),
+       queues=st.lists(st.none() | st.text(max_size=80), min_size=1, max_size=5))
+def test_copies_encoded_once_are_byte_identical_to_encode_message(
+        message: Message, queues: list[str | None]) -> None:
+    shared = encode_copies(message)
+    for queue in queues:
+        plain = encode_message(message.stamped(destination_queue=queue), validate=False)
+        copy = shared.record(queue)
+        assert (copy.key, copy.value, copy.headers) == (plain.key, plain.value, plain.headers)
+
+
+def test_copies_encoded_once_of_a_full_message_decode_to_each_destination() -> None:
+    shared = encode_copies(full_message())
+    for queue in ("DIRECT=OS:a\\q", "PUBLIC=2d0ab4c6-0000-4000-8000-000000000001", None):
+        expected = receive_side_reset(full_message().stamped(destination_queue=queue))
+        assert decode_message(shared.record(queue).value) == expected
+
+
+def test_copies_get_their_own_header_lists() -> None:
+    shared = encode_copies(Message(id=MessageId(GUID, 1)))
+    first = shared.record("DIRECT=OS:a\\q")
+    first.headers.append(("x", b"y"))
+    assert ("x", b"y") not in shared.record("DIRECT=OS:b\\q").headers
+
+
+def test_copies_need_an_id_and_name_text_that_is_not_utf8() -> None:
+    with pytest.raises(InvalidParameter, match="needs an id"):
+        encode_copies(Message())
+    with pytest.raises(InvalidParameter, match="label"):
+        encode_copies(Message(id=MessageId(GUID, 1), label="bad \udc80"))
+    with pytest.raises(InvalidParameter, match="destination_queue"):
+        encode_copies(Message(id=MessageId(GUID, 1))).record("bad \udc80")
 
 
 def test_encode_requires_a_message_id() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import threading
 import uuid
@@ -398,6 +399,34 @@ def test_validate_catches_properties_edited_after_construction(
     setattr(m, name, value)
     with pytest.raises(InvalidParameter, match=propid):
         m.validate()
+
+
+@pytest.mark.parametrize(("name", "value", "propid", "allowed"), INVALID)
+def test_an_edited_message_does_not_count_as_checked(
+    name: str, value: object, propid: str, allowed: str
+) -> None:
+    # The queue manager skips the check at send only for messages nobody edited since.
+    m = Message(label="built")
+    assert m.unchanged_since_check()
+    setattr(m, name, value)
+    assert not m.unchanged_since_check()
+
+
+def test_unchanged_since_check_follows_check_and_stamping() -> None:
+    m = Message(properties={"a": "b"})
+    m.priority = 5
+    assert not m.unchanged_since_check()
+    m.check()
+    assert m.unchanged_since_check()
+    assert not m.stamped(priority=6).unchanged_since_check()
+    assert dataclasses.replace(m) == m  # the record of the check is no property
+
+
+def test_unchanged_since_check_checks_properties_edited_in_place() -> None:
+    m = Message(properties={"a": "b"})
+    m.properties["n"] = 1  # type: ignore[assignment]
+    with pytest.raises(InvalidParameter, match="dict\\[str, str\\]"):
+        m.unchanged_since_check()
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+import json
 import sqlite3
 import subprocess
 import sys
@@ -10,9 +13,17 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from facade.errors import EnvelopeError, InvalidParameter, MessageQueueError, TransientQueueError
-from facade.outgoingqueue import OutgoingQueue, OutgoingRecord, StoredRecord
+from facade.outgoingqueue import (
+    OutgoingQueue,
+    OutgoingRecord,
+    StoredRecord,
+    _decode_headers,
+    _encode_headers,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,6 +49,30 @@ def db_path(tmp_path: Path) -> Path:
 
 
 # --- round trip ----------------------------------------------------------------------------------
+
+
+def test_copies_stored_without_records_read_back_as_records(db_path: Path) -> None:
+    # put_copies is the sender's path (no OutgoingRecord per copy): same rows as put_many.
+    records = [record(1), record(2, key=b"k", headers=[("kmq.\u00e9\"x", b"\x00\xff")]),
+               record(3, value=b"", headers=())]
+    with OutgoingQueue(db_path) as queue:
+        rows = queue.put_copies(
+            [(r.topic, r.key, r.value, list(r.headers), r.message_id, r.deadline_ms)
+             for r in records], "message", 1_700_000_000_001)
+        assert rows == sorted(rows) and queue.commits == 1
+        expected = [dataclasses.replace(r, created_ms=1_700_000_000_001) for r in records]
+        assert queue.pending() == [StoredRecord(row, r) for row, r in zip(rows, expected)]
+        with pytest.raises(InvalidParameter, match="purpose"):
+            queue.put_copies([], "", 0)
+
+
+@given(st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=40)), max_size=6))
+def test_headers_are_stored_as_the_json_they_always_were(
+        headers: list[tuple[str, bytes]]) -> None:
+    expected = json.dumps([[name, base64.b64encode(value).decode("ascii")]
+                           for name, value in headers])
+    assert _encode_headers(headers) == expected
+    assert _decode_headers(expected) == tuple(headers)
 
 
 def test_put_pending_remove_round_trip(db_path: Path) -> None:
