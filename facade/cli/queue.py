@@ -185,8 +185,8 @@ def _messages_cell(row: dict) -> str | None:
 def _counts(handle: Any) -> dict[str, int]:
     """``{"messages", "expired"}`` of an opened queue: messages a receiver can get (MSMQ's
     message count), and expired ones still waiting for the sweep (not in "messages")."""
-    expired = handle.expired_count()
-    return {"messages": handle.count() - expired, "expired": expired}
+    total, expired = handle.counts()  # one read of the queue for both
+    return {"messages": total - expired, "expired": expired}
 
 
 @app.command()
