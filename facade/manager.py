@@ -44,7 +44,6 @@ from facade.formatnames import (
 from facade.kafka import KafkaSession, TransactionalProducer, produce_and_wait, stop_reading
 from facade.message import Delivery, Message, MessageClass
 from facade.principal import resolve_principal
-from facade.protection import MessageProtection
 from facade.qmsecurity import QueueManagerSecurity
 from facade.registry import (
     DEFAULT_RECEIVE_RETRY_COUNT,
@@ -64,6 +63,7 @@ if TYPE_CHECKING:
     from confluent_kafka import Producer
 
     from facade.directory import Directory, PublicQueueEntry
+    from facade.protection import MessageProtection
     from facade.queue import MessageQueue
 
 __all__ = ["Destination", "QueueManager"]
@@ -109,7 +109,8 @@ class QueueManager:
         #: process it replaces. Two live processes must never share one.
         self.transactional_id = f"kmq.{self.name}.{uuid.uuid4().hex}"
         self._transactions: TransactionalProducer | None = None
-        self.protection = MessageProtection(self)
+        self._protection: MessageProtection | None = None
+        self._protection_lock = threading.Lock()
         self.access = QueueAccess(self)
         self.qm_security = QueueManagerSecurity(self)
 
@@ -155,6 +156,19 @@ class QueueManager:
             manager.close()
             raise
         return manager
+
+    @property
+    def protection(self) -> MessageProtection:
+        """This queue manager's signing, encryption and arrival checks
+        (:class:`~facade.protection.MessageProtection`), made on first use: it loads the X.509
+        code of ``cryptography``, which an admin command such as ``kmq queue list`` does not
+        need (start-up time)."""
+        with self._protection_lock:
+            if self._protection is None:
+                from facade.protection import MessageProtection
+
+                self._protection = MessageProtection(self)
+            return self._protection
 
     # -- directory -----------------------------------------------------------------------------
 

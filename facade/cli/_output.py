@@ -5,27 +5,44 @@ Exit codes (documented in ``kmq --help``): 0 success, 1 the operation failed, 2 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
+if TYPE_CHECKING:  # rich is imported when a command prints, not for --help (start-up time)
+    from rich.console import Console
+    from rich.table import Table
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "JsonOption", "emit", "fail_on_errors",
-           "quoted"]
+           "quoted", "stderr_console", "stdout_console"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-console = Console()
-#: soft_wrap: an error is one line however long, never folded at the terminal's width.
-err_console = Console(stderr=True, soft_wrap=True)
+
+
+@functools.cache
+def stdout_console() -> Console:
+    """The rich console on standard output (made on first use: importing rich costs start-up
+    time that ``--help`` does not need)."""
+    from rich.console import Console
+
+    return Console()
+
+
+@functools.cache
+def stderr_console() -> Console:
+    """The rich console on standard error; soft_wrap: an error is one line however long, never
+    folded at the terminal's width."""
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
+
 
 JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.")
 
@@ -40,7 +57,7 @@ def emit(data: Any, as_json: bool, render: Callable[[Any], Any] | None = None) -
         typer.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
         return
     shown = render(data) if render is not None else data
-    console.print(shown, soft_wrap=isinstance(shown, str))
+    stdout_console().print(shown, soft_wrap=isinstance(shown, str))
 
 
 def quoted(text: str) -> str:
@@ -62,6 +79,8 @@ def _readable(text: str | None, queue: str | None) -> str | None:
 
 def key_value_table(title: str, rows: Mapping[str, Any] | Sequence[tuple[str, Any]]) -> Table:
     """A two-column table of ``name: value`` rows."""
+    from rich.table import Table
+
     table = Table(title=title, show_header=False)
     table.add_column("property", style="bold")
     table.add_column("value")
@@ -81,6 +100,8 @@ def fail_on_errors(as_json: bool = False) -> Iterator[None]:
             script reading stdout always gets one JSON document (a receive that timed out
             printed nothing there).
     """
+    from rich.markup import escape
+
     from facade.errors import MessageQueueError  # here: importing kmq's API costs start-up time
 
     try:
@@ -93,7 +114,7 @@ def fail_on_errors(as_json: bool = False) -> Iterator[None]:
                                              "hint": hint}}, indent=2, sort_keys=True))
         code = f" [{exc.error_code}]" if exc.error_code else ""
         # escape: a message or hint holding "[...]" (a queue name, a list) is text, not markup
-        err_console.print(f"[red]error{code}:[/red] {escape(message)}", highlight=False)
+        stderr_console().print(f"[red]error{code}:[/red] {escape(message)}", highlight=False)
         if hint:
-            err_console.print(f"[dim]hint:[/dim] {escape(hint)}", highlight=False)
+            stderr_console().print(f"[dim]hint:[/dim] {escape(hint)}", highlight=False)
         raise typer.Exit(EXIT_FAILED) from exc

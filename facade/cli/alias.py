@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
 from facade.cli._options import text_argument, text_option
 from facade.cli._output import JsonOption, emit, key_value_table
 from facade.cli.directory import acl_text, open_directory, security_dict
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # rich and kmq's API are imported when a command runs, not for --help
+    from rich.table import Table
+
     from facade.directory import QueueAliasEntry
 
 app = typer.Typer(help="Create, show, list, repoint and delete queue aliases.",
@@ -73,6 +74,8 @@ def list_aliases(as_json: bool = JsonOption) -> None:
         rows = [alias_dict(e) for e in directory.aliases()]
 
     def render(data: list[dict[str, Any]]) -> Table:
+        from rich.table import Table
+
         table = Table(title="queue aliases")
         for column in ("name", "target", "description", "owner", "guid"):
             table.add_column(column)

@@ -6,14 +6,14 @@ import json
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from facade.benchnames import DEFAULT_SCENARIOS, SCENARIO_NAMES
 from facade.cli._options import text_option
-from facade.cli._output import EXIT_USAGE, JsonOption, console, fail_on_errors
+from facade.cli._output import EXIT_USAGE, JsonOption, fail_on_errors, stdout_console
 
 if TYPE_CHECKING:  # facade.bench loads the Kafka client and fastavro: only when the bench runs
+    from rich.table import Table
+
     from facade.bench import BenchReport
 
 #: Largest --payload: MSMQ's message size limit, 4 MB.
@@ -21,6 +21,8 @@ MAX_PAYLOAD = 4 * 1024 * 1024
 
 
 def _table(report: BenchReport) -> Table:
+    from rich.table import Table
+
     broker = report.broker
     name = broker.get("version") or broker.get("kind") or broker.get("cluster_id")
     table = Table(title=f"kmq vs raw confluent-kafka: {report.messages} messages x "
@@ -69,6 +71,8 @@ def bench(
     chosen = list(scenario or DEFAULT_SCENARIOS)
     unknown = [s for s in chosen if s not in SCENARIO_NAMES]
     if unknown:
+        from rich.console import Console
+
         Console(stderr=True).print(f"[red]error:[/red] unknown scenario {', '.join(unknown)}; "
                                    f"choose from {', '.join(SCENARIO_NAMES)}", highlight=False)
         raise typer.Exit(EXIT_USAGE)
@@ -82,4 +86,4 @@ def bench(
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2))
     else:
-        console.print(_table(report))
+        stdout_console().print(_table(report))

@@ -10,14 +10,16 @@ directory, where receiving queue managers check it; ``revoke`` takes it off; ``l
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
 from facade.cli._options import text_option
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
 from facade.cli.directory import open_directory
+
+if TYPE_CHECKING:  # rich is imported when a command prints, not for --help
+    from rich.table import Table
 
 app = typer.Typer(help="Signing certificates (create, register, list, revoke) and the queue "
                        "manager's encryption key.", no_args_is_help=True)
@@ -134,6 +136,8 @@ def list_certificates(sender: str | None = SenderOption, as_json: bool = JsonOpt
         data = {"registered": rows, "local_identities": identity_names(config.home)}
 
     def render(d: dict[str, Any]) -> Table:
+        from rich.table import Table
+
         table = Table(title=f"certificates registered for {sender_id}")
         for column in ("digest", "subject", "not_after"):
             table.add_column(column)

@@ -6,10 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Group
-from rich.table import Table
 
-from facade.cli._output import EXIT_FAILED, JsonOption, emit, err_console, fail_on_errors
+from facade.cli._output import EXIT_FAILED, JsonOption, emit, fail_on_errors, stderr_console
 
 __all__ = ["demo"]
 
@@ -72,7 +70,7 @@ Example: kmq demo --limit 2000
 
         options = DemoOptions(corpus=corpus, limit=limit, report_dir=report_dir, keep=keep,
                               receivers=receivers)
-        result = run_demo(options, err_console)
+        result = run_demo(options, stderr_console())
     emit(result.summary, as_json, render_summary)
     if result.exit_code:
         _explain_failure(result.summary)
@@ -81,6 +79,9 @@ Example: kmq demo --limit 2000
 
 def render_summary(summary: dict[str, Any]) -> Any:
     """The summary as rich tables: totals, outcomes, and where the report is."""
+    from rich.console import Group
+    from rich.table import Table
+
     table = Table(title="kmq demo: summary", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value", overflow="fold")
@@ -143,6 +144,7 @@ def _pairs(counts: dict[str, int]) -> str:
 def _explain_failure(summary: dict[str, Any]) -> None:
     """One error line with the count, then samples of what is missing, on stderr."""
     accounting = summary["accounting"]
+    err_console = stderr_console()
     err_console.print(
         f"[red]error:[/red] {accounting['unaccounted']} cop(ies) unaccounted for, problems: "
         f"{accounting['problems'] or 'none'}", highlight=False)

@@ -12,13 +12,14 @@ import enum
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
 
 from facade.cli._options import text_argument, text_option
 from facade.cli._output import JsonOption, emit, key_value_table
 from facade.cli.directory import acl_text, open_directory, security_dict
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # rich and kmq's API are imported when a command runs, not for --help
+    from rich.table import Table
+
     from facade.directory import DirectoryObject, DistributionListEntry, Recipient
 
 app = typer.Typer(help="Create distribution lists, change their members and expand them.",
@@ -79,6 +80,8 @@ _HEADINGS = {"member_count": "members"}
 
 
 def _rows_table(title: str, columns: tuple[str, ...], rows: list[dict[str, Any]]) -> Table:
+    from rich.table import Table
+
     table = Table(title=title)
     for column in columns:
         table.add_column(_HEADINGS.get(column, column), no_wrap=column in _WHOLE,

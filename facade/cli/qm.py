@@ -6,13 +6,13 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from facade.cli._options import seconds_option
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
 
 if TYPE_CHECKING:  # kmq's API is imported when a command runs, not for --help
+    from rich.table import Table
+
     from facade.manager import QueueManager
     from facade.outgoingqueue import StoredRecord
     from facade.service import SweepReport
@@ -63,6 +63,8 @@ def run(interval: float = seconds_option(1.0, "--interval", positive=True,
 
     Example: kmq qm run --interval 2
     """
+    from rich.console import Console
+
     console = Console(stderr=True)
 
     def report(sweep: SweepReport) -> None:
@@ -105,6 +107,8 @@ def outgoing(limit: int = typer.Option(100, "--limit", min=1,
     def render(d: dict) -> Table | str:
         if not d["records"] and not d["unreadable"]:
             return "the outgoing queue is empty: every message sent has reached its topic"
+        from rich.table import Table
+
         table = Table(title="outgoing queue", caption=f"{len(d['records'])} record(s)"
                       + (f", {len(d['unreadable'])} unreadable" if d["unreadable"] else ""))
         for column in ("message_id", "label", "topic", "purpose", "deadline"):

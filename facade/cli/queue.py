@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 import typer
-from rich.table import Table
 
 from facade.cli._confirm import YesOption, confirm
 from facade.cli._names import resolve_queue_name
@@ -17,6 +16,8 @@ from facade.cli._options import bytes_option, seconds_option, text_argument, tex
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table, quoted
 
 if TYPE_CHECKING:  # kmq's API is imported when a command runs, not for --help
+    from rich.table import Table
+
     from facade.manager import QueueManager
     from facade.message import Message
 
@@ -126,6 +127,8 @@ def locate(label: str = text_option(
     def render(data: list[dict]) -> Table | str:
         if not data:
             return "no public queue matches"
+        from rich.table import Table
+
         table = Table(title="public queues")
         for column in ("path_name", "format_name", "label"):
             table.add_column(column)
@@ -158,6 +161,8 @@ def list_queues(counts: bool = typer.Option(
                ("transactional", "xact"), ("journal", "journal"), ("quota_kb", "quota KB"))
 
     def render(rows: list[dict]) -> Table:
+        from rich.table import Table
+
         table = Table(title="queues")
         for key, heading in columns:  # names and headings whole; a long label folds
             table.add_column(heading, no_wrap=key == "path_name",
@@ -180,8 +185,8 @@ def _messages_cell(row: dict) -> str | None:
 def _counts(handle: Any) -> dict[str, int]:
     """``{"messages", "expired"}`` of an opened queue: messages a receiver can get (MSMQ's
     message count), and expired ones still waiting for the sweep (not in "messages")."""
-    expired = handle.expired_count()
-    return {"messages": handle.count() - expired, "expired": expired}
+    total, expired = handle.counts()  # one read of the queue for both
+    return {"messages": total - expired, "expired": expired}
 
 
 @app.command()

@@ -79,6 +79,8 @@ def test_queue_list_and_show_count_messages_but_not_expired_ones(manager: QueueM
     _send(q, "live")
     _send(q, "stale", time_to_be_received=0.2)
     time.sleep(0.5)  # past the TTBR; nothing has swept the queue yet
+    # MessageQueue.counts (one read, what the CLI uses) agrees with count and expired_count
+    assert q.counts() == (q.count(), q.expired_count()) == (2, 1)
     rows = {r["queue_name"]: r for r in _run("queue", "list")}
     assert (rows["counted"]["messages"], rows["counted"]["expired"]) == (1, 1)
     assert (rows["empty"]["messages"], rows["empty"]["expired"]) == (0, 0)
