@@ -18,7 +18,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -1287,11 +1287,16 @@ class TransactionalProducer:
         """
         with self._lock:
             producer = self._ready(timeout)
-            with map_kafka_errors("begin transaction"):
-                producer.begin_transaction()
+            try:
+                with map_kafka_errors("begin transaction"):
+                    producer.begin_transaction()
+            except kafkaseam.ProducerFenced as exc:
+                self._fenced(exc)
             try:
                 result = produce(producer)
                 producer.commit_transaction(timeout)
+            except kafkaseam.ProducerFenced as exc:
+                self._fenced(exc)
             except KafkaException as exc:
                 self._abort_after(producer, exc, timeout)
                 raise AssertionError("unreachable") from exc  # _abort_after always raises
@@ -1340,18 +1345,22 @@ class TransactionalProducer:
         if error is not None and error.fatal():
             # Fenced (PRODUCER_FENCED / INVALID_PRODUCER_EPOCH) or another fatal error: the
             # producer is unusable and the broker aborts what it had open.
-            self._producer = None
-            raise TransactionAborted(
-                f"transaction aborted: the Kafka producer with transactional.id "
-                f"{self.transactional_id!r} failed ({error.name()}: {error.str()}); a newer "
-                "process with the same identity fences this one", hint="nothing it sent is "
-                "visible; start a new transaction (a new producer is created)") from exc
+            self._fenced(exc, f"{error.name()}: {error.str()}")
         self._abort(producer, timeout)
         if error is not None and error.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
                                                   KafkaError._ALL_BROKERS_DOWN):
             raise BrokerUnavailable(f"transaction aborted: the broker did not answer ({error.str()})",
                                     hint="check that the Kafka broker is running") from exc
         raise TransactionAborted(f"transaction aborted by the broker: {exc.args[0]}") from exc
+
+    def _fenced(self, exc: Exception, why: str | None = None) -> NoReturn:
+        """Drop the unusable producer (the next commit makes a new one) and say why."""
+        self._producer = None
+        raise TransactionAborted(
+            f"transaction aborted: the Kafka producer with transactional.id "
+            f"{self.transactional_id!r} failed ({why or exc}); a newer "
+            "process with the same identity fences this one", hint="nothing it sent is "
+            "visible; start a new transaction (a new producer is created)") from exc
 
     def _abort(self, producer: Any, timeout: float) -> None:
         try:

@@ -17,15 +17,24 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from facade.errors import TransactionAborted
+
 if TYPE_CHECKING:
     from facade.message import Delivery
 
-__all__ = ["DeliveryCallback", "KafkaRecord", "KafkaSession", "RecordProducer", "RecordReader",
-           "TopicDescription"]
+__all__ = ["DeliveryCallback", "KafkaRecord", "KafkaSession", "ProducerFenced", "RecordProducer",
+           "RecordReader", "TopicDescription"]
 
 #: A producer's delivery report: ``callback(error, message)``; ``error`` is None on success and
 #: ``message.offset()`` is the record's offset (confluent-kafka's ``on_delivery``).
 DeliveryCallback = Callable[[Any, Any], None]
+
+
+class ProducerFenced(TransactionAborted):
+    """A transactional :class:`RecordProducer` was fenced: a newer producer took its
+    ``transactional.id`` (Kafka's PRODUCER_FENCED), so its open transaction is aborted and every
+    later transactional call fails. What a producer other than librdkafka's raises for it
+    (librdkafka raises a fatal ``KafkaException``); the owner replaces the producer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +108,21 @@ class RecordProducer(Protocol):
         ...
 
     def begin_transaction(self) -> None:
-        """Start a Kafka transaction."""
+        """Start a Kafka transaction.
+
+        Raises:
+            KafkaException (fatal) or ProducerFenced: a newer producer took the
+                ``transactional.id``.
+        """
         ...
 
     def commit_transaction(self, timeout: float = -1) -> None:
-        """Make the transaction's records visible to read_committed readers, atomically."""
+        """Make the transaction's records visible to read_committed readers, atomically.
+
+        Raises:
+            KafkaException (fatal) or ProducerFenced: a newer producer took the
+                ``transactional.id``; the broker aborted the transaction.
+        """
         ...
 
     def abort_transaction(self, timeout: float = -1) -> None:

@@ -41,8 +41,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from facade.errors import BrokerError, BrokerUnavailable, QueueExists, QueueNotFound, TransactionAborted
-from facade.kafkaseam import DeliveryCallback, KafkaRecord
+from facade.errors import BrokerError, BrokerUnavailable, QueueExists, QueueNotFound
+from facade.kafkaseam import DeliveryCallback, KafkaRecord, ProducerFenced
 from facade.message import Delivery
 from facade.topicsettings import MAX_MESSAGE_BYTES, topic_config
 
@@ -326,7 +326,7 @@ class MemoryProducer:
         """Deliver the transaction's records, then commit it: markers, then visibility.
 
         Raises:
-            TransactionAborted: this producer was fenced; the broker aborted the transaction.
+            ProducerFenced: this producer was fenced; the transaction is aborted.
             BrokerError: no transaction is open.
         """
         self.flush(timeout)
@@ -363,9 +363,10 @@ class MemoryProducer:
 
     def _check_live(self, operation: str) -> None:
         if self._fenced:
-            raise TransactionAborted(
+            raise ProducerFenced(
                 f"{operation}: the producer with transactional.id {self._transactional_id!r} "
-                "was fenced by a newer one with the same id", hint="nothing it sent is visible")
+                "was fenced by a newer one with the same id (PRODUCER_FENCED)",
+                hint="nothing it sent is visible")
 
 
 class MemoryReader:

@@ -25,6 +25,7 @@ from facade.envelope import decode_acknowledgment
 from facade.manager import QueueManager
 from facade.memorykafka import MemoryKafkaSession
 from facade.queue import MessageQueue
+from tests.support.transactions import restart_fences_the_old_sender
 
 WAIT = 10.0
 
@@ -169,5 +170,22 @@ def test_transaction_is_invisible_until_commit_and_abort_sends_nothing(qm: Queue
     aborted.abort()
     got = [q.receive(timeout=WAIT, transaction="single").body for _ in range(2)]
     assert got == [b"one", b"two"]
+    with pytest.raises(ReceiveTimeout):
+        q.receive(timeout=0.2, transaction="single")
+
+
+def test_a_restarted_sender_fences_the_old_one(qm: QueueManager) -> None:
+    """Kafka's zombie fencing, which Tansu cannot show (tests/integration/test_transactions.py
+    skips there): a second queue manager with the same transactional.id aborts what the first
+    one has open, and the first one's commit fails; a later transaction of it works again."""
+    assert isinstance(qm.session, MemoryKafkaSession)
+    q = qm.create_queue(r".\private$\fenced", transactional=True)
+    restart_fences_the_old_sender(qm, q, lambda: QueueManager.open(
+        KmqConfig.load(queue_manager="restarted"),
+        session=MemoryKafkaSession(qm.session.cluster)))
+    with qm.begin_transaction() as tx:  # a new producer, which fences the restarted one
+        q.send(Message(body=b"old 2"), transaction=tx)
+    got = [q.receive(timeout=WAIT, transaction="single").body for _ in range(3)]
+    assert got == [b"old 1", b"new", b"old 2"]
     with pytest.raises(ReceiveTimeout):
         q.receive(timeout=0.2, transaction="single")
