@@ -28,7 +28,9 @@ Not modelled (these need the broker-process tests): replication, ``acks`` and br
 (no record is ever lost or refused for want of replicas, so EXPRESS and RECOVERABLE behave
 alike), retention by time or size, compaction, ``max.message.bytes`` refusals by the broker,
 ACLs and authentication, the transaction timeout, delivery timeouts (``message.timeout.ms``,
-TTRQ: a record is delivered at once), consumer groups, and more than one partition.
+TTRQ: a record is delivered at once, and one for a missing topic is refused at once with
+QueueNotFound where librdkafka reports UNKNOWN_TOPIC_OR_PART after the timeout), consumer
+groups, more than one partition, and other processes (a cluster lives in one process).
 librdkafka tuning settings passed as ``extra`` (linger, fetch sizes) change nothing here.
 """
 
