@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from facade.destination import Destination
     from facade.directory import Directory
     from facade.formatnames import FormatName, QueuePath, SystemQueue
-    from facade.kafka import KafkaSession
+    from facade.kafkaseam import KafkaSession
     from facade.message import Message, MessageId
     from facade.registry import Registry
 

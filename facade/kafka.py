@@ -18,8 +18,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -42,6 +41,8 @@ from facade.errors import (
     QueueNotFound,
     TransactionAborted,
 )
+from facade import kafkaseam
+from facade.kafkaseam import KafkaRecord, RecordProducer, TopicDescription
 from facade.message import Delivery
 from facade.topics import QUEUE_REGISTRY_TOPIC
 from facade.topicsettings import MAX_MESSAGE_BYTES, topic_config
@@ -300,45 +301,6 @@ def resolve_bootstrap_servers(config: KmqConfig) -> str:
             hint="run `kmq dev up`, or set KMQ_BOOTSTRAP_SERVERS / bootstrap_servers in kmq.toml",
         )
     return broker.bootstrap_servers
-
-
-@dataclass(frozen=True, slots=True)
-class KafkaRecord:
-    """One record read from a topic.
-
-    Attributes:
-        topic (str), partition (int), offset (int): where it is.
-        timestamp_ms (int): the record's timestamp, epoch milliseconds.
-        key (bytes | None), value (bytes | None): as stored.
-        headers (tuple[tuple[str, bytes], ...]): in order, duplicates kept.
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
-
-
-@dataclass(frozen=True)
-class TopicDescription:
-    """A topic as the cluster describes it (metadata and topic configs).
-
-    Attributes:
-        name (str): the topic.
-        partitions (int): its partition count.
-        replication_factor (int): the fewest replicas any of its partitions has.
-        configs (Mapping[str, str]): topic configs as the broker reports them, by Kafka name
-            (``retention.ms``...). Kafka reports every config with its effective value; a
-            broker that reports only the configs set on the topic leaves the others out.
-    """
-
-    name: str
-    partitions: int
-    replication_factor: int
-    configs: Mapping[str, str]
 
 
 class KafkaSession:
@@ -1257,7 +1219,7 @@ def readers_at_rest() -> bool:
     return not any(reader.fetching() for reader in _RESTER.readers())
 
 
-def produce_and_wait(producer: Producer, topic: str, value: bytes | None, *, key: bytes | None = None,
+def produce_and_wait(producer: RecordProducer, topic: str, value: bytes | None, *, key: bytes | None = None,
                      headers: Sequence[tuple[str, bytes]] | None = None, timeout: float = 30.0,
                      operation: str = "write") -> int:
     """Produce one record and wait for the broker's acknowledgment.
@@ -1279,7 +1241,7 @@ class PendingRecord:
 
     __slots__ = ("_producer", "_topic", "_operation", "_outcome")
 
-    def __init__(self, producer: Producer, topic: str, operation: str):
+    def __init__(self, producer: RecordProducer, topic: str, operation: str):
         self._producer = producer
         self._topic = topic
         self._operation = operation
@@ -1311,7 +1273,7 @@ class PendingRecord:
         return int(msg.offset())
 
 
-def produce_async(producer: Producer, topic: str, value: bytes | None, *, key: bytes | None = None,
+def produce_async(producer: RecordProducer, topic: str, value: bytes | None, *, key: bytes | None = None,
                   headers: Sequence[tuple[str, bytes]] | None = None,
                   operation: str = "write") -> PendingRecord:
     """Hand one record to ``producer`` and return at once; :meth:`PendingRecord.wait` gets the
@@ -1340,7 +1302,7 @@ def is_fatal(error: Any) -> bool:
     return False
 
 
-def poll_producer(producer: Producer) -> BrokerError | None:
+def poll_producer(producer: RecordProducer) -> BrokerError | None:
     """Serve ``producer``'s delivery callbacks without blocking.
 
     Returns:
@@ -1376,11 +1338,12 @@ class TransactionalProducer:
     the default id is unique per process.
 
     Args:
-        session (KafkaSession): the broker connection settings.
+        session (kafkaseam.KafkaSession): the Kafka clients (the librdkafka ones, or the
+            in-memory ones of :mod:`facade.memorykafka`).
         transactional_id (str): Kafka ``transactional.id``.
     """
 
-    def __init__(self, session: KafkaSession, transactional_id: str):
+    def __init__(self, session: kafkaseam.KafkaSession, transactional_id: str):
         self.transactional_id = transactional_id
         #: The claimant of this process's transactional LOCK receipts: the ``transactional.id``
         #: and this incarnation. A later incarnation releases the locks of earlier ones.
@@ -1410,11 +1373,16 @@ class TransactionalProducer:
         """
         with self._lock:
             producer = self._ready(timeout)
-            with map_kafka_errors("begin transaction"):
-                producer.begin_transaction()
+            try:
+                with map_kafka_errors("begin transaction"):
+                    producer.begin_transaction()
+            except kafkaseam.ProducerFenced as exc:
+                self._fenced(exc)
             try:
                 result = produce(producer)
                 producer.commit_transaction(timeout)
+            except kafkaseam.ProducerFenced as exc:
+                self._fenced(exc)
             except KafkaException as exc:
                 self._abort_after(producer, exc, timeout)
                 raise AssertionError("unreachable") from exc  # _abort_after always raises
@@ -1463,18 +1431,22 @@ class TransactionalProducer:
         if error is not None and error.fatal():
             # Fenced (PRODUCER_FENCED / INVALID_PRODUCER_EPOCH) or another fatal error: the
             # producer is unusable and the broker aborts what it had open.
-            self._producer = None
-            raise TransactionAborted(
-                f"transaction aborted: the Kafka producer with transactional.id "
-                f"{self.transactional_id!r} failed ({error.name()}: {error.str()}); a newer "
-                "process with the same identity fences this one", hint="nothing it sent is "
-                "visible; start a new transaction (a new producer is created)") from exc
+            self._fenced(exc, f"{error.name()}: {error.str()}")
         self._abort(producer, timeout)
         if error is not None and error.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
                                                   KafkaError._ALL_BROKERS_DOWN):
             raise BrokerUnavailable(f"transaction aborted: the broker did not answer ({error.str()})",
                                     hint="check that the Kafka broker is running") from exc
         raise TransactionAborted(f"transaction aborted by the broker: {exc.args[0]}") from exc
+
+    def _fenced(self, exc: Exception, why: str | None = None) -> NoReturn:
+        """Drop the unusable producer (the next commit makes a new one) and say why."""
+        self._producer = None
+        raise TransactionAborted(
+            f"transaction aborted: the Kafka producer with transactional.id "
+            f"{self.transactional_id!r} failed ({why or exc}); a newer "
+            "process with the same identity fences this one", hint="nothing it sent is "
+            "visible; start a new transaction (a new producer is created)") from exc
 
     def _abort(self, producer: Any, timeout: float) -> None:
         try:
@@ -1491,3 +1463,9 @@ class TransactionalProducer:
             producer, self._producer = self._producer, None
         if producer is not None:
             producer.flush(5.0)
+
+
+if TYPE_CHECKING:
+    def _conforms(session: KafkaSession) -> kafkaseam.KafkaSession:
+        """mypy checks here that the librdkafka session satisfies the seam."""
+        return session

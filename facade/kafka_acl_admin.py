@@ -136,6 +136,11 @@ def sync_kafka_acls(manager: Any, *, dry_run: bool = False) -> SyncPlan:
         AccessDenied: the principal may not alter the cluster's ACLs.
     """
     session = manager.session
+    if not isinstance(session, KafkaSession):
+        raise BrokerError(
+            f"cannot mirror queue rights onto Kafka ACLs: the queue manager's session "
+            f"({type(session).__name__}) is not connected to a Kafka broker",
+            hint="open the queue manager on a Kafka cluster (QueueManager.open without session=)")
     reason = acl_support(session)
     if reason is not None:
         raise BrokerError(

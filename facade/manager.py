@@ -41,7 +41,9 @@ from facade.formatnames import (
     parse_path_name,
     parse_queue_reference,
 )
-from facade.kafka import KafkaSession, TransactionalProducer, produce_and_wait, stop_reading
+from facade.kafka import KafkaSession as BrokerSession
+from facade.kafka import TransactionalProducer, produce_and_wait, stop_reading
+from facade.kafkaseam import KafkaSession, RecordProducer
 from facade.message import Delivery, Message, MessageClass
 from facade.principal import resolve_principal
 from facade.qmsecurity import QueueManagerSecurity
@@ -60,8 +62,6 @@ from facade.topics import QueueTopics, queue_topics, system_topics
 from facade.transaction import TRANSACTION_LEASE, MessageQueueTransaction
 
 if TYPE_CHECKING:
-    from confluent_kafka import Producer
-
     from facade.directory import Directory, PublicQueueEntry
     from facade.protection import MessageProtection
     from facade.queue import MessageQueue
@@ -93,7 +93,7 @@ class QueueManager:
         self.guid = uuid.UUID(record.guid)
         self.registry = registry or Registry(session)
         self.ids = MessageIdAllocator.on_kafka(session, self.name, self.guid)
-        self._producers: dict[Delivery, Producer] = {}
+        self._producers: dict[Delivery, RecordProducer] = {}
         self._lock = threading.Lock()
         self._open_queues: weakref.WeakSet[MessageQueue] = weakref.WeakSet()
         self._directory: Directory | None = None
@@ -116,7 +116,7 @@ class QueueManager:
 
     @classmethod
     def open(cls, config: KmqConfig | None = None, *, lease_ids: bool = True,
-             **overrides: Any) -> QueueManager:
+             session: KafkaSession | None = None, **overrides: Any) -> QueueManager:
         """Connect to the configured broker (or the dev stack) and initialise the queue manager.
 
         Creates the registry topics and the system queues if they are missing, and registers
@@ -127,6 +127,10 @@ class QueueManager:
             lease_ids (bool): lease the first block of message ids now, so sends can draw ids
                 while the broker is away later; False leaves it to the first send (an admin
                 command that sends nothing saves a producer and a round trip, about 0.5 s).
+            session (KafkaSession | None): the Kafka clients to use (the protocol of
+                :mod:`facade.kafkaseam`), e.g. a :class:`facade.memorykafka.MemoryKafkaSession`
+                for unit tests; None: librdkafka clients for the configured brokers. The
+                manager closes it with itself.
             **overrides: passed to :meth:`KmqConfig.load` (``bootstrap_servers=``, ...).
 
         Raises:
@@ -134,7 +138,8 @@ class QueueManager:
             ConfigurationError: invalid configuration.
         """
         config = config or KmqConfig.load(**overrides)
-        session = KafkaSession.from_config(config)
+        if session is None:
+            session = BrokerSession.from_config(config)
         session.ping()
         registry = Registry(session)
         try:
@@ -670,7 +675,7 @@ class QueueManager:
 
     # -- producers -----------------------------------------------------------------------------
 
-    def producer(self, delivery: Delivery) -> Producer:
+    def producer(self, delivery: Delivery) -> RecordProducer:
         """The shared producer for a delivery mode (created on first use)."""
         with self._lock:
             if delivery not in self._producers:

@@ -43,7 +43,7 @@ from facade.message import Delivery
 from facade.topics import QUEUE_MANAGER_SECURITY_TOPIC
 
 if TYPE_CHECKING:
-    from facade.kafka import KafkaSession
+    from facade.kafkaseam import KafkaSession
     from facade.principal import Principal
 
 __all__ = ["QUEUE_MANAGER_SECURITY_TOPIC", "QueueManagerSecurity", "SecurityHost",

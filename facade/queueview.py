@@ -27,7 +27,9 @@ from facade.errors import (
     MessageAlreadyReceived,
     MessageQueueError,
 )
-from facade.kafka import KafkaRecord, KafkaSession, PendingRecord, TopicReader, produce_async
+from facade.kafka import PendingRecord, produce_async
+from facade.kafkaseam import KafkaRecord, KafkaSession
+from facade.kafkaseam import RecordReader as TopicReader
 from facade.message import Delivery
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState, QueueState
 from facade.recordcache import RecordCache

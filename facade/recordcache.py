@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable, Iterator
 
 from facade.errors import BrokerUnavailable, MessageNotFound
-from facade.kafka import KafkaRecord, KafkaSession, TopicReader
+from facade.kafkaseam import KafkaRecord, KafkaSession
+from facade.kafkaseam import RecordReader as TopicReader
 
 __all__ = ["CACHE_BYTES", "CACHE_RECORDS", "FETCH_TIMEOUT", "RecordCache"]
 

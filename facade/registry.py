@@ -37,17 +37,15 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from facade.acl import EVERYONE, AccessControlEntry, AccessRight, SecurityDescriptor
 from facade.errors import BrokerUnavailable, EnvelopeError, InvalidParameter, MessageQueueError
 from facade.formatnames import parse_path_name
-from facade.kafka import KafkaRecord, KafkaSession, produce_and_wait
+from facade.kafka import produce_and_wait
+from facade.kafkaseam import KafkaRecord, KafkaSession, RecordProducer
 from facade.message import Delivery
 from facade.topics import QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_REGISTRY_TOPIC, QueueTopics
-
-if TYPE_CHECKING:
-    from confluent_kafka import Producer
 
 __all__ = [
     "DEFAULT_RECEIVE_RETRY_COUNT",
@@ -485,7 +483,7 @@ class Registry:
 
     def __init__(self, session: KafkaSession):
         self._session = session
-        self._producer: Producer | None = None
+        self._producer: RecordProducer | None = None
         self._lock = threading.RLock()
         self._reader: Any = None
         self._refreshed = float("-inf")

@@ -64,7 +64,7 @@ from facade.topicsettings import (
 
 if TYPE_CHECKING:
     from facade.config import KmqConfig
-    from facade.kafka import KafkaSession
+    from facade.kafkaseam import KafkaSession
     from facade.systemoutputs import SystemOutputs
 
 __all__ = ["LONG_LIVED", "SendTracker", "Sender", "SenderHost"]

@@ -59,7 +59,8 @@ import uuid
 from typing import Any, Protocol
 
 from facade.errors import BrokerError, MessageQueueError, QueueNotFound
-from facade.kafka import KafkaSession, PendingRecord, produce_async
+from facade.kafka import PendingRecord, produce_async
+from facade.kafkaseam import KafkaSession
 from facade.message import Delivery, MessageId
 from facade.topics import id_block_topic
 

@@ -75,24 +75,6 @@ def test_request_response_with_correlation(qm: QueueManager) -> None:
     assert replies.receive_by_correlation_id(request.id, timeout=10).body == b"4"
 
 
-def test_expired_message_is_never_delivered_and_is_dead_lettered_with_a_nack(qm: QueueManager) -> None:
-    q = qm.create_queue(r".\private$\ttbr")
-    admin, admin_fn = _admin(qm)
-    sent = q.send(Message(body=b"stale", time_to_be_received=0.3, journal=JournalLevel.DEADLETTER,
-                          acknowledge=Acknowledgment.NACK_RECEIVE, admin_queue=admin_fn), wait=True)
-    q.send(Message(body=b"fresh"), wait=True)
-    time.sleep(0.6)
-    assert q.receive(timeout=10).body == b"fresh"
-    with pytest.raises(ReceiveTimeout):
-        q.receive(timeout=0.3)
-    dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
-    assert dead.id == sent.id and dead.body == b"stale"
-    assert dead.message_class is MessageClass.NACK_RECEIVE_TIMEOUT
-    nack = admin.receive(timeout=10)
-    assert nack.message_class is MessageClass.NACK_RECEIVE_TIMEOUT and nack.correlation_id == sent.id
-    assert decode_acknowledgment(nack.body).original_body == b"stale"
-
-
 def test_expiry_without_deadletter_flag_drops_the_message(qm: QueueManager) -> None:
     q = qm.create_queue(r".\private$\drop")
     q.send(Message(body=b"gone", time_to_be_received=0.2), wait=True)
@@ -184,21 +166,6 @@ def test_mark_rejected_nacks_and_dead_letters(qm: QueueManager) -> None:
     assert decode_acknowledgment(nack.body).reason == "cannot parse"
     dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
     assert dead.id == sent.id and dead.message_class is MessageClass.NACK_RECEIVE_REJECTED
-
-
-def test_queue_quota_rejects_with_nack_q_exceed_quota(qm: QueueManager) -> None:
-    q = qm.create_queue(r".\private$\small", quota_kb=1)
-    admin, admin_fn = _admin(qm)
-    q.send(Message(body=b"a" * 600), wait=True)
-    over = q.send(Message(body=b"b" * 600, acknowledge=Acknowledgment.NACK_REACH_QUEUE,
-                          admin_queue=admin_fn, journal=JournalLevel.DEADLETTER), wait=True)
-    assert q.count() == 1
-    nack = admin.receive(timeout=10)
-    assert nack.message_class is MessageClass.NACK_Q_EXCEED_QUOTA and nack.correlation_id == over.id
-    assert qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10).id == over.id
-    q.receive(timeout=10)
-    q.send(Message(body=b"c" * 600), wait=True)   # room again once the first one is gone
-    assert q.count() == 1
 
 
 def test_journal_copies_do_not_expire(qm: QueueManager) -> None:

@@ -34,6 +34,7 @@ from facade import (
 )
 from facade.manager import QueueManager
 from tests.support.kafka import BrokerCapabilities, BrokerEndpoint
+from tests.support.transactions import restart_fences_the_old_sender
 
 pytestmark = pytest.mark.integration
 
@@ -279,17 +280,8 @@ def test_a_restarted_sender_fences_the_old_one(
                     "records (Kafka does; Tansu 0.6 shows them and hangs the fenced commit): "
                     "set KMQ_BOOTSTRAP_SERVERS to a Kafka cluster to run it")
     q = _tq(qm, "fenced")
-    qm.transactional_id = "kmq-test-mover"
-    with qm.begin_transaction() as tx:
-        q.send(Message(body=b"old 1"), transaction=tx)
-    with QueueManager.open(bootstrap_servers=broker.bootstrap_servers) as restarted:
-        restarted.transactional_id = "kmq-test-mover"
-        with restarted.begin_transaction() as tx:
-            restarted.open_queue(q.format_name).send(Message(body=b"new"), transaction=tx)
-        zombie = qm.begin_transaction()
-        q.send(Message(body=b"zombie"), transaction=zombie)
-        with pytest.raises(TransactionAborted, match="fences"):
-            zombie.commit(timeout=20)
+    restart_fences_the_old_sender(
+        qm, q, lambda: QueueManager.open(bootstrap_servers=broker.bootstrap_servers))
     assert [m.body for m in _drain(q, 2)] == [b"old 1", b"new"]
 
 
