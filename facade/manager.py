@@ -54,7 +54,7 @@ from facade.registry import (
     Registry,
 )
 from facade.resolution import Resolver
-from facade.sender import Sender
+from facade.transmission import Transmitter
 from facade.sequence import MessageIdAllocator
 from facade.systemoutputs import SystemOutputs
 from facade.timeouts import DEFAULT_PREFETCH_LEASE, lease_to_ms
@@ -102,7 +102,7 @@ class QueueManager:
         self._directory_lock = threading.Lock()
         self.resolver = Resolver(self)
         self.outputs = SystemOutputs(self)
-        self.sender = Sender(self)
+        self.transmitter = Transmitter(self)
         #: Kafka ``transactional.id`` of this queue manager's transactions: the sender identity
         #: Kafka fences zombies by. Unique per process by default; set it (before the first
         #: :meth:`begin_transaction`) to a stable name so that a restarted sender fences the
@@ -156,7 +156,7 @@ class QueueManager:
             manager.qm_security.claim_if_unset()
             if lease_ids:
                 manager.ids.prepare()  # the first message-id block, leased while the broker answers
-            manager.sender.recover()
+            manager.transmitter.recover()
         except BaseException:
             manager.close()
             raise
@@ -713,7 +713,7 @@ class QueueManager:
         if self._transactions is not None:
             self._transactions.close()
         self.outputs.close()
-        self.sender.close()
+        self.transmitter.close()
         for producer in self._producers.values():
             producer.flush(10.0)
         self._producers.clear()

@@ -55,7 +55,7 @@ from facade.protection import MessageRejected, ProtectionLevel
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
 from facade.systemoutputs import acknowledgment_requested
-from facade.sender import SendTracker
+from facade.transmission import SendTracker
 from facade.transaction import MessageQueueTransaction, check_transaction
 from facade.receipts import ReceiptAction
 from facade.resolution import elements_of, is_dynamic, needs_directory
@@ -151,7 +151,7 @@ class MessageQueue(PeekLockReceives):
         ``destination_queue`` and ``destination_format_name``; every copy of one send carries the
         same id. EXPRESS copies are handed to the producer (``acks=1``) and may still be in flight
         when this returns; RECOVERABLE copies are first stored in the durable outgoing queue, then
-        produced with ``acks=all`` (see :mod:`facade.sender`). A copy not delivered within
+        produced with ``acks=all`` (see :mod:`facade.transmission`). A copy not delivered within
         time-to-reach-queue is dead-lettered and NACKed (NACK_REACH_QUEUE_TIMEOUT); a queue over
         its quota gets NACK_Q_EXCEED_QUOTA instead of the copy. Concurrent RECOVERABLE sends
         from several threads share the outgoing queue's commits (one fsync for all of them).
@@ -317,7 +317,7 @@ class MessageQueue(PeekLockReceives):
         # Only a waiting send needs to count verdicts (an Event and a Lock per send otherwise).
         tracker = SendTracker(len(accepted)) if wait else None
         if accepted:
-            manager.sender.submit_many(accepted, tracker)
+            manager.transmitter.submit_many(accepted, tracker)
         if tracker is not None:
             if not tracker.wait(timeout):
                 raise BrokerUnavailable(f"send to {self.format_name!r} not acknowledged within "
@@ -379,7 +379,7 @@ class MessageQueue(PeekLockReceives):
                 if destination in mismatched:
                     rejected.append((copy, destination))
                     continue
-                manager.sender.check_size(destination, copy, encode_message(copy, validate=False))
+                manager.transmitter.check_size(destination, copy, encode_message(copy, validate=False))
                 enlisted.append((destination, copy))
             sent_messages.append(sent)
         outputs = manager.outputs

@@ -10,25 +10,25 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from facade.interfaces import OutputsHost
-from facade.sender import SenderHost
+from facade.transmission import TransmitterHost
 
 if TYPE_CHECKING:
     from facade.authorization import QueueAccess
     from facade.registry import QueueProperties
     from facade.protection import MessageProtection
-    from facade.sender import Sender
+    from facade.transmission import Transmitter
     from facade.transaction import MessageQueueTransaction
 
 __all__ = ["QueueHost"]
 
 
-class QueueHost(SenderHost, OutputsHost, Protocol):
+class QueueHost(TransmitterHost, OutputsHost, Protocol):
     """The queue manager as an opened queue uses it: what the sender and the system outputs
     use (resolution, the system-queue writer, message ids, the Kafka session, the outputs),
     plus the sender itself and queue properties."""
 
     @property
-    def sender(self) -> Sender:
+    def transmitter(self) -> Transmitter:
         """Produces sent copies and settles their outcome."""
         ...
 

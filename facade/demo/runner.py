@@ -312,7 +312,7 @@ class _Workload:
                 drain.ready.wait(RECEIVER_JOIN_TIMEOUT)
             with self.qm.open_queue(self.topology.probe) as probe:
                 send_paced(probe, self.ledger, entries, PACED_MESSAGES, PACED_RATE, self.abort)
-                self.qm.sender.flush(30.0)
+                self.qm.transmitter.flush(30.0)
             sending_done.set()
             self._wait_receivers(pool, "receive (paced)")
         except BaseException:
@@ -388,7 +388,7 @@ class _Workload:
                         last_held = time.monotonic()
                     progress.advance(task)
                 sender.flush_transaction()  # the last, shorter transaction
-            self.qm.sender.flush(30.0)
+            self.qm.transmitter.flush(30.0)
         finally:
             sender.close()
             self.sending_done.set()

@@ -102,7 +102,7 @@ def test_broker_restart_under_load(private_broker: PrivateBroker, kmq_home: Path
     after = QueueManager.open(config)   # the broker is empty: registry, system queues anew
     try:
         queue = after.create_queue(QUEUE)
-        recovered = after.sender.recover()   # the victim's records (its queue exists again)
+        recovered = after.transmitter.recover()   # the victim's records (its queue exists again)
         stop_receiving.clear()
         receiving = threading.Thread(target=_receive_until,
                                      args=(queue, history, stop_receiving, "after"))
@@ -110,8 +110,8 @@ def test_broker_restart_under_load(private_broker: PrivateBroker, kmq_home: Path
         time.sleep(1.0)
         (history_path / "stop").touch()
         survivor.wait(timeout=TTRQ + 20)   # its close() waits out the wedged producer
-        after.sender.recover()             # whatever the survivor left behind
-        assert eventually(lambda: after.sender.outgoing.count() == 0, timeout=15), \
+        after.transmitter.recover()             # whatever the survivor left behind
+        assert eventually(lambda: after.transmitter.outgoing.count() == 0, timeout=15), \
             "the outgoing queue was not emptied after the restart"
         stop_receiving.set()
         receiving.join(10)

@@ -4,7 +4,7 @@ TTBR and not-before are wall-clock instants in the record headers (``kmq.expires
 sent time + TTBR, ``kmq.not_before``), compared with the reading process's clock. The clock is
 not changed on the machine: the tests move the time source kmq reads, which is
 ``facade.queue._now_ms`` / ``_now`` (receive, peek, expiry, the ``kmq qm run`` sweeper, sent
-time), ``facade.cursor._now_ms`` (cursors) and ``facade.sender._now_ms`` (TTRQ deadlines);
+time), ``facade.cursor._now_ms`` (cursors) and ``facade.transmission._now_ms`` (TTRQ deadlines);
 ``facade.queuestate`` takes "now" as an argument from those.
 
 What is proven:
@@ -28,7 +28,7 @@ import pytest
 
 import facade.cursor
 import facade.queue
-import facade.sender
+import facade.transmission
 from facade.errors import ReceiveTimeout
 from facade.manager import QueueManager
 from facade.message import Acknowledgment, JournalLevel, Message, MessageClass
@@ -42,7 +42,7 @@ class Clock:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.offset = 0.0
-        for module in (facade.queue, facade.cursor, facade.sender):
+        for module in (facade.queue, facade.cursor, facade.transmission):
             monkeypatch.setattr(module, "_now_ms", self.now_ms)
         monkeypatch.setattr(facade.queue, "_now", self.now)
 

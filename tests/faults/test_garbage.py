@@ -377,7 +377,7 @@ def test_garbage_in_every_kmq_topic(fault_qm: QueueManager, fault_config: KmqCon
     damaged = damage_outgoing_store(store, topics["garbage1"].data)
     blocks_before = _end_offset(qm, id_block_topic(qm.name))
     with QueueManager.open(fault_config) as again:
-        assert again.sender.outgoing.count() == 0
+        assert again.transmitter.outgoing.count() == 0
         first_id = again.ids.new()
         assert again.guid == qm.guid
     assert first_id.sequence // BLOCK_SIZE >= blocks_before, "a block below the garbage"

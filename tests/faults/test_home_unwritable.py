@@ -99,7 +99,7 @@ def test_recoverable_send_on_a_full_disk_fails_clearly_and_sends_nothing(
         broker: BrokerEndpoint, kmq_home: Path) -> None:
     with QueueManager.open(_config(broker, kmq_home)) as qm:
         queue = qm.create_queue(r".\private$\full")
-        store = qm.sender.outgoing
+        store = qm.transmitter.outgoing
         real = store._conn
         store._conn = _FullDisk(real)
         try:

@@ -69,8 +69,8 @@ def _kill_senders(fault_config: KmqConfig, fault_qm: QueueManager, kmq_home: Pat
             killed += 1
     receiver.ready()
     with QueueManager.open(fault_config) as reopened:   # open() runs recovery
-        pending_before_recovery = reopened.sender.outgoing.count()
-        assert eventually(lambda: reopened.sender.outgoing.count() == 0, timeout=20), \
+        pending_before_recovery = reopened.transmitter.outgoing.count()
+        assert eventually(lambda: reopened.transmitter.outgoing.count() == 0, timeout=20), \
             "recovered records were not acknowledged"
     (history_path / "stop").touch()
     receiver.wait(timeout=30)

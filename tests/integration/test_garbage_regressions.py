@@ -69,20 +69,20 @@ def test_a_peek_dead_letters_a_record_with_valid_headers_and_a_broken_value(
 def test_damaged_outgoing_rows_are_dead_lettered_and_the_queue_manager_opens(
         qm: QueueManager) -> None:
     topic = qm.create_queue(r".\private$\damaged-store")._single().topics.data
-    path = qm.sender.outgoing.path
+    path = qm.transmitter.outgoing.path
     ids = damage_outgoing_store(path, topic)
     # A valid envelope whose destination is no format name, past its deadline: it stayed for
     # good ("cannot be recovered now" at every open); now it fails as a vanished queue's copy.
     lost = Message(id=MessageId(uuid.uuid4(), 9), body=b"nowhere", destination_queue="no::where",
                    journal=JournalLevel.DEADLETTER)
     record = encode_message(lost)
-    qm.sender.outgoing.put(OutgoingRecord(topic, record.key, record.value, tuple(record.headers),
+    qm.transmitter.outgoing.put(OutgoingRecord(topic, record.key, record.value, tuple(record.headers),
                                           str(lost.id), 1, f"message:{dead_pid()}", 0))
 
     config = KmqConfig.load(bootstrap_servers=qm.session.bootstrap_servers,
                             queue_manager=qm.name)
     with QueueManager.open(config) as again:
-        assert again.sender.outgoing.count() == 0
+        assert again.transmitter.outgoing.count() == 0
     poison = _poison_copies(qm)
     for row in ids:
         copy = poison[f"{path} row {row}"]

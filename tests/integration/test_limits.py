@@ -95,7 +95,7 @@ def test_bodies_up_to_msmq_limit_are_delivered_intact(qm: QueueManager, size: in
                           properties={"k": "v" * 1000}), wait=True)
     got = q.receive(timeout=30)
     assert got.id == sent.id and got.body == body and got.label == "L" * 250
-    assert qm.sender.outgoing.count() == 0
+    assert qm.transmitter.outgoing.count() == 0
 
 
 def test_record_refused_by_the_producer_is_dead_lettered_on_open(qm: QueueManager) -> None:
@@ -115,7 +115,7 @@ def test_record_refused_by_the_producer_is_dead_lettered_on_open(qm: QueueManage
                                  headers=tuple(record.headers), message_id=str(message.id),
                                  deadline_ms=None, purpose=f"message:{dead_pid()}", created_ms=0))
     with QueueManager.open(qm.config) as reopened:   # recovery must not fail the open
-        assert reopened.sender.outgoing.count() == 0
+        assert reopened.transmitter.outgoing.count() == 0
     dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
     assert dead.id == message.id and dead.message_class is MessageClass.NACK_MESSAGE_TOO_LARGE
     # The body cannot be kept (it is what the broker refused): the reason says so.
@@ -165,7 +165,7 @@ def test_broker_refusal_is_dead_lettered_and_removed(
     q = qm.create_queue(r".\private$\refused")
     admin = qm.create_queue(r".\private$\refusedadmin")
     refusing = _RefusingProducer(KafkaError(code))
-    sender = qm.sender
+    sender = qm.transmitter
 
     def refusing_producer(delivery: Delivery, ttrq_ms: int) -> _RefusingProducer:
         with sender._lock:  # where the sender's poller serves delivery reports
@@ -206,7 +206,7 @@ def test_a_topic_with_a_lower_max_message_bytes_refuses_at_send(broker: BrokerEn
     text = str(info.value)
     assert topic in text and "1,500,000 bytes (max.message.bytes)" in text
     assert f"--entity-name {topic} --add-config max.message.bytes={MAX_MESSAGE_BYTES}" in text
-    assert qm.sender.outgoing.count() == 0
+    assert qm.transmitter.outgoing.count() == 0
     # Records within the topic's limit still go.
     sent = q.send(Message(body=b"z" * 1_400_000, delivery=Delivery.RECOVERABLE), wait=True)
     assert q.receive(timeout=30).id == sent.id
@@ -225,7 +225,7 @@ def test_record_for_a_deleted_queue_past_ttrq_is_dead_lettered_on_open(qm: Queue
                                  headers=tuple(record.headers), message_id=str(message.id),
                                  deadline_ms=1, purpose=f"message:{dead_pid()}", created_ms=0))
     with QueueManager.open(qm.config) as reopened:
-        assert reopened.sender.outgoing.count() == 0
+        assert reopened.transmitter.outgoing.count() == 0
     dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
     assert dead.id == message.id and dead.message_class is MessageClass.NACK_REACH_QUEUE_TIMEOUT
     assert dead.destination_queue == destination.format_name

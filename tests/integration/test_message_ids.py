@@ -156,7 +156,7 @@ def test_a_block_needed_while_the_broker_is_down_fails_the_send_clearly(
         # The block leased at open() still serves a RECOVERABLE send: it waits in the
         # outgoing queue for the broker.
         kept = queue.send(Message(body=b"kept", delivery=Delivery.RECOVERABLE))
-        assert [s.record.message_id for s in qm.sender.outgoing.pending()] == [str(kept.id)]
+        assert [s.record.message_id for s in qm.transmitter.outgoing.pending()] == [str(kept.id)]
         # The block is used up and none was leased in advance: the send fails, clearly, and
         # nothing is stored or sent under an id that could repeat.
         qm.ids._next = qm.ids._end
@@ -166,8 +166,8 @@ def test_a_block_needed_while_the_broker_is_down_fails_the_send_clearly(
             queue.send(Message(body=b"no id", delivery=Delivery.RECOVERABLE))
         assert "message-id block" in str(caught.value)
         assert id_block_topic(qm.name) in str(caught.value)
-        assert [s.record.message_id for s in qm.sender.outgoing.pending()] == [str(kept.id)]
+        assert [s.record.message_id for s in qm.transmitter.outgoing.pending()] == [str(kept.id)]
     finally:
         private.stop()
-        qm.sender._stop.set()   # as in test_ttrq: no broker to flush to on close
-        qm.sender.outgoing.close()
+        qm.transmitter._stop.set()   # as in test_ttrq: no broker to flush to on close
+        qm.transmitter.outgoing.close()

@@ -37,13 +37,13 @@ def test_a_batch_arrives_in_order_with_one_id_per_message(qm: QueueManager,
     assert [m.id for m in got] == [m.id for m in sent]
     assert q.send_many([]) == []
     # A waiting batch returns with its acknowledged records out of the outgoing queue.
-    assert qm.sender.outgoing.count() == 0
+    assert qm.transmitter.outgoing.count() == 0
 
 
 def test_a_recoverable_batch_is_one_commit_and_stored_before_it_returns(qm: QueueManager) -> None:
     q = qm.create_queue(r".\private$\groupcommit")
-    outgoing = qm.sender.outgoing
-    sender = qm.sender
+    outgoing = qm.transmitter.outgoing
+    sender = qm.transmitter
     # Hold the poller's removals back so the stored records can be seen after the return.
     flush = sender._flush_removals
     sender._flush_removals = lambda: None  # type: ignore[method-assign]
@@ -103,7 +103,7 @@ def test_the_quota_holds_within_a_batch(qm: QueueManager) -> None:
 
 def test_concurrent_recoverable_sends_of_several_threads_share_commits(qm: QueueManager) -> None:
     q = qm.create_queue(r".\private$\threads")
-    outgoing = qm.sender.outgoing
+    outgoing = qm.transmitter.outgoing
     before = outgoing.commits
     threads, per_thread = 8, 25
 

@@ -58,7 +58,7 @@ def test_recoverable_record_left_by_a_dead_sender_is_delivered_on_open(
     with QueueManager.open(qm.config) as reopened:   # open() runs recovery
         got = reopened.open_queue(r".\private$\recover").receive(timeout=10)
         assert got.id == message.id and got.body == b"survivor"
-        assert reopened.sender.outgoing.count() == 0 or _eventually(lambda: reopened.sender.outgoing.count() == 0)
+        assert reopened.transmitter.outgoing.count() == 0 or _eventually(lambda: reopened.transmitter.outgoing.count() == 0)
 
 
 def test_recoverable_send_survives_sender_kill(broker: BrokerEndpoint, qm: QueueManager) -> None:
@@ -101,18 +101,18 @@ def test_unreachable_broker_keeps_recoverable_messages_in_the_outgoing_queue(kmq
         sent = q.send(Message(body=b"pending", delivery=Delivery.RECOVERABLE,
                               time_to_reach_queue=1.0, journal=JournalLevel.DEADLETTER))
         # send() returned: the copy is in the durable outgoing queue, not lost.
-        stored = qm.sender.outgoing.pending()
+        stored = qm.transmitter.outgoing.pending()
         assert [s.record.message_id for s in stored] == [str(sent.id)]
         # TTRQ elapses; the DLQ copy cannot be written either, so the record stays parked.
         assert _eventually(lambda: sent_id_parked(qm), timeout=20)
-        assert [s.record.message_id for s in qm.sender.outgoing.pending()] == [str(sent.id)]
+        assert [s.record.message_id for s in qm.transmitter.outgoing.pending()] == [str(sent.id)]
     finally:
-        qm.sender._stop.set()
-        qm.sender.outgoing.close()
+        qm.transmitter._stop.set()
+        qm.transmitter.outgoing.close()
 
 
 def sent_id_parked(qm: QueueManager) -> bool:
-    return bool(qm.sender._parked)
+    return bool(qm.transmitter._parked)
 
 
 def _eventually(check, timeout: float = 10.0) -> bool:
@@ -145,7 +145,7 @@ def test_record_past_ttrq_left_by_a_dead_sender_is_dead_lettered_and_nacked(qm: 
                              deadline_ms=1, purpose=f"message:{dead_pid()}", created_ms=0))
     store.close()
     with QueueManager.open(qm.config) as reopened:
-        assert reopened.sender.outgoing.count() == 0
+        assert reopened.transmitter.outgoing.count() == 0
     dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
     assert dead.id == message.id and dead.message_class is MessageClass.NACK_REACH_QUEUE_TIMEOUT
     assert admin.receive(timeout=10).message_class is MessageClass.NACK_REACH_QUEUE_TIMEOUT

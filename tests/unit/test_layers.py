@@ -170,6 +170,6 @@ def test_no_module_imports_a_higher_layer() -> None:
 
 def test_the_manager_is_below_nothing_it_wires() -> None:
     graph = import_graph()
-    wired = ("facade.queue", "facade.systemoutputs", "facade.sender", "facade.resolution",
+    wired = ("facade.queue", "facade.systemoutputs", "facade.transmission", "facade.resolution",
              "facade.cursor", "facade.peeklock")
     assert [m for m in wired if "facade.manager" in graph[m]] == []

@@ -10,7 +10,7 @@ so producers are kept per (delivery mode, TTRQ). A copy the broker has not ackno
 TTRQ, for whatever reason (broker unreachable, topic missing), fails with NACK_REACH_QUEUE_TIMEOUT:
 it goes to the dead-letter queue when its journal level has DEADLETTER, and the NACK to its admin
 queue when NEGATIVE_ARRIVAL was requested. If the broker is unreachable even for those, the
-record stays in the outgoing queue and :meth:`Sender.recover` (run when a queue manager opens and
+record stays in the outgoing queue and :meth:`Transmitter.recover` (run when a queue manager opens and
 by ``kmq qm run``) finishes the job: resend what is still within TTRQ, fail what is past it.
 Kafka reports a timed-out copy as "possibly persisted": a copy that was in flight when TTRQ
 elapsed may have arrived as well as been NACKed.
@@ -67,9 +67,9 @@ if TYPE_CHECKING:
     from facade.kafkaseam import KafkaSession
     from facade.systemoutputs import SystemOutputs
 
-__all__ = ["LONG_LIVED", "SendTracker", "Sender", "SenderHost"]
+__all__ = ["LONG_LIVED", "SendTracker", "Transmitter", "TransmitterHost"]
 
-log = logging.getLogger("kmq.sender")
+log = logging.getLogger("kmq.transmission")
 
 #: MSMQ's default time-to-reach-queue (LONG_LIVED: 4 days in MSMQ 3.0 and later), in seconds.
 LONG_LIVED = 4 * 24 * 3600.0
@@ -131,8 +131,8 @@ class SendTracker:
         return self.pending <= 0 or self._done.wait(timeout)
 
 
-class SenderHost(QueueResolver, SystemQueueWriter, Protocol):
-    """What a :class:`Sender` needs from its queue manager: its name and configuration (the
+class TransmitterHost(QueueResolver, SystemQueueWriter, Protocol):
+    """What a :class:`Transmitter` needs from its queue manager: its name and configuration (the
     outgoing queue's file), its Kafka session (producers), the system outputs (ACK/NACK,
     dead-letter copies), resolution of stored copies and the system-queue writer."""
 
@@ -157,14 +157,14 @@ class SenderHost(QueueResolver, SystemQueueWriter, Protocol):
         ...
 
 
-class Sender:
+class Transmitter:
     """Produces message copies for one queue manager and settles their outcome.
 
     Args:
-        manager (SenderHost): the owning queue manager (outputs, producers' configuration).
+        manager (TransmitterHost): the owning queue manager (outputs, producers' configuration).
     """
 
-    def __init__(self, manager: SenderHost):
+    def __init__(self, manager: TransmitterHost):
         self.manager = manager
         self.outgoing = OutgoingQueue(outgoing_queue_path(manager.config.home, manager.name))
         self._producers: OrderedDict[tuple[Delivery, int], Any] = OrderedDict()
