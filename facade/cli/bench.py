@@ -68,11 +68,11 @@ def bench(
 
     Example: kmq bench --messages 5000 --rounds 5 --scenario express-send --scenario receive
     """
+    from rich.console import Console  # here, not at the top: the CLI starts without rich
+
     chosen = list(scenario or DEFAULT_SCENARIOS)
     unknown = [s for s in chosen if s not in SCENARIO_NAMES]
     if unknown:
-        from rich.console import Console
-
         Console(stderr=True).print(f"[red]error:[/red] unknown scenario {', '.join(unknown)}; "
                                    f"choose from {', '.join(SCENARIO_NAMES)}", highlight=False)
         raise typer.Exit(EXIT_USAGE)
