@@ -401,11 +401,14 @@ class PeekLockReceives:
                 and _now_ms() < batch.deadline_ms - batch.margin_ms:
             return self._hand_out_prefetched(batch)
         self._settle_batch()  # used up, or its lease is running out
-        return self._wait(_first, remove=True, timeout=timeout, take=self._take_batch)
+        return self._wait(QueueView.pick_head, remove=True, timeout=timeout,
+                          take=self._take_batch)
 
     def _take_batch(self, view: QueueView, first: IndexEntry) -> Message | None:
-        """Claim ``first`` and the next candidates (up to ``prefetch``) with one PREFETCH."""
-        entries = [first] + [e for e in islice(view.state.candidates(_now_ms()), self._prefetch)
+        """Claim ``first`` and the candidates after it (up to ``prefetch``) with one PREFETCH
+        (``first`` is the head unless the view spreads contended picks)."""
+        entries = [first] + [e for e in islice(view.state.candidates(_now_ms(), start=first),
+                                               self._prefetch)
                              if e.offset != first.offset][: self._prefetch - 1]
         records = {e.offset: view.record(e) for e in entries}
         lease_ms = self._prefetch_lease_ms

@@ -467,7 +467,7 @@ class MessageQueue(PeekLockReceives):
             return self._receive_locked(timeout, lease)
         if self._prefetch:
             return self._receive_prefetched(receive_timeout(timeout))
-        return self._wait(lambda view, now: view.state.peek_first(now), remove=True, timeout=timeout)
+        return self._wait(QueueView.pick_head, remove=True, timeout=timeout)
 
     def _receive_in_transaction(self, timeout: float | None,
                                 transaction: MessageQueueTransaction | str) -> Message:
@@ -539,8 +539,7 @@ class MessageQueue(PeekLockReceives):
                 return self._receive_prefetched_many(max_messages, timeout)
             self._batch_size = max_messages
             batch: list[Message] = self._wait_for(
-                self._take_receive_batch, lambda view, now: view.state.peek_first(now), True,
-                timeout)
+                self._take_receive_batch, QueueView.pick_head, True, timeout)
             return batch
 
     def _receive_prefetched_many(self, max_messages: int, timeout: float | None) -> list[Message]:
@@ -554,8 +553,10 @@ class MessageQueue(PeekLockReceives):
         return messages
 
     def _take_receive_batch(self, view: QueueView, first: IndexEntry) -> list[Message]:
-        """Claim the first ``_batch_size`` candidates (``first`` leads them) with one receipt."""
-        batch = list(itertools.islice(view.state.candidates(_now_ms()), self._batch_size))
+        """Claim ``first`` and the candidates after it, ``_batch_size`` in all, with one
+        receipt (``first`` is the head unless the view spreads contended picks)."""
+        batch = list(itertools.islice(view.state.candidates(_now_ms(), start=first),
+                                      self._batch_size))
         return self._take_many(view, batch or [first])
 
     def messages(self, timeout: float | None = None) -> Iterator[Message]:

@@ -1122,7 +1122,7 @@ class QueueState:
     # Receive order
     # ----------------------------------------------------------------------------------------
 
-    def candidates(self, now_ms: int) -> Iterator[IndexEntry]:
+    def candidates(self, now_ms: int, start: IndexEntry | None = None) -> Iterator[IndexEntry]:
         """Yield the messages a receiver may get now, in MSMQ receive order.
 
         Highest priority first, arrival (offset) order within a priority; removed, duplicate,
@@ -1131,11 +1131,37 @@ class QueueState:
 
         Args:
             now_ms (int): the current time, epoch ms.
+            start (IndexEntry | None): begin at this entry (yielded first if still a
+                candidate) instead of the head: a batch that starts at a spread pick
+                (:meth:`head_candidates`).
 
         Yields:
             IndexEntry: pending, visible, unexpired messages.
         """
-        return self._scan(_PRIORITIES - 1, -1, now_ms)
+        if start is None:
+            return self._scan(_PRIORITIES - 1, -1, now_ms)
+        return self._scan(start.priority, start.offset - 1, now_ms)
+
+    def head_candidates(self, now_ms: int, limit: int) -> list[IndexEntry]:
+        """Return the first ``limit`` candidates of the highest priority that has one.
+
+        The choice a contended receiver spreads its claims over (``docs/design.md``,
+        "Contended receives"): never a lower priority while a higher one is pending.
+
+        Args:
+            now_ms (int): the current time, epoch ms.
+            limit (int): at most this many (>= 1).
+
+        Returns:
+            list[IndexEntry]: in receive order, all of one priority; empty when the queue has
+            no candidate.
+        """
+        head: list[IndexEntry] = []
+        for entry in self._scan(_PRIORITIES - 1, -1, now_ms):
+            if len(head) == limit or (head and entry.priority != head[0].priority):
+                break
+            head.append(entry)
+        return head
 
     def peek_first(self, now_ms: int) -> IndexEntry | None:
         """Return the message MQReceiveMessage / MQPeekMessage would get now, if any.

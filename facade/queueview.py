@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 import uuid
 from collections.abc import Iterable
@@ -63,6 +64,10 @@ SNAPSHOT_MAX_ENTRIES = 10_000
 SNAPSHOT_MAX_BYTES = KAFKA_DEFAULT_MAX_MESSAGE_BYTES - 4096
 #: Snapshots of one queue kept in memory while the snapshot topic is read on open (newest).
 _SNAPSHOT_CANDIDATES = 3
+#: Seconds a view counts as contended after one of its claims lost an offset (see pick_head).
+CONTENTION_MEMORY = 1.0
+#: How many head candidates a contended view spreads its by-head claims over (see pick_head).
+CONTENTION_SPREAD = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +131,8 @@ class QueueView:
         self._loaded = False
         #: Receipts-topic records that are not valid receipts, skipped by every process alike.
         self.malformed_receipts = 0
+        #: time.monotonic() of this view's last claim that lost an offset (see pick_head).
+        self._lost_at: float | None = None
         # Receipts are single, latency-critical records: no batching delay. acks=all makes an
         # acknowledged receipt durable; idempotence is not needed, because a claim waits for its
         # receipt before the next one (no reordering) and a retried duplicate is a later receipt
@@ -477,7 +484,40 @@ class QueueView:
             self._resume_receipts()
             self._apply(self._reader.poll(0.05))
         self._awaiting.discard(claim_id)
-        return self._outcomes.pop(claim_id)
+        outcome = self._outcomes.pop(claim_id)
+        if outcome.lost:
+            self._lost_at = time.monotonic()
+        return outcome
+
+    @property
+    def contended(self) -> bool:
+        """bool: whether a claim of this view lost an offset within the last
+        :data:`CONTENTION_MEMORY` seconds (another receiver took it first)."""
+        return self._lost_at is not None \
+            and time.monotonic() - self._lost_at < CONTENTION_MEMORY
+
+    def pick_head(self, now_ms: int) -> IndexEntry | None:
+        """The entry a by-head receive (``receive()``, ``receive_many``, prefetch) claims next.
+
+        The head in MSMQ order (priority, then arrival) while this view is uncontended. Within
+        :data:`CONTENTION_MEMORY` seconds of one of its claims losing an offset, a random one
+        of the first :data:`CONTENTION_SPREAD` candidates of the highest pending priority: the
+        competing receivers then mostly claim different messages instead of all claiming the
+        head, of which one wins and the others read back and try again (``docs/design.md``,
+        "Contended receives"). Safety does not depend on the pick: the first receipt naming an
+        offset wins, whatever each receiver claimed.
+
+        Args:
+            now_ms (int): the current time, epoch ms.
+
+        Returns:
+            IndexEntry | None: the entry to claim; None when the queue has no candidate.
+        """
+        if not self.contended:
+            return self.state.peek_first(now_ms)
+        head = self.state.head_candidates(now_ms, CONTENTION_SPREAD)
+        # Not a secret: any spread works for safety, random just keeps receivers apart.
+        return random.choice(head) if head else None  # noqa: S311
 
     def forget(self, pending: PendingClaim) -> None:
         """Stop waiting for the verdict of a claim begun by :meth:`start_claim` (instead of

@@ -22,6 +22,7 @@ from facade import (
     ReceiveTimeout,
     UnsupportedFormatNameOperation,
 )
+from facade import queueview
 from facade.manager import QueueManager
 from tests.support.kafka import BrokerEndpoint
 
@@ -167,13 +168,15 @@ def _start_receiver(broker: BrokerEndpoint, qm: QueueManager, out: Path) -> subp
     return process
 
 
-def test_two_receiver_processes_never_get_the_same_message(
+def test_competing_receiver_processes_never_get_the_same_message(
     broker: BrokerEndpoint, qm: QueueManager, tmp_path: Path
 ) -> None:
+    """Four receiver processes drain one queue: none lost, none twice, whatever the
+    contended receivers pick (docs/design.md, "Contended receives")."""
     q = qm.create_queue(r".\private$\shared")
-    outs = [tmp_path / "r1.txt", tmp_path / "r2.txt"]
+    outs = [tmp_path / f"r{n}.txt" for n in range(4)]
     receivers = [_start_receiver(broker, qm, out) for out in outs]
-    # Enough messages that both receivers are busy at once (a receive takes a few ms).
+    # Enough messages that the receivers are busy at once (a receive takes a few ms).
     total = 1000
     for i in range(total):
         q.send(Message(body=str(i).encode()))
@@ -183,7 +186,8 @@ def test_two_receiver_processes_never_get_the_same_message(
     got = [line for out in outs for line in out.read_text().split()]
     assert len(got) == len(set(got)), "a message was received twice"
     assert sorted(got) == sorted([str(i) for i in range(total)] + ["end"]), "a message was lost"
-    assert all(out.read_text() for out in outs), "both receivers should have taken some messages"
+    # The sender is the slow side, so one receiver may find nothing left; several competed.
+    assert sum(1 for out in outs if out.read_text()) >= 2, "the receivers did not compete"
 
 
 def test_receiver_killed_mid_stream_loses_at_most_what_it_took(
@@ -270,9 +274,42 @@ def test_a_receiver_whose_view_is_behind_never_takes_what_another_took(qm: Queue
     got_first += [first.receive(timeout=10).body for _ in range(5)]
     taken = got_first + got_second
     assert sorted(taken) == [bytes([i]) for i in range(12)]  # none twice, none lost
-    assert got_first[2:] == sorted(got_first[2:])  # still in order for each receiver
+    # No order per receiver here: after its lost claim, ``first`` spreads its picks over the
+    # head candidates (docs/design.md, "Contended receives").
     with pytest.raises(ReceiveTimeout):
         first.receive(timeout=0.5)
+
+
+def test_a_lone_receiver_is_back_to_strict_order_once_its_lost_claim_has_aged_out(
+        qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a lost claim a receiver spreads its picks over the first candidates of the
+    highest pending priority (never a lower priority while a higher one waits); once
+    CONTENTION_MEMORY has passed without another loss, a lone receiver takes messages in strict
+    MSMQ order again: priority, then arrival."""
+    monkeypatch.setattr(queueview, "CONTENTION_MEMORY", 3600.0)  # contended for the first part
+    path = r".\private$\aged-out"
+    first = qm.create_queue(path)
+    second = qm.open_queue(path)
+    for i in range(3):
+        first.send(Message(body=bytes([i])), wait=i == 2)
+    assert first.receive(timeout=10).body == b"\x00"  # uncontended: its receipts pause
+    assert second.receive(timeout=10).body == b"\x01"
+    assert first.receive(timeout=10).body == b"\x02"  # its stale claim on 1 lost first
+    assert first._open_view().contended
+    bodies = [(bytes([i]), 7 if i % 3 == 0 else 3) for i in range(12)]
+    for i, (body, priority) in enumerate(bodies):
+        first.send(Message(body=body, priority=priority), wait=i == len(bodies) - 1)
+    spread = [first.receive(timeout=10) for _ in range(len(bodies))]
+    assert [m.priority for m in spread] == sorted((p for _, p in bodies), reverse=True)
+    assert sorted(m.body for m in spread) == sorted(b for b, _ in bodies)
+
+    monkeypatch.setattr(queueview, "CONTENTION_MEMORY", 1.0)
+    time.sleep(1.1)  # the lost claim ages out (no timing is asserted: a sleep lasts at least this)
+    assert not first._open_view().contended
+    for i, (body, priority) in enumerate(bodies):
+        first.send(Message(body=body, priority=priority), wait=i == len(bodies) - 1)
+    strict = [m.body for m in (first.receive(timeout=10) for _ in range(len(bodies)))]
+    assert strict == [b for b, p in bodies if p == 7] + [b for b, p in bodies if p == 3]
 
 
 def test_peek_shows_removals_by_another_receiver_after_uncontended_receives(

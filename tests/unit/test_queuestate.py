@@ -122,6 +122,29 @@ def test_receive_loop_takes_messages_in_order() -> None:
     assert f.state.pending_count() == 0 and f.state.pending_bytes == 0
 
 
+def test_head_candidates_stay_within_the_highest_pending_priority() -> None:
+    """A contended receiver spreads over these (QueueView.pick_head): never a lower priority
+    while a higher one is pending, at most ``limit``, in receive order."""
+    f = Feeder()
+    f.add(entry(0, 3), entry(1, 7), entry(2, 3), entry(3, 7), entry(4, 7), entry(5, 3))
+    assert [e.offset for e in f.state.head_candidates(NOW, 8)] == [1, 3, 4]
+    assert [e.offset for e in f.state.head_candidates(NOW, 2)] == [1, 3]
+    f.claim(1, 3, 4)
+    assert [e.offset for e in f.state.head_candidates(NOW, 8)] == [0, 2, 5]
+    f.claim(0, 2, 5)
+    assert f.state.head_candidates(NOW, 8) == []
+
+
+def test_candidates_from_a_start_continue_in_receive_order() -> None:
+    """A batch that starts at a spread pick takes it and what follows it in receive order."""
+    f = Feeder()
+    f.add(entry(0, 3), entry(1, 7), entry(2, 3), entry(3, 7), entry(4, 3))
+    start = f.state.by_lookup_id(3)
+    assert [e.offset for e in f.state.candidates(NOW, start=start)] == [3, 0, 2, 4]
+    first = f.state.by_lookup_id(0)
+    assert [e.offset for e in f.state.candidates(NOW, start=first)] == [0, 2, 4]
+
+
 def test_receive_by_id_leaves_the_others_in_order() -> None:
     f = Feeder()
     f.add(entry(0, 3), entry(1, 3), entry(2, 5), entry(3, 3))
