@@ -25,9 +25,7 @@ observed, each receiver the test killed. :meth:`History.verdict` then proves, ag
   produced (e.g. ``DirectoryUnavailable`` at resolution) never arrives anywhere.
 * **Order.** For each (sender, queue, priority), each receiver sees that sender's messages in
   the order they were sent, where the mode promises it (``ordered=True``: one sender sending one
-  message after the other to one queue), unless the receiver competed with another one on that
-  queue (their receives overlap in time): a contended receiver spreads its picks over the first
-  candidates of the head's priority (``docs/design.md``, "Contended receives: spread picks").
+  message after the other to one queue).
 
 Histories are JSON-lines files, one per process, appended line by line (a process killed
 mid-line leaves at most one unparsable last line, which :meth:`History.load` skips).
@@ -291,11 +289,10 @@ class History:
     def _order_violations(self) -> list[str]:
         violations = []
         last: dict[tuple[str, str, str, int], tuple[int, str]] = {}
-        competing = self._competing()
         # Each receiver's receives are in the order it recorded them (one file per process).
         for r in self.receives:
             send = self.sends.get((r.key, r.queue))
-            if send is None or not send.ordered or (r.receiver, r.queue) in competing:
+            if send is None or not send.ordered:
                 continue
             stream = (r.receiver, send.sender, r.queue, send.priority)
             previous = last.get(stream)
@@ -304,19 +301,6 @@ class History:
                                   f"(seq {previous[0]}) from {send.sender} on {r.queue}")
             last[stream] = (send.seq, r.key)
         return violations
-
-
-    def _competing(self) -> set[tuple[str, str]]:
-        """(receiver, queue) pairs whose receives on the queue overlap in time with another
-        receiver's: those receivers competed, so arrival order is not promised to them."""
-        spans: dict[tuple[str, str], list[float]] = {}
-        for r in self.receives:
-            span = spans.setdefault((r.receiver, r.queue), [r.t, r.t])
-            span[0], span[1] = min(span[0], r.t), max(span[1], r.t)
-        return {(receiver, queue) for (receiver, queue), (start, end) in spans.items()
-                if any(other != receiver and other_queue == queue and start <= o_end
-                       and o_start <= end
-                       for (other, other_queue), (o_start, o_end) in spans.items())}
 
 
 def history_dir(base: Path) -> Path:

@@ -130,23 +130,6 @@ def test_order_is_per_sender_queue_priority_and_receiver() -> None:
     assert len(h2.verdict().out_of_order) == 1
 
 
-def test_order_is_not_checked_for_receivers_that_competed_on_a_queue() -> None:
-    """Competing receivers spread their picks (docs/design.md, "Contended receives"): no
-    arrival order per receiver while another receives from the same queue at the same time."""
-    h = History()
-    _sent(h, 4, sender="a")
-    for key, receiver, t in [("a:1", "r1", 1.0), ("a:0", "r2", 1.5), ("a:3", "r2", 2.0),
-                             ("a:2", "r1", 2.5)]:
-        h.receive(key, "q", receiver=receiver, t=t)
-    assert h.verdict().ok
-    alone = History()
-    _sent(alone, 4, sender="a")
-    for key, receiver, t in [("a:1", "r1", 1.0), ("a:0", "r1", 1.5), ("a:3", "r2", 3.0),
-                             ("a:2", "r2", 3.5)]:
-        alone.receive(key, "q", receiver=receiver, t=t)
-    assert len(alone.verdict().out_of_order) == 2  # each took its turn alone, out of order
-
-
 def test_recorder_files_round_trip_and_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
     rec = Recorder(tmp_path / "s.jsonl", "s")
     rec.attempt("s:0", "q", seq=0)
