@@ -625,7 +625,7 @@ from facade.manager import QueueManager
 settings = json.loads(sys.argv[1])
 config = KmqConfig.load(**dict(settings, home=pathlib.Path(settings["home"])))
 with QueueManager.open(config) as qm:
-    queue = qm.open_queue(sys.argv[2])
+    queue = qm.open_queue(sys.argv[2], spread_picks=sys.argv[3] == "spread")
     queue.peek(timeout=60)  # untimed: view start-up, first fetch
     print("ready", flush=True)
     sys.stdin.readline()  # the start signal
@@ -643,6 +643,15 @@ with QueueManager.open(config) as qm:
 def _receive_contended(ctx: _Context) -> tuple[float, float]:
     """Aggregate msg/s of CONTENDERS receiver processes draining one queue, vs the same run's
     single-receiver receive figure; checks that none is lost and none received twice."""
+    return _contended(ctx, spread_picks=False)
+
+
+def _receive_contended_spread(ctx: _Context) -> tuple[float, float]:
+    """As :func:`_receive_contended`, the receivers opened with ``spread_picks=True``."""
+    return _contended(ctx, spread_picks=True)
+
+
+def _contended(ctx: _Context, spread_picks: bool) -> tuple[float, float]:
     single, _raw = _read_loop(ctx, "receive-single", commit=True,
                               reads=lambda q: (q.receive, q.receive))
     queue = _filled_queue(ctx, "receive-contended")
@@ -651,7 +660,8 @@ def _receive_contended(ctx: _Context) -> tuple[float, float]:
                            "queue_manager": config.queue_manager, "home": str(config.home),
                            "replication_factor": config.replication_factor,
                            "min_insync_replicas": config.min_insync_replicas})
-    workers = [subprocess.Popen([sys.executable, "-c", _CONTENDER, settings, queue.format_name],
+    workers = [subprocess.Popen([sys.executable, "-c", _CONTENDER, settings, queue.format_name,
+                                 "spread" if spread_picks else "head"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                for _ in range(CONTENDERS)]
     try:
@@ -781,6 +791,8 @@ SCENARIOS: dict[str, tuple[str, _Scenario | None]] = {
                       _receive_batch),
     "receive-contended": (f"{CONTENDERS} receiver processes on one queue vs one receiver",
                           _receive_contended),
+    "receive-contended-spread": (f"{CONTENDERS} receiver processes, spread_picks=True, vs one "
+                                 "receiver", _receive_contended_spread),
     "peek": ("cursor peek vs raw consume without commit", _peek),
     "dl-fanout": (f"send to a DL of {FANOUT} queues vs raw produce x{FANOUT}", _dl_fanout),
     "transactional-send": (f"{TX_SIZE} sends per transaction vs raw Kafka transactions of "

@@ -496,10 +496,11 @@ class QueueView:
         return self._lost_at is not None \
             and time.monotonic() - self._lost_at < CONTENTION_MEMORY
 
-    def pick_head(self, now_ms: int) -> IndexEntry | None:
+    def pick_head(self, now_ms: int, *, spread: bool = False) -> IndexEntry | None:
         """The entry a by-head receive (``receive()``, ``receive_many``, prefetch) claims next.
 
-        The head in MSMQ order (priority, then arrival) while this view is uncontended. Within
+        The head in MSMQ order (priority, then arrival) unless ``spread`` (the handle was
+        opened with ``spread_picks=True``) and this view is contended. Then, within
         :data:`CONTENTION_MEMORY` seconds of one of its claims losing an offset, a random one
         of the first :data:`CONTENTION_SPREAD` candidates of the highest pending priority: the
         competing receivers then mostly claim different messages instead of all claiming the
@@ -509,11 +510,13 @@ class QueueView:
 
         Args:
             now_ms (int): the current time, epoch ms.
+            spread (bool): whether the handle trades per-receiver order for throughput
+                under contention (``MessageQueue(spread_picks=True)``).
 
         Returns:
             IndexEntry | None: the entry to claim; None when the queue has no candidate.
         """
-        if not self.contended:
+        if not (spread and self.contended):
             return self.state.peek_first(now_ms)
         head = self.state.head_candidates(now_ms, CONTENTION_SPREAD)
         # Not a secret: any spread works for safety, random just keeps receivers apart.

@@ -144,9 +144,9 @@ _RECEIVER = textwrap.dedent("""
     from facade.errors import ReceiveTimeout
     from facade.manager import QueueManager
 
-    bootstrap, name, out = sys.argv[1:4]
+    bootstrap, name, out, spread = sys.argv[1:5]
     qm = QueueManager.open(KmqConfig.load(bootstrap_servers=bootstrap, queue_manager=name))
-    q = qm.open_queue(r".\\private$\\shared")
+    q = qm.open_queue(r".\\private$\\shared", spread_picks=spread == "spread")
     with open(out, "a", buffering=1) as fh:
         print("ready", flush=True)
         while True:
@@ -158,9 +158,11 @@ _RECEIVER = textwrap.dedent("""
 """)
 
 
-def _start_receiver(broker: BrokerEndpoint, qm: QueueManager, out: Path) -> subprocess.Popen:
+def _start_receiver(broker: BrokerEndpoint, qm: QueueManager, out: Path,
+                    spread_picks: bool = False) -> subprocess.Popen:
     process = subprocess.Popen(
-        [sys.executable, "-c", _RECEIVER, broker.bootstrap_servers, qm.name, str(out)],
+        [sys.executable, "-c", _RECEIVER, broker.bootstrap_servers, qm.name, str(out),
+         "spread" if spread_picks else "head"],
         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
         cwd=Path(__file__).resolve().parents[2],
     )
@@ -168,14 +170,16 @@ def _start_receiver(broker: BrokerEndpoint, qm: QueueManager, out: Path) -> subp
     return process
 
 
+@pytest.mark.parametrize("spread_picks", [False, True], ids=["head", "spread"])
 def test_competing_receiver_processes_never_get_the_same_message(
-    broker: BrokerEndpoint, qm: QueueManager, tmp_path: Path
+    broker: BrokerEndpoint, qm: QueueManager, tmp_path: Path, spread_picks: bool
 ) -> None:
     """Four receiver processes drain one queue: none lost, none twice, whatever the
-    contended receivers pick (docs/design.md, "Contended receives")."""
+    contended receivers pick (docs/design.md, "Contended receives"). Without
+    ``spread_picks`` each receiver also gets its messages in the order they were sent."""
     q = qm.create_queue(r".\private$\shared")
     outs = [tmp_path / f"r{n}.txt" for n in range(4)]
-    receivers = [_start_receiver(broker, qm, out) for out in outs]
+    receivers = [_start_receiver(broker, qm, out, spread_picks) for out in outs]
     # Enough messages that the receivers are busy at once (a receive takes a few ms).
     total = 1000
     for i in range(total):
@@ -188,6 +192,10 @@ def test_competing_receiver_processes_never_get_the_same_message(
     assert sorted(got) == sorted([str(i) for i in range(total)] + ["end"]), "a message was lost"
     # The sender is the slow side, so one receiver may find nothing left; several competed.
     assert sum(1 for out in outs if out.read_text()) >= 2, "the receivers did not compete"
+    if not spread_picks:  # MSMQ's rule: each receive takes the current head
+        for out in outs:
+            numbers = [int(line) for line in out.read_text().split() if line != "end"]
+            assert numbers == sorted(numbers), f"{out.name} got messages out of queue order"
 
 
 def test_receiver_killed_mid_stream_loses_at_most_what_it_took(
@@ -274,22 +282,22 @@ def test_a_receiver_whose_view_is_behind_never_takes_what_another_took(qm: Queue
     got_first += [first.receive(timeout=10).body for _ in range(5)]
     taken = got_first + got_second
     assert sorted(taken) == [bytes([i]) for i in range(12)]  # none twice, none lost
-    # No order per receiver here: after its lost claim, ``first`` spreads its picks over the
-    # head candidates (docs/design.md, "Contended receives").
+    assert got_first[2:] == sorted(got_first[2:])  # still in queue order for each receiver
     with pytest.raises(ReceiveTimeout):
         first.receive(timeout=0.5)
 
 
 def test_a_lone_receiver_is_back_to_strict_order_once_its_lost_claim_has_aged_out(
         qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
-    """After a lost claim a receiver spreads its picks over the first candidates of the
+    """After a lost claim a ``spread_picks`` receiver spreads its picks over the first candidates of the
     highest pending priority (never a lower priority while a higher one waits); once
     CONTENTION_MEMORY has passed without another loss, a lone receiver takes messages in strict
     MSMQ order again: priority, then arrival."""
     monkeypatch.setattr(queueview, "CONTENTION_MEMORY", 3600.0)  # contended for the first part
     path = r".\private$\aged-out"
-    first = qm.create_queue(path)
-    second = qm.open_queue(path)
+    qm.create_queue(path).close()
+    first = qm.open_queue(path, spread_picks=True)
+    second = qm.open_queue(path, spread_picks=True)
     for i in range(3):
         first.send(Message(body=bytes([i])), wait=i == 2)
     assert first.receive(timeout=10).body == b"\x00"  # uncontended: its receipts pause
