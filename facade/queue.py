@@ -18,7 +18,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +72,9 @@ log = logging.getLogger("kmq.queue")
 
 #: Seconds between polls while a receive or peek waits for a message.
 _WAIT_SLICE = 0.05
+#: Candidates one receive of the head names in its RECEIVE_FIRST receipt: up to this many
+#: receivers competing for one queue each get a message from one receipt (see _take_first).
+FIRST_OF = 8
 #: ``kmq.reason`` of a poison record found by its headers (a POISON claim's own reason, e.g. the
 #: decode error a peek met, takes precedence).
 _BAD_HEADERS = "record headers are not a kmq envelope's"
@@ -93,8 +96,8 @@ class MessageQueue(PeekLockReceives):
             rule). True: after one of its claims lost to another receiver (within
             ``CONTENTION_MEMORY``, 1 s), ``receive()``, ``receive_many`` and prefetch claim a
             random one of the first ``CONTENTION_SPREAD`` (8) messages of the highest pending
-            priority instead: about 3x the throughput of 4 competing receivers, no per-receiver
-            arrival order while they compete (docs/design.md, "Contended receives").
+            priority instead: about 1.2x the throughput of 4 competing default receivers, no
+            per-receiver arrival order while they compete (docs/design.md, "Spread picks").
 
     Raises:
         InvalidParameter: ``prefetch`` or ``prefetch_lease`` out of range, ``spread_picks`` not
@@ -923,8 +926,8 @@ class MessageQueue(PeekLockReceives):
             held = self._take_held(self._open_view(), 1)
             if held:
                 return held[0]
-        return self._wait_for((take or self._take) if remove else self._decode, pick, remove,
-                              timeout)
+        return self._wait_for((take or self._take_first) if remove else self._decode, pick,
+                              remove, timeout)
 
     def _wait_for(self, act: Callable[[QueueView, IndexEntry], Any],
                   pick: Callable[[QueueView, int], IndexEntry | None], remove: bool,
@@ -1021,6 +1024,31 @@ class MessageQueue(PeekLockReceives):
         taken = self._take_many(view, [entry])
         return taken[0] if taken else None
 
+    def _take_first(self, view: QueueView, first: IndexEntry) -> Message | None:
+        """Receive the current head: claim ``first`` and, while this view is contended, the
+        candidates after it (up to :data:`FIRST_OF`, in receive order) with one RECEIVE_FIRST
+        receipt, which takes the first of them still pending when the log reaches it.
+
+        Competing receivers that all see the same head then each get one message, the head as
+        of their receipt's place in the log, instead of all but one losing and trying again
+        (docs/design.md, "Contended receives"); each still gets its messages in queue order.
+
+        Returns:
+            Message | None: the message; None if every candidate was removed first, or if the
+            one won was a poison record (dead-lettered here).
+
+        Raises:
+            BrokerUnavailable, BrokerError: the verdict could not be read, or an output failed;
+                the message is held for the next receive (see :meth:`receive`).
+        """
+        # A receiver alone on its queue (no claim lost lately) names only the head: nothing to
+        # gain from more, and each named candidate costs a record lookup.
+        span = FIRST_OF if view.contended else 1
+        entries = list(itertools.islice(view.state.candidates(_now_ms(), start=first),
+                                        span)) or [first]
+        taken = self._claim(view, ReceiptAction.RECEIVE_FIRST, entries, decode_first=1, limit=1)
+        return taken[0] if taken else None
+
     def _take_many(self, view: QueueView, entries: list[IndexEntry]) -> list[Message]:
         """Claim ``entries`` with one RECEIVE receipt and hand out the ones it won, in order.
 
@@ -1028,10 +1056,19 @@ class MessageQueue(PeekLockReceives):
             BrokerUnavailable, BrokerError: the verdict could not be read, or an output failed;
                 what was won is held for the next receive.
         """
+        return self._claim(view, ReceiptAction.RECEIVE, entries, decode_first=len(entries),
+                           limit=len(entries))
+
+    def _claim(self, view: QueueView, action: ReceiptAction, entries: list[IndexEntry], *,
+               decode_first: int, limit: int) -> list[Message]:
+        """Claim ``entries`` with one ``action`` receipt and hand out up to ``limit`` of the
+        messages it won, in order; the first ``decode_first`` are decoded while the broker
+        acknowledges the receipt (the verdict is what takes time), the others if they win."""
         records = tuple((entry, view.record(entry)) for entry in entries)
-        pending = view.start_claim(ReceiptAction.RECEIVE, tuple(e.offset for e in entries))
-        # Decoded while the broker acknowledges the receipt (the verdict is what takes time).
-        decoded = [self._decoded(record, entry.offset) for entry, record in records]
+        pending = view.start_claim(action, tuple(e.offset for e in entries))
+        decoded: list[Message | EnvelopeError | None] = [
+            self._decoded(record, entry.offset) if index < decode_first else None
+            for index, (entry, record) in enumerate(records)]
         try:
             outcome = view.settle(pending)
         except BrokerUnavailable:
@@ -1040,7 +1077,7 @@ class MessageQueue(PeekLockReceives):
             self._unsettled.append((records, pending))
             raise
         self._undelivered.extend(self._won_messages(records, outcome, decoded))
-        return self._deliver_all(len(entries))
+        return self._deliver_all(limit)
 
     def _decoded(self, record: Any, lookup_id: int) -> Message | EnvelopeError:
         try:
@@ -1049,8 +1086,9 @@ class MessageQueue(PeekLockReceives):
             return exc
 
     def _won_messages(self, records: tuple[tuple[IndexEntry, Any], ...], outcome: ClaimOutcome,
-                      decoded: list[Message | EnvelopeError] | None = None) -> list[Message]:
-        """The messages of the records a claim won (``decoded`` if given, else decoded now),
+                      decoded: Sequence[Message | EnvelopeError | None] | None = None
+                      ) -> list[Message]:
+        """The messages of the records a claim won (``decoded`` where given, else decoded now),
         with their abort counts (releases of peek-locks on them); poison among them is
         dead-lettered (the receipt already removed it, so it must not be lost or handed to the
         application)."""
@@ -1058,8 +1096,9 @@ class MessageQueue(PeekLockReceives):
         for index, (entry, record) in enumerate(records):
             if entry.offset not in outcome.won:
                 continue
-            message = (decoded[index] if decoded is not None
-                       else self._decoded(record, entry.offset))
+            message = decoded[index] if decoded is not None else None
+            if message is None:
+                message = self._decoded(record, entry.offset)
             if isinstance(message, EnvelopeError):
                 self._send_poison_to_dead_letter(record, str(message))
             else:

@@ -350,7 +350,9 @@ class ClaimOutcome:
         claim_id (str): the receipt's claim id.
         won (tuple[int, ...]): offsets this receipt removed (first to name them).
         lost (tuple[int, ...]): offsets it named that an earlier receipt had already removed
-            or purged. A PURGE's range is not listed, only offsets it names explicitly.
+            or purged. A PURGE's range is not listed, only offsets it names explicitly. A
+            RECEIVE_FIRST lists the ones before the offset it won (those after it it left
+            alone).
         purged (int): PURGE: how many pending messages of this view the range removed (poison
             records excluded). Unlike ``won``/``lost`` it depends on how far this process has
             read the data log; for the purging process, which read up to ``purge_below``, it is
@@ -882,7 +884,8 @@ class QueueState:
         docstring). A system claim (EXPIRE, MOVE, REJECT, POISON) that won offsets stays in
         :meth:`incomplete_claims` until a COMPLETED receipt names it. A LOCK or PREFETCH whose
         claim id is among the last :data:`LOCK_MEMORY` locks is a duplicate and loses
-        everything. Offsets below the floor are settled: naming one loses.
+        everything. Offsets below the floor are settled: naming one loses. A RECEIVE_FIRST
+        takes only the first offset it names that is pending, as a RECEIVE would.
 
         Args:
             receipt (Receipt): the decoded receipt.
@@ -916,6 +919,8 @@ class QueueState:
                 return ClaimOutcome(receipt.claim_id, (), named)
             self._remember_lock(receipt.claim_id)
             lock = _Lock(receipt, receipt_offset)
+        if action is ReceiptAction.RECEIVE_FIRST:
+            return self._take_first(receipt.claim_id, named)
         code = _LOCKED if lock is not None else _removed_code(action)
         won: list[int] = []
         lost: list[int] = []
@@ -941,6 +946,17 @@ class QueueState:
                 receipt, tuple(won), receipt_offset, abort_counts
             )
         return ClaimOutcome(receipt.claim_id, tuple(won), tuple(lost), purged, abort_counts)
+
+    def _take_first(self, claim_id: str, named: tuple[int, ...]) -> ClaimOutcome:
+        """Apply a RECEIVE_FIRST: remove the first named offset still pending (as a RECEIVE
+        does); the ones before it are lost, the ones after it untouched."""
+        code = _removed_code(ReceiptAction.RECEIVE)
+        for index, offset in enumerate(named):
+            aborts = self._take(offset, code, None)
+            if aborts is not None:
+                return ClaimOutcome(claim_id, (offset,), named[:index],
+                                    abort_counts=(aborts,) if aborts else ())
+        return ClaimOutcome(claim_id, (), named)
 
     def _remember_lock(self, claim_id: str) -> None:
         ids = self._lock_ids

@@ -96,6 +96,15 @@ class ReceiptAction(IntEnum):
             once from memory: a RELEASE of it does not raise the abort count (released
             messages were never handed out), and when its lease passes it is settled by a
             REJECT that dead-letters what it still holds (it may have been handed out).
+        RECEIVE_FIRST: a destructive receive by position (MQReceiveMessage of the current
+            head) that names the claimant's first candidates in receive order and takes
+            exactly one: the first of them still pending when the receipt is applied. Receivers
+            that compete for one queue all see the same head; with RECEIVE, all but one claim
+            on it lose and try again, with RECEIVE_FIRST each gets the head as of its place in
+            the log, which is MSMQ's "a receive takes the current head" decided by the log.
+            (A reader older than this action applies it as a removal of every offset it
+            names: it never hands out a message twice, but does not see the others until it is
+            upgraded, so every process that receives from a queue must know it.)
 
     Why completion reuses COMPLETED rather than a new action: a lock is a claim whose outcome
     is pending, like a system claim waiting for its outputs, and COMPLETED already means "the
@@ -115,6 +124,7 @@ class ReceiptAction(IntEnum):
     LOCK = 8
     RELEASE = 9
     PREFETCH = 10
+    RECEIVE_FIRST = 11
 
     @classmethod
     def _missing_(cls, value: object) -> ReceiptAction | None:
@@ -153,7 +163,8 @@ SYSTEM_ACTIONS = frozenset(
 #: settles them.
 LOCK_ACTIONS = frozenset({ReceiptAction.LOCK, ReceiptAction.PREFETCH})
 # Known actions that take named offsets and must therefore name at least one.
-_OFFSET_ACTIONS = SYSTEM_ACTIONS | LOCK_ACTIONS | {ReceiptAction.RECEIVE}
+_OFFSET_ACTIONS = SYSTEM_ACTIONS | LOCK_ACTIONS | {ReceiptAction.RECEIVE,
+                                                  ReceiptAction.RECEIVE_FIRST}
 # Known actions that may name a lock in ``completes`` (RELEASE and COMPLETED must name one).
 _SETTLE_ACTIONS = SYSTEM_ACTIONS | {ReceiptAction.COMPLETED, ReceiptAction.RELEASE}
 

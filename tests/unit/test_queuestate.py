@@ -166,6 +166,42 @@ def test_first_claim_wins_later_claims_lose() -> None:
     assert f.claim(1, 1).lost == (1,)  # a repeated offset counts once
 
 
+def test_receive_first_takes_the_first_pending_of_its_list_and_leaves_the_rest() -> None:
+    """Competing receivers that name the same head candidates each get one: the head as of
+    their receipt's place in the log (RECEIVE_FIRST)."""
+    f = Feeder()
+    f.add(*(entry(n) for n in range(5)))
+    outcomes = [f.claim(0, 1, 2, 3, action=A.RECEIVE_FIRST) for _ in range(4)]
+    assert [o.won for o in outcomes] == [(0,), (1,), (2,), (3,)]
+    assert [o.lost for o in outcomes] == [(), (0,), (0, 1), (0, 1, 2)]
+    assert f.order() == [4]  # untouched though named after a winner
+    assert f.state.status(2) == OffsetStatus(OffsetState.REMOVED, A.RECEIVE)
+    assert f.claim(0, 1, 2, 3, action=A.RECEIVE_FIRST) == ClaimOutcome("c5", (), (0, 1, 2, 3))
+
+
+def test_receive_first_takes_a_released_message_back_with_its_abort_count() -> None:
+    f = Feeder()
+    f.add(entry(0), entry(1))
+    lock = f.lock(0)
+    assert f.claim(0, 1, action=A.RECEIVE_FIRST).won == (1,)
+    f.release(lock.claim_id)
+    again = f.claim(0, action=A.RECEIVE_FIRST)
+    assert again.won == (0,) and again.abort_count(0) == 1
+
+
+def test_receive_first_verdict_does_not_depend_on_the_data_read() -> None:
+    """A process that has not read the data records yet reaches the same verdicts."""
+    ahead, read = Feeder(), Feeder()
+    read.add(*(entry(n) for n in range(4)))
+    for f in (ahead, read):
+        f.claim(1)
+    verdicts = [[f.claim(0, 1, 2, action=A.RECEIVE_FIRST).won for _ in range(3)]
+                for f in (ahead, read)]
+    assert verdicts[0] == verdicts[1] == [(0,), (2,), ()]
+    ahead.add(*(entry(n) for n in range(4)))
+    assert ahead.order() == read.order() == [3]
+
+
 def test_purge_then_late_claim_loses() -> None:
     f = Feeder()
     f.add(entry(0), entry(1), entry(2, 7), entry(3))

@@ -77,6 +77,7 @@ RECEIPTS = [
     Receipt("c12", A.COMPLETED, (13, 14), time_ms=T_MS, completes="c11"),
     Receipt("c13", A.REJECT, (15,), time_ms=T_MS, completes="c11", target="dlq"),
     Receipt("c14", A.RELEASE, (), time_ms=T_MS, completes="c9"),
+    Receipt("c15", A.RECEIVE_FIRST, (16, 17, 18), time_ms=T_MS),
 ]
 
 
