@@ -284,8 +284,9 @@ def observe_nacks(admin: Any, history: History, idle: float = 0.5) -> int:
 def read_claims(session: Any, topics: Any, label: str) -> dict[tuple[str, str], str]:
     """Who removed each message of a queue, per its receipts log: ``(key, label) -> claimant``.
 
-    Applies the rule every view applies (the first receipt naming an offset wins; a purge
-    removes every offset below ``purge_below``), over the whole log read to its end.
+    Applies the rule every view applies (the first receipt naming an offset wins, a
+    RECEIVE_FIRST only the first it names that no earlier receipt took; a purge removes every
+    offset below ``purge_below``), over the whole log read to its end.
     """
     from facade.envelope import decode_message
     from facade.errors import EnvelopeError
@@ -313,6 +314,11 @@ def read_claims(session: Any, topics: Any, label: str) -> dict[tuple[str, str], 
             for offset in keys:
                 if offset < receipt.purge_below:
                     winner.setdefault(offset, f"purge:{receipt.claimant}")
+        if receipt.action is ReceiptAction.RECEIVE_FIRST:  # only the first still pending
+            first = next((o for o in receipt.offsets if o not in winner), None)
+            if first is not None:
+                winner[first] = receipt.claimant
+            continue
         for offset in receipt.offsets:
             winner.setdefault(offset, receipt.claimant)
     return {(keys[o], label): who for o, who in winner.items() if o in keys}
