@@ -154,6 +154,20 @@ def run_receiver(args: dict[str, Any]) -> None:
     recorder.close()
 
 
+def run_lock_holder(args: dict[str, Any]) -> None:
+    """Take one message with a peek-lock (``receive(lock=True, lease=...)``), print
+    ``got <body> <abort count>``, then wait to be killed: a receiver that crashes while it
+    holds a lock, neither completing nor abandoning it."""
+    qm = _open(args)
+    queue = qm.open_queue(args["queue"])
+    print("ready", queue._open_view().claimant, flush=True)
+    message = queue.receive(timeout=float(args.get("timeout", 60)), lock=True,
+                            lease=float(args["lease"]))
+    print("got", message.body.decode(), message.abort_count, flush=True)
+    while True:
+        time.sleep(1)
+
+
 # -- the test side ------------------------------------------------------------------------------
 
 
@@ -343,4 +357,4 @@ def percentile(values: list[float], q: float) -> float | None:
 
 if __name__ == "__main__":
     role, raw = sys.argv[1], json.loads(sys.argv[2])
-    {"sender": run_sender, "receiver": run_receiver}[role](raw)
+    {"sender": run_sender, "receiver": run_receiver, "lock_holder": run_lock_holder}[role](raw)
