@@ -1046,6 +1046,7 @@ class TopicReader:
         started = time.monotonic()
         checked = started
         held_since: float | None = None
+        positions = dict(self._next)
         while True:
             now = time.monotonic()
             if now - started >= _SETTLE:
@@ -1066,10 +1067,14 @@ class TopicReader:
                         f"could not read {', '.join(topics)} up to the end within {timeout:g} s "
                         f"({_describe_lag(lagging)})", hint="check that the Kafka broker is running")
             if now - checked > STARVED_AFTER:
-                # Still behind: short fetch waits are what keeps a slow broker from answering
-                # (see _check_starved).
+                # Still behind and no record came: short fetch waits are what keeps a slow
+                # broker from answering (see _check_starved). A reader that moves is not
+                # starved: a longer wait would only slow it, e.g. where each transaction
+                # marker costs one fetch more (QueueView._rewind).
                 checked = now
-                self._lengthen_fetch_wait("did not catch up")
+                if self._next == positions:
+                    self._lengthen_fetch_wait("did not catch up")
+                positions = dict(self._next)
             yield self.poll(0.01)
 
     def close(self) -> None:
