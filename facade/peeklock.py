@@ -230,7 +230,8 @@ class PeekLockReceives:
 
     def _take_locked(self, view: QueueView, entry: IndexEntry,
                      lease_ms: int, claimant: str | None = None) -> LockedMessage | None:
-        """Claim ``entry`` with a LOCK receipt and hand it out if the lock won.
+        """Claim ``entry`` with a LOCK receipt (a LOCK_FIRST naming the candidates after it
+        too, while the view is contended) and hand out the message the lock won.
 
         Returns:
             LockedMessage | None: the message; None if another receipt took it first, or it
@@ -240,29 +241,35 @@ class PeekLockReceives:
             BrokerUnavailable: the verdict could not be read. Nothing is held: if the lock
                 won, its lease passes and the message is released and received again.
         """
-        record = view.record(entry)
-        pending = view.start_claim(ReceiptAction.LOCK, (entry.offset,), lease_ms=lease_ms,
-                                   claimant=claimant)
+        # Contended: one LOCK_FIRST naming the first candidates holds the head as of its place
+        # in the log, instead of all competing receivers locking the same head.
+        entries = view.first_candidates(entry)
+        records = {e.offset: view.record(e) for e in entries}
+        action = ReceiptAction.LOCK_FIRST if len(entries) > 1 else ReceiptAction.LOCK
+        pending = view.start_claim(action, tuple(records), lease_ms=lease_ms, claimant=claimant)
         try:
             outcome = view.settle(pending)
         except BrokerUnavailable:
             view.forget(pending)
             raise
         token = pending.receipt.claim_id
-        if not self._keep_receivable(view, outcome, token):
+        won = self._keep_receivable(view, outcome, token)
+        if not won:
             return None
+        offset = won[0]
+        record = records[offset]
         try:
-            message = self._message(record, entry.offset)
+            message = self._message(record, offset)
         except EnvelopeError as exc:
             # Headers looked valid but the value is not an envelope: dead-letter it, then end
             # the lock (if this process dies in between, the lease passes and it comes back).
             self._send_poison_to_dead_letter(record, str(exc))
-            view.claim(ReceiptAction.COMPLETED, (entry.offset,), completes=token)
+            view.claim(ReceiptAction.COMPLETED, (offset,), completes=token)
             return None
-        message.abort_count += outcome.abort_count(entry.offset)
+        message.abort_count += outcome.abort_count(offset)
         expires = _utc(pending.receipt.time_ms + lease_ms)
         locked = LockedMessage.adopt(message, token, expires, self)
-        self._peek_locks[(token, entry.offset)] = locked
+        self._peek_locks[(token, offset)] = locked
         return locked
 
     def complete(self, message: Message) -> None:

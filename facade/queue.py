@@ -72,9 +72,6 @@ log = logging.getLogger("kmq.queue")
 
 #: Seconds between polls while a receive or peek waits for a message.
 _WAIT_SLICE = 0.05
-#: Candidates one receive of the head names in its RECEIVE_FIRST receipt: up to this many
-#: receivers competing for one queue each get a message from one receipt (see _take_first).
-FIRST_OF = 8
 #: ``kmq.reason`` of a poison record found by its headers (a POISON claim's own reason, e.g. the
 #: decode error a peek met, takes precedence).
 _BAD_HEADERS = "record headers are not a kmq envelope's"
@@ -1041,12 +1038,9 @@ class MessageQueue(PeekLockReceives):
             BrokerUnavailable, BrokerError: the verdict could not be read, or an output failed;
                 the message is held for the next receive (see :meth:`receive`).
         """
-        # A receiver alone on its queue (no claim lost lately) names only the head: nothing to
-        # gain from more, and each named candidate costs a record lookup.
-        span = FIRST_OF if view.contended else 1
-        entries = list(itertools.islice(view.state.candidates(_now_ms(), start=first),
-                                        span)) or [first]
-        taken = self._claim(view, ReceiptAction.RECEIVE_FIRST, entries, decode_first=1, limit=1)
+        entries = view.first_candidates(first)
+        action = ReceiptAction.RECEIVE_FIRST if len(entries) > 1 else ReceiptAction.RECEIVE
+        taken = self._claim(view, action, entries, decode_first=1, limit=1)
         return taken[0] if taken else None
 
     def _take_many(self, view: QueueView, entries: list[IndexEntry]) -> list[Message]:

@@ -53,7 +53,7 @@ from typing import TypeVar
 
 from facade.avro import HEADER_SIZE
 from facade.envelope import read_headers
-from facade.receipts import Receipt, ReceiptAction
+from facade.receipts import FIRST_OF_ACTIONS, Receipt, ReceiptAction
 
 __all__ = [
     "DEDUPE_WINDOW",
@@ -884,8 +884,9 @@ class QueueState:
         docstring). A system claim (EXPIRE, MOVE, REJECT, POISON) that won offsets stays in
         :meth:`incomplete_claims` until a COMPLETED receipt names it. A LOCK or PREFETCH whose
         claim id is among the last :data:`LOCK_MEMORY` locks is a duplicate and loses
-        everything. Offsets below the floor are settled: naming one loses. A RECEIVE_FIRST
-        takes only the first offset it names that is pending, as a RECEIVE would.
+        everything. Offsets below the floor are settled: naming one loses. A RECEIVE_FIRST or
+        LOCK_FIRST takes only the first offset it names that is pending, as a RECEIVE or LOCK
+        would; the ones before it are lost, the ones after it left alone.
 
         Args:
             receipt (Receipt): the decoded receipt.
@@ -919,9 +920,9 @@ class QueueState:
                 return ClaimOutcome(receipt.claim_id, (), named)
             self._remember_lock(receipt.claim_id)
             lock = _Lock(receipt, receipt_offset)
-        if action is ReceiptAction.RECEIVE_FIRST:
-            return self._take_first(receipt.claim_id, named)
-        code = _LOCKED if lock is not None else _removed_code(action)
+        first_only = action in FIRST_OF_ACTIONS
+        code = _LOCKED if lock is not None else _removed_code(
+            ReceiptAction.RECEIVE if first_only else action)
         won: list[int] = []
         lost: list[int] = []
         counts: list[int] = []
@@ -932,6 +933,8 @@ class QueueState:
             else:
                 won.append(offset)
                 counts.append(aborts)
+                if first_only:  # the ones named after it are left alone
+                    break
         purged = 0
         if receipt.purge_below is not None:
             purged = self._purge(receipt.purge_below)
@@ -947,17 +950,6 @@ class QueueState:
             )
         return ClaimOutcome(receipt.claim_id, tuple(won), tuple(lost), purged, abort_counts)
 
-    def _take_first(self, claim_id: str, named: tuple[int, ...]) -> ClaimOutcome:
-        """Apply a RECEIVE_FIRST: remove the first named offset still pending (as a RECEIVE
-        does); the ones before it are lost, the ones after it untouched."""
-        code = _removed_code(ReceiptAction.RECEIVE)
-        for index, offset in enumerate(named):
-            aborts = self._take(offset, code, None)
-            if aborts is not None:
-                return ClaimOutcome(claim_id, (offset,), named[:index],
-                                    abort_counts=(aborts,) if aborts else ())
-        return ClaimOutcome(claim_id, (), named)
-
     def _remember_lock(self, claim_id: str) -> None:
         ids = self._lock_ids
         ids[claim_id] = None
@@ -971,7 +963,9 @@ class QueueState:
         action = receipt.action
         held = lock.offsets
         named = dict.fromkeys(receipt.offsets) if receipt.offsets else dict(held)
-        lock_action = lock.receipt.action
+        # A LOCK_FIRST is a LOCK that chose its offset: settled, it reads as one.
+        lock_action = (ReceiptAction.LOCK if lock.receipt.action is ReceiptAction.LOCK_FIRST
+                       else lock.receipt.action)
         won: list[int] = []
         lost: list[int] = []
         counts: list[int] = []
@@ -984,7 +978,7 @@ class QueueState:
             won.append(offset)
             if action is ReceiptAction.RELEASE:
                 # A released PREFETCH was never handed out: no aborted delivery to count.
-                aborts = hold.aborts + (lock_action is ReceiptAction.LOCK)
+                aborts = hold.aborts + (lock_action is not ReceiptAction.PREFETCH)
                 self._reinstate(offset, hold, aborts)
             else:
                 aborts = hold.aborts

@@ -17,6 +17,7 @@ import random
 import time
 import uuid
 from collections.abc import Iterable
+from itertools import islice
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +69,10 @@ _SNAPSHOT_CANDIDATES = 3
 CONTENTION_MEMORY = 1.0
 #: How many head candidates a contended view spreads its by-head claims over (see pick_head).
 CONTENTION_SPREAD = 8
+#: Candidates a contended receive of the head names in one RECEIVE_FIRST or LOCK_FIRST
+#: receipt: up to this many receivers competing for one queue each get a message from one
+#: receipt (docs/design.md, "Contended receives").
+FIRST_OF = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -521,6 +526,23 @@ class QueueView:
         head = self.state.head_candidates(now_ms, CONTENTION_SPREAD)
         # Not a secret: any spread works for safety, random just keeps receivers apart.
         return random.choice(head) if head else None  # noqa: S311
+
+    def first_candidates(self, first: IndexEntry) -> list[IndexEntry]:
+        """The entries a receive of the head names in one claim: ``first`` alone while this
+        view is uncontended (a receiver alone on its queue gains nothing from more, and each
+        costs a record lookup), else ``first`` and the candidates after it in receive order, up
+        to :data:`FIRST_OF`, for a RECEIVE_FIRST or LOCK_FIRST receipt.
+
+        Args:
+            first (IndexEntry): the picked entry (the head, or a spread pick).
+
+        Returns:
+            list[IndexEntry]: ``first`` first, never empty.
+        """
+        if not self.contended:
+            return [first]
+        now_ms = int(time.time() * 1000)
+        return list(islice(self.state.candidates(now_ms, start=first), FIRST_OF)) or [first]
 
     def forget(self, pending: PendingClaim) -> None:
         """Stop waiting for the verdict of a claim begun by :meth:`start_claim` (instead of

@@ -31,6 +31,7 @@ from facade import avro as _avro
 from facade.errors import EnvelopeError, InvalidParameter
 
 __all__ = [
+    "FIRST_OF_ACTIONS",
     "LOCK_ACTIONS",
     "RECEIPT_SCHEMA_NAME",
     "RECEIPT_VERSION",
@@ -105,6 +106,11 @@ class ReceiptAction(IntEnum):
             (A reader older than this action applies it as a removal of every offset it
             names: it never hands out a message twice, but does not see the others until it is
             upgraded, so every process that receives from a queue must know it.)
+        LOCK_FIRST: a peek-lock receive of the current head (``receive(lock=True)`` and
+            transactional receive): a LOCK that names the claimant's first candidates in
+            receive order and holds exactly one, the first still pending when the receipt is
+            applied, as RECEIVE_FIRST does for RECEIVE. Settled like a LOCK. (An older reader
+            takes it as a removal of every offset it names, see RECEIVE_FIRST.)
 
     Why completion reuses COMPLETED rather than a new action: a lock is a claim whose outcome
     is pending, like a system claim waiting for its outputs, and COMPLETED already means "the
@@ -125,6 +131,7 @@ class ReceiptAction(IntEnum):
     RELEASE = 9
     PREFETCH = 10
     RECEIVE_FIRST = 11
+    LOCK_FIRST = 12
 
     @classmethod
     def _missing_(cls, value: object) -> ReceiptAction | None:
@@ -150,7 +157,7 @@ class ReceiptAction(IntEnum):
 
     @property
     def is_lock(self) -> bool:
-        """bool: True for LOCK and PREFETCH, which hold offsets under a lease."""
+        """bool: True for LOCK, LOCK_FIRST and PREFETCH, which hold offsets under a lease."""
         return self in LOCK_ACTIONS
 
 
@@ -161,7 +168,9 @@ SYSTEM_ACTIONS = frozenset(
 )
 #: Actions that hold offsets under a lease until a receipt naming them in ``completes``
 #: settles them.
-LOCK_ACTIONS = frozenset({ReceiptAction.LOCK, ReceiptAction.PREFETCH})
+LOCK_ACTIONS = frozenset({ReceiptAction.LOCK, ReceiptAction.PREFETCH, ReceiptAction.LOCK_FIRST})
+#: Actions that take only the first offset they name that is still pending.
+FIRST_OF_ACTIONS = frozenset({ReceiptAction.RECEIVE_FIRST, ReceiptAction.LOCK_FIRST})
 # Known actions that take named offsets and must therefore name at least one.
 _OFFSET_ACTIONS = SYSTEM_ACTIONS | LOCK_ACTIONS | {ReceiptAction.RECEIVE,
                                                   ReceiptAction.RECEIVE_FIRST}
@@ -193,7 +202,7 @@ class Receipt:
         target (str | None): MOVE (required): the subqueue name; EXPIRE/REJECT/POISON: the
             dead-letter topic the records go to.
         reason (str | None): optional human-readable reason.
-        lease_ms (int | None): LOCK and PREFETCH (required there, >= 1): the lease in
+        lease_ms (int | None): LOCK, LOCK_FIRST and PREFETCH (required there, >= 1): the lease in
             milliseconds, counted from ``time_ms``; not allowed on other actions.
 
     Raises:
@@ -245,7 +254,7 @@ class Receipt:
         if action.is_lock and self.lease_ms is None:
             raise _invalid(f"a {action.name} receipt needs lease_ms (the lease in milliseconds)")
         if not action.is_lock and self.lease_ms is not None:
-            raise _invalid(f"lease_ms is only allowed on LOCK and PREFETCH receipts, not "
+            raise _invalid(f"lease_ms is only allowed on LOCK, LOCK_FIRST and PREFETCH receipts, not "
                            f"{action.name}")
         if action is ReceiptAction.MOVE and not self.target:
             raise _invalid("a MOVE receipt needs target (the subqueue name)")

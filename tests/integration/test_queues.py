@@ -144,25 +144,28 @@ _RECEIVER = textwrap.dedent("""
     from facade.errors import ReceiveTimeout
     from facade.manager import QueueManager
 
-    bootstrap, name, out, spread = sys.argv[1:5]
+    bootstrap, name, out, mode = sys.argv[1:5]
     qm = QueueManager.open(KmqConfig.load(bootstrap_servers=bootstrap, queue_manager=name))
-    q = qm.open_queue(r".\\private$\\shared", spread_picks=spread == "spread")
+    q = qm.open_queue(r".\\private$\\shared", spread_picks=mode == "spread")
     with open(out, "a", buffering=1) as fh:
         print("ready", flush=True)
         while True:
             try:
-                m = q.receive(timeout=3)
+                m = q.receive(timeout=3, lock=mode == "lock")
             except ReceiveTimeout:
                 break
+            if mode == "lock":
+                m.complete()
             fh.write(m.body.decode() + "\\n")
 """)
 
 
 def _start_receiver(broker: BrokerEndpoint, qm: QueueManager, out: Path,
-                    spread_picks: bool = False) -> subprocess.Popen:
+                    mode: str = "head") -> subprocess.Popen:
+    """A receiver process: ``mode`` "head" (receive()), "spread" (spread_picks=True) or
+    "lock" (receive(lock=True) and complete())."""
     process = subprocess.Popen(
-        [sys.executable, "-c", _RECEIVER, broker.bootstrap_servers, qm.name, str(out),
-         "spread" if spread_picks else "head"],
+        [sys.executable, "-c", _RECEIVER, broker.bootstrap_servers, qm.name, str(out), mode],
         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
         cwd=Path(__file__).resolve().parents[2],
     )
@@ -170,16 +173,17 @@ def _start_receiver(broker: BrokerEndpoint, qm: QueueManager, out: Path,
     return process
 
 
-@pytest.mark.parametrize("spread_picks", [False, True], ids=["head", "spread"])
+@pytest.mark.parametrize("mode", ["head", "spread", "lock"])
 def test_competing_receiver_processes_never_get_the_same_message(
-    broker: BrokerEndpoint, qm: QueueManager, tmp_path: Path, spread_picks: bool
+    broker: BrokerEndpoint, qm: QueueManager, tmp_path: Path, mode: str
 ) -> None:
     """Four receiver processes drain one queue: none lost, none twice, whatever the
-    contended receivers pick (docs/design.md, "Contended receives"). Without
+    contended receivers pick (docs/design.md, "Contended receives"), with receive() (RECEIVE
+    and RECEIVE_FIRST receipts) and peek-lock receives (LOCK and LOCK_FIRST). Without
     ``spread_picks`` each receiver also gets its messages in the order they were sent."""
     q = qm.create_queue(r".\private$\shared")
     outs = [tmp_path / f"r{n}.txt" for n in range(4)]
-    receivers = [_start_receiver(broker, qm, out, spread_picks) for out in outs]
+    receivers = [_start_receiver(broker, qm, out, mode) for out in outs]
     # Enough messages that the receivers are busy at once (a receive takes a few ms).
     total = 1000
     for i in range(total):
@@ -192,7 +196,7 @@ def test_competing_receiver_processes_never_get_the_same_message(
     assert sorted(got) == sorted([str(i) for i in range(total)] + ["end"]), "a message was lost"
     # The sender is the slow side, so one receiver may find nothing left; several competed.
     assert sum(1 for out in outs if out.read_text()) >= 2, "the receivers did not compete"
-    if not spread_picks:  # MSMQ's rule: each receive takes the current head
+    if mode != "spread":  # MSMQ's rule: each receive takes the current head
         for out in outs:
             numbers = [int(line) for line in out.read_text().split() if line != "end"]
             assert numbers == sorted(numbers), f"{out.name} got messages out of queue order"

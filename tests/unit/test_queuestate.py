@@ -189,6 +189,22 @@ def test_receive_first_takes_a_released_message_back_with_its_abort_count() -> N
     assert again.won == (0,) and again.abort_count(0) == 1
 
 
+def test_lock_first_holds_the_first_pending_of_its_list_and_settles_like_a_lock() -> None:
+    f = Feeder()
+    f.add(*(entry(n) for n in range(4)))
+    first = f.lock(0, 1, 2, action=A.LOCK_FIRST)
+    second = f.lock(0, 1, 2, action=A.LOCK_FIRST)
+    assert (first.won, first.lost) == ((0,), ())
+    assert (second.won, second.lost) == ((1,), (0,))
+    assert f.order() == [2, 3]  # named after the winners, left alone
+    assert f.state.status(0).state is OffsetState.LOCKED
+    f.release(first.claim_id)  # an aborted delivery: the count rises, as for a LOCK
+    again = f.lock(0, 2, action=A.LOCK_FIRST)
+    assert again.won == (0,) and again.abort_count(0) == 1
+    f.complete(second.claim_id)
+    assert f.state.status(1) == OffsetStatus(OffsetState.REMOVED, A.LOCK)
+
+
 def test_receive_first_verdict_does_not_depend_on_the_data_read() -> None:
     """A process that has not read the data records yet reaches the same verdicts."""
     ahead, read = Feeder(), Feeder()

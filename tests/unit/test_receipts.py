@@ -78,6 +78,7 @@ RECEIPTS = [
     Receipt("c13", A.REJECT, (15,), time_ms=T_MS, completes="c11", target="dlq"),
     Receipt("c14", A.RELEASE, (), time_ms=T_MS, completes="c9"),
     Receipt("c15", A.RECEIVE_FIRST, (16, 17, 18), time_ms=T_MS),
+    Receipt("c16", A.LOCK_FIRST, (19, 20), time_ms=T_MS, lease_ms=30_000),
 ]
 
 
@@ -125,9 +126,10 @@ def test_system_actions() -> None:
 
 
 def test_lock_actions() -> None:
-    assert LOCK_ACTIONS == {A.LOCK, A.PREFETCH}
-    assert (A.LOCK, A.RELEASE, A.PREFETCH) == (8, 9, 10)
-    assert A.LOCK.is_lock and A.PREFETCH.is_lock and not A.RELEASE.is_lock
+    assert LOCK_ACTIONS == {A.LOCK, A.PREFETCH, A.LOCK_FIRST}
+    assert (A.LOCK, A.RELEASE, A.PREFETCH, A.RECEIVE_FIRST, A.LOCK_FIRST) == (8, 9, 10, 11, 12)
+    assert A.LOCK.is_lock and A.PREFETCH.is_lock and A.LOCK_FIRST.is_lock
+    assert not A.RELEASE.is_lock and not A.RECEIVE_FIRST.is_lock
     assert not A.LOCK.is_system and not A.RELEASE.is_system
 
 
@@ -167,7 +169,7 @@ def test_lock_actions() -> None:
         ({"claim_id": "c", "action": A.LOCK, "offsets": (1,), "lease_ms": 1.5}, "lease_ms"),
         (
             {"claim_id": "c", "action": A.RECEIVE, "offsets": (1,), "lease_ms": 5},
-            "lease_ms is only allowed on LOCK and PREFETCH",
+            "lease_ms is only allowed on LOCK, LOCK_FIRST and PREFETCH",
         ),
         ({"claim_id": "c", "action": A.MOVE, "offsets": (1,)}, "needs target"),
         ({"claim_id": "c", "action": A.RECEIVE, "offsets": (1,), "time_ms": -5}, "time_ms"),
