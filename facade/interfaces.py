@@ -13,6 +13,8 @@ import uuid
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from facade.destination import Destination
     from facade.directory import Directory
     from facade.formatnames import FormatName, QueuePath, SystemQueue
@@ -91,6 +93,15 @@ class SystemQueueWriter(Protocol):
 
         Raises:
             BrokerUnavailable, BrokerError: the copy was not acknowledged.
+        """
+        ...
+
+    def write_system_copies(self, topic: str, messages: Sequence[Message],
+                            timeout: float = 30.0) -> None:
+        """Write ``messages`` to ``topic``, in order, and wait once for the broker (seconds).
+
+        Raises:
+            BrokerUnavailable, BrokerError: a copy was not acknowledged (others may be).
         """
         ...
 

@@ -1110,22 +1110,25 @@ class MessageQueue(PeekLockReceives):
         outputs (journal copy, ACK_RECEIVE) are written now.
 
         Raises:
-            MessageQueueError: an output failed; that message and the rest stay held (the ones
-                already processed wait in ``_ready``).
+            MessageQueueError: a journal copy failed; the messages of this batch stay held
+                (those ready before wait in ``_ready``) and their copies are written again by
+                the next receive (a copy written twice keeps its id: views drop it).
         """
         destination = self._single()
         outputs = self.manager.outputs
         handed = self._ready[:limit]
         del self._ready[:limit]
-        while self._undelivered and len(handed) < limit:
-            message = self._undelivered[0]
+        batch = self._undelivered[:max(limit - len(handed), 0)]
+        if batch:
             try:
-                outputs.journal_removed(message, destination)
+                outputs.journal_removed_many(batch, destination)  # one wait for the batch
             except MessageQueueError:
                 self._ready[:0] = handed
                 raise
-            outputs.acknowledge(message, MessageClass.ACK_RECEIVE, destination)
-            handed.append(self._undelivered.pop(0))
+            for message in batch:
+                outputs.acknowledge(message, MessageClass.ACK_RECEIVE, destination)
+            del self._undelivered[:len(batch)]
+            handed.extend(batch)
         return handed
 
     def _take_held(self, view: QueueView, limit: int) -> list[Message]:

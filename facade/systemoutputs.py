@@ -169,10 +169,34 @@ class SystemOutputs:
         Returns:
             bool: True if a copy was written.
         """
+        return self.journal_removed_many([message], queue) == 1
+
+    def journal_removed_many(self, messages: list[Message], queue: Destination) -> int:
+        """Copy messages removed from ``queue`` together (one batch of receives) to the queue's
+        journal, if journaling is on, waiting once for the broker (PROPID_Q_JOURNAL).
+
+        Returns:
+            int: copies written.
+
+        Raises:
+            BrokerUnavailable, BrokerError: a copy was not acknowledged; the caller must not
+                hand the messages out (a copy written twice keeps its id: views drop it).
+        """
         properties = queue.properties
         # Only the queue itself is journaled: not its journal, subqueues or system queues.
-        if properties is None or not properties.journal or queue.topics.data != properties.data_topic:
-            return False
+        if not messages or properties is None or not properties.journal \
+                or queue.topics.data != properties.data_topic:
+            return 0
+        if properties.journal_quota_kb is not None or len(messages) == 1:
+            return sum(self._journal_one(message, queue) for message in messages)
+        self.manager.write_system_copies(queue.topics.journal().data,
+                                         [_kept(message) for message in messages])
+        return len(messages)
+
+    def _journal_one(self, message: Message, queue: Destination) -> bool:
+        """One journal copy, checked against the journal quota first."""
+        properties = queue.properties
+        assert properties is not None  # journal_removed_many checked it
         copy = _kept(message)
         journal = queue.topics.journal()
         if properties.journal_quota_kb is not None and self._journal_full(

@@ -18,6 +18,7 @@ from facade import (
     BrokerUnavailable,
     InvalidParameter,
     Message,
+    MessageId,
     QueueQuotaExceeded,
     ReceiveTimeout,
 )
@@ -140,21 +141,53 @@ def test_receive_whose_journal_copy_fails_hands_the_message_out_next_time(
     q = qm.create_queue(r".\private$\journaled", journal=True)
     sent = q.send(Message(body=b"journaled"), wait=True)
     outputs = qm.outputs
-    real = outputs.journal_removed
+    real = outputs.journal_removed_many
     calls: list[int] = []
 
-    def journal_removed(message, destination):  # type: ignore[no-untyped-def]
+    def journal_removed_many(messages, destination):  # type: ignore[no-untyped-def]
         calls.append(1)
         if len(calls) == 1:
             raise BrokerUnavailable("simulated: journal copy not acknowledged")
-        return real(message, destination)
+        return real(messages, destination)
 
-    monkeypatch.setattr(outputs, "journal_removed", journal_removed)
+    monkeypatch.setattr(outputs, "journal_removed_many", journal_removed_many)
     with pytest.raises(BrokerUnavailable):
         q.receive(timeout=10)
     assert q.receive(timeout=10).id == sent.id
     journal = qm.open_queue(rf"DIRECT=OS:{qm.name}\private$\journaled;JOURNAL")
     assert journal.receive(timeout=10).id == sent.id
+
+
+
+def test_receive_many_whose_journal_batch_fails_keeps_the_whole_batch(
+        qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The journal copies of a receive_many batch are written with one wait; if that wait
+    fails, no message of the batch is handed out and the next receive hands all of them out."""
+    q = qm.create_queue(r".\private$\journaled-batch", journal=True)
+    sent = [q.send(Message(body=b"j%d" % i), wait=True).id for i in range(5)]
+    outputs = qm.outputs
+    real = outputs.journal_removed_many
+    failed: list[int] = []
+
+    def journal_removed_many(messages, destination):  # type: ignore[no-untyped-def]
+        if not failed:
+            failed.append(len(messages))
+            raise BrokerUnavailable("simulated: journal batch not acknowledged")
+        return real(messages, destination)
+
+    monkeypatch.setattr(outputs, "journal_removed_many", journal_removed_many)
+    with pytest.raises(BrokerUnavailable):
+        q.receive_many(5, timeout=10)
+    assert failed == [5]
+    got: list[MessageId] = []
+    while len(got) < 5:
+        got += [m.id for m in q.receive_many(5 - len(got), timeout=10)]
+    assert got == sent
+    journal = qm.open_queue(rf"DIRECT=OS:{qm.name}\private$\journaled-batch;JOURNAL")
+    copies = []
+    while len(copies) < 5:
+        copies += [m.id for m in journal.receive_many(5, timeout=10)]
+    assert copies == sent
 
 
 # -- item 7: the poison sweep survives receipts that remove records it listed --------------------
