@@ -35,6 +35,7 @@ from facade.kafkaseam import RecordReader as TopicReader
 from facade.message import Delivery
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState, QueueState
 from facade.recordcache import RecordCache
+from facade.retention import ReceiptsRetention
 from facade.receipts import Receipt, ReceiptAction, decode_receipt, encode_receipt, new_claim
 from facade.snapshot import QueueSnapshotRecord, decode_snapshot, encode_snapshot
 from facade.topics import QueueTopics, snapshot_topic
@@ -109,13 +110,16 @@ class QueueView:
         self._snapshot_topic_ready = False
         #: Data records below this offset were deleted by this view or need no deleting.
         self._deleted_below = 0
+        #: What bounds the receipts this view may delete (snapshot buckets, receipt ages).
+        self._retention = ReceiptsRetention(topics.data)
         #: Records applied since the snapshot this view opened from or last wrote (a receipt
         #: counts once per offset it names).
         self._since_snapshot = 0
         self.state = self._open_state()
         #: Records of pending and held messages near the head; the rest is fetched by offset.
         self.records = RecordCache(session, topics.data)
-        self._awaiting: set[str] = set()
+        #: Claims of this view waiting for their verdict -> their receipt's offset, once known.
+        self._awaiting: dict[str, int | None] = {}
         #: Own receipts applied at their acknowledged offset before being read back.
         self._applied_ahead: dict[int, _OwnReceipt] = {}
         #: (topic, first missing offset) -> when the gap was first seen (see _rewind).
@@ -134,6 +138,8 @@ class QueueView:
         self._receive_only = True
         #: Whether both topics were read to their end once (see load()).
         self._loaded = False
+        #: Set by _reopen: the state was replaced, drop the rest of the batch being applied.
+        self._reopened = False
         #: Receipts-topic records that are not valid receipts, skipped by every process alike.
         self.malformed_receipts = 0
         #: time.monotonic() of this view's last claim that lost an offset (see pick_head).
@@ -194,6 +200,9 @@ class QueueView:
             expected = self.state.data_offset if data else self.state.receipts_offset
             if record.offset > expected and self._rewind(topic, expected, record.offset):
                 rewound.add(topic)
+                if self._reopened:
+                    self._reopened = False
+                    rewound.update((self.topics.data, self.topics.receipts))
                 continue
             if self._gaps:
                 self._gaps.pop((topic, record.offset), None)
@@ -229,18 +238,21 @@ class QueueView:
         receiver test). Re-reading from the gap gets the late record once it is visible.
 
         Offsets below the topic's log start are gone for good (deleted): a data gap there is
-        real at once; receipts missing there cannot be rebuilt (see _state_at_log_start).
+        real at once; receipts missing there were deleted by retention while this view lagged
+        behind, so it opens again from the newest snapshot (see _reopen).
 
         Returns:
             bool: True when the reader was rewound (drop the rest of this topic's batch).
 
         Raises:
-            BrokerError: receipts below the receipts topic's log start are gone.
+            BrokerError: receipts this view had not read were deleted and it cannot open again
+                (see _reopen).
         """
         log_start = self._reader.log_start(topic)
         if expected < log_start:
             if topic == self.topics.receipts:
-                raise self._receipts_missing(log_start)
+                self._reopen(log_start)
+                return True
             return False
         key = (topic, expected)
         due = self._markers_due.get(topic, 0)
@@ -344,6 +356,7 @@ class QueueView:
             self.records.offer(record)
 
     def _add_receipt(self, record: KafkaRecord) -> None:
+        self._retention.saw_receipt(record.offset, record.timestamp_ms)
         expected = self._applied_ahead.pop(record.offset, None)
         if expected is not None:
             # This view's own receipt, applied when it was acknowledged (see settle()); compared
@@ -440,7 +453,7 @@ class QueueView:
             BrokerError: the producer refused the receipt (nothing was appended).
         """
         receipt = new_claim(action, offsets, claimant or self.claimant, **fields)
-        self._awaiting.add(receipt.claim_id)
+        self._awaiting[receipt.claim_id] = None
         if self._receive_only and not self.state.has_locks:
             self._pause_receipts()
         value = encode_receipt(receipt)
@@ -448,7 +461,7 @@ class QueueView:
             record = produce_async(producer or self._producer, self.topics.receipts, value,
                                    operation="append receipt")
         except BaseException:
-            self._awaiting.discard(receipt.claim_id)
+            del self._awaiting[receipt.claim_id]
             raise
         return PendingClaim(receipt, value, record)
 
@@ -470,8 +483,9 @@ class QueueView:
         except BrokerUnavailable:
             raise
         except BaseException:
-            self._awaiting.discard(claim_id)  # refused: the receipt is not in the log
+            self._awaiting.pop(claim_id, None)  # refused: the receipt is not in the log
             raise
+        self._awaiting[claim_id] = offset
         deadline = time.monotonic() + CLAIM_TIMEOUT
         while claim_id not in self._outcomes:
             if self.state.receipts_offset == offset:
@@ -479,6 +493,7 @@ class QueueView:
                 # is decided now, exactly as every reader of the log will decide it, without
                 # waiting for our own receipt to come back (one round trip less).
                 self._applied_ahead[offset] = _OwnReceipt(claim_id, pending.value)
+                self._retention.saw_receipt(offset, int(time.time() * 1000))  # acknowledged now
                 self._apply_receipt(pending.receipt, offset)
                 break
             if time.monotonic() > deadline:
@@ -488,7 +503,7 @@ class QueueView:
             # Contended: read the receipts before ours (fetching them again if paused).
             self._resume_receipts()
             self._apply(self._reader.poll(0.05))
-        self._awaiting.discard(claim_id)
+        self._awaiting.pop(claim_id, None)
         outcome = self._outcomes.pop(claim_id)
         if outcome.lost:
             self._lost_at = time.monotonic()
@@ -547,7 +562,7 @@ class QueueView:
     def forget(self, pending: PendingClaim) -> None:
         """Stop waiting for the verdict of a claim begun by :meth:`start_claim` (instead of
         :meth:`settle`), e.g. a lock whose lease will settle it if it won."""
-        self._awaiting.discard(pending.receipt.claim_id)
+        self._awaiting.pop(pending.receipt.claim_id, None)
         self._outcomes.pop(pending.receipt.claim_id, None)
 
     def wake(self) -> None:
@@ -572,11 +587,15 @@ class QueueView:
 
     # -- snapshots -----------------------------------------------------------------------------
 
-    def _open_state(self) -> QueueState:
-        """The state from the latest valid snapshot of this queue, else an empty state.
-        Invalid and stale snapshots are skipped (see _skip_snapshot). Without a snapshot the
-        logs are read from offset 0; a log start above it shows up as a gap below the log start
-        (see _rewind), so a plain open costs no extra round trip.
+    def _open_state(self, covering_at_most: int | None = None) -> QueueState:
+        """The state from the valid snapshot of this queue that covers the most, else an
+        empty state. Invalid and stale snapshots are skipped (see _skip_snapshot). Without a
+        snapshot the logs are read from offset 0; a log start above it shows up as a gap below
+        the log start (see _rewind), so a plain open costs no extra round trip.
+
+        Args:
+            covering_at_most (int | None): use only snapshots covering receipts below this
+                offset or less (see _reopen); None: any.
 
         Raises:
             BrokerError: receipts below the receipts topic's log start are gone and no valid
@@ -593,21 +612,82 @@ class QueueView:
             bounds = reader.watermarks((self.topics.data, self.topics.receipts), CLAIM_TIMEOUT)
         finally:
             reader.close()
-        for record in reversed(candidates):
+        best: QueueSnapshotRecord | None = None
+        for records in candidates.values():
+            snapshot = self._newest_valid(records, bounds, covering_at_most)
+            if snapshot is None:
+                continue
+            self._retention.saw_snapshot(snapshot.state.receipts_offset)
+            if best is None or _coverage(snapshot) > _coverage(best):
+                best = snapshot
+        if best is None:
+            return self._state_at_log_start(bounds)
+        return QueueState.from_snapshot(best.state)
+
+    def _newest_valid(self, records: list[KafkaRecord], bounds: dict[str, tuple[int, int]],
+                      covering_at_most: int | None = None) -> QueueSnapshotRecord | None:
+        """The newest of ``records`` (one snapshot key's) that is a valid snapshot covering
+        offsets the topics hold (and receipts below ``covering_at_most`` at most), skipping
+        the others (see _skip_snapshot)."""
+        for record in reversed(records):
             try:
                 snapshot = decode_snapshot(record.value, topic=record.topic,
                                            partition=record.partition, offset=record.offset)
                 self._check_covered(snapshot, bounds)
-                return QueueState.from_snapshot(snapshot.state)
             except (EnvelopeError, ValueError) as exc:
                 self._skip_snapshot(record, exc)
-        return self._state_at_log_start(bounds)
+                continue
+            if covering_at_most is None or snapshot.state.receipts_offset <= covering_at_most:
+                return snapshot
+        return None
+
+    def _reopen(self, receipts_start: int) -> None:
+        """Open the state again from a snapshot: receipts this view had not read yet were
+        deleted by retention (it lagged more than ``RECEIPTS_RETENTION_LAG`` behind, e.g. an
+        idle receive-only handle that does not fetch other receivers' receipts).
+
+        Every process reaches the same verdicts from a snapshot plus the log after it, so the
+        new state is as right as the old one; locks this handle held are judged by the log
+        like any lock (one settled meanwhile is lost, as after a lease expiry). A claim of this
+        view still waiting for its verdict is decided by reading its receipt again, so the
+        snapshot must not cover it: the newest one below the lowest such receipt is used.
+        Own receipts applied ahead are applied again as they are read.
+
+        Raises:
+            BrokerError: a claim's receipt offset is not known yet, or no valid snapshot
+                covers the deleted receipts without covering such a claim.
+        """
+        offsets = list(self._awaiting.values())
+        if None in offsets:
+            raise BrokerError(
+                f"receipts below offset {receipts_start} of {self.topics.receipts!r} were "
+                "deleted by retention before this handle read them, while one of its claims "
+                "was not acknowledged yet: its outcome cannot be decided",
+                hint="close the queue handle and open it again (docs/design.md, \"Retention\")")
+        log.warning("receipts of %s below offset %d were deleted while this view lagged "
+                    "behind: opened again from a snapshot", self.topics.receipts,
+                    receipts_start)
+        state = self._open_state(covering_at_most=min(
+            (o for o in offsets if o is not None), default=None))
+        if state.receipts_offset < receipts_start:
+            raise self._receipts_missing(receipts_start)
+        self.state = state
+        self._applied_ahead.clear()
+        self._gaps.clear()
+        self._markers_due.clear()
+        self._last_transaction.clear()
+        self.records.retain(self._in_queue)
+        self._reader.seek(self.topics.data, self.state.data_offset)
+        self._reader.seek(self.topics.receipts, self.state.receipts_offset)
+        self._since_snapshot = 0
+        self._reopened = True
 
     def _state_at_log_start(self, bounds: dict[str, tuple[int, int]]) -> QueueState:
         """An empty state for reading the logs from their start. Data records below the data
         topic's log start were deleted because every process had removed them (retention:
-        below the retention floor), so they count as removed. Receipts are never deleted by
-        kmq; if some are gone (a topic with time retention), the state cannot be rebuilt."""
+        below the retention floor), so they count as removed. kmq deletes receipts only below
+        snapshots that cover them (:mod:`facade.retention`); if some are gone with no valid
+        snapshot left (a topic with time retention), the state cannot be rebuilt."""
         receipts_start = bounds[self.topics.receipts][0]
         if receipts_start > 0:
             raise self._receipts_missing(receipts_start)
@@ -620,14 +700,22 @@ class QueueView:
             "is lost", hint="set retention.ms=-1 on the receipts topic (`kmq doctor` says "
             "how); messages removed by the lost receipts would come back")
 
-    def _snapshot_records(self, reader: TopicReader) -> list[KafkaRecord]:
-        """The newest few records of the snapshot topic keyed by this queue's data topic."""
-        key = self.topics.data.encode()
-        found: list[KafkaRecord] = []
+    def _snapshot_records(self, reader: TopicReader) -> dict[bytes, list[KafkaRecord]]:
+        """The newest few records of each snapshot key of this queue (its buckets, see
+        :mod:`facade.retention`, and the plain key of snapshots written before them); a
+        tombstone drops its key's records."""
+        found: dict[bytes, list[KafkaRecord]] = {}
         reader.assign({self.snapshot_topic: 0})
         for batch in reader.read_to_end((self.snapshot_topic,), CATCH_UP_TIMEOUT):
-            found.extend(r for r in batch if r.key == key)
-            del found[:-_SNAPSHOT_CANDIDATES]
+            for record in batch:
+                if record.key is None or self._retention.bucket(record.key) is None:
+                    continue
+                if record.value is None:
+                    found.pop(record.key, None)
+                    continue
+                records = found.setdefault(record.key, [])
+                records.append(record)
+                del records[:-_SNAPSHOT_CANDIDATES]
         return found
 
     def _check_covered(self, snapshot: QueueSnapshotRecord,
@@ -678,9 +766,12 @@ class QueueView:
         if not self._snapshot_topic_ready:
             self._session.create_topics([self.snapshot_topic], exist_ok=True)
             self._snapshot_topic_ready = True
-        self._producer.produce(self.snapshot_topic, value, key=self.topics.data.encode(),
-                               on_delivery=self._snapshot_delivered)
+        covered = snapshot.receipts_offset
+        self._producer.produce(
+            self.snapshot_topic, value, key=self._retention.key(covered),
+            on_delivery=lambda error, message: self._snapshot_delivered(error, covered))
         self._delete_removed()
+        self._delete_receipts()
 
     def _delete_removed(self) -> None:
         """Retention: delete the data records below the retention floor, where every record
@@ -701,10 +792,44 @@ class QueueView:
             return
         self._deleted_below = floor
 
-    def _snapshot_delivered(self, error: object, message: object) -> None:
+    def _delete_receipts(self) -> None:
+        """Retention of receipts: delete the receipts that acknowledged snapshots of two
+        buckets cover and that are older than ``RECEIPTS_RETENTION_LAG``
+        (:class:`~facade.retention.ReceiptsRetention`), then tombstone the snapshot keys of
+        the buckets below, on brokers that support DeleteRecords. A failure is logged and
+        retried with the next snapshot; the queue is whole without it."""
+        floor = self._retention.floor(time.time())
+        if floor <= self._retention.deleted_below:
+            return
+        try:
+            supported, _why = self._session.delete_records_support()
+            if not supported:
+                return
+            self._retention.deleted(self._session.delete_records(self.topics.receipts, floor))
+        except MessageQueueError as exc:
+            log.warning("receipts of %s below offset %d not deleted: %s", self.topics.data,
+                        floor, exc)
+            return
+        for key in self._retention.doomed_keys():
+            self._producer.produce(self.snapshot_topic, None, key=key,
+                                   on_delivery=self._tombstone_delivered)
+
+    def _snapshot_delivered(self, error: object, covered: int) -> None:
         if error is not None:  # the queue is whole without it; a later snapshot replaces it
             log.warning("snapshot of %s not written to %s: %s", self.topics.data,
                         self.snapshot_topic, error)
+            return
+        self._retention.saw_snapshot(covered)  # acknowledged (acks=all): it bounds deletion
+
+    def _tombstone_delivered(self, error: object, message: object) -> None:
+        if error is not None:  # the stale snapshot stays in the topic; readers skip it
+            log.warning("stale snapshot of %s not deleted from %s: %s", self.topics.data,
+                        self.snapshot_topic, error)
+
+
+def _coverage(snapshot: QueueSnapshotRecord) -> tuple[int, int]:
+    """How far a snapshot reaches: the later of two snapshots of a queue covers more."""
+    return (snapshot.state.receipts_offset, snapshot.state.data_offset)
 
 
 def _header(headers: Iterable[tuple[str, bytes | None]], name: str) -> str | None:

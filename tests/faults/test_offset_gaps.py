@@ -22,6 +22,7 @@ from facade.queuestate import QueueState
 from facade.queueview import QueueView
 from facade.recordcache import RecordCache
 from facade.receipts import ReceiptAction, encode_receipt, new_claim
+from facade.retention import ReceiptsRetention
 from facade.topics import QueueTopics
 
 TOPICS = QueueTopics("kmq.qm.private.q", "kmq.qm.private.q.receipts")
@@ -51,12 +52,22 @@ def _view(reader: _Reader) -> QueueView:
     view.claimant = "test"
     view.state = QueueState()
     view.records = RecordCache(None, TOPICS.data)
-    view._awaiting, view._outcomes, view._since_snapshot = set(), {}, 0
+    view._awaiting, view._outcomes, view._since_snapshot = {}, {}, 0
+    view._retention, view._reopened = ReceiptsRetention(TOPICS.data), False
     view._applied_ahead, view._gaps = {}, {}
     view._markers_due, view._last_transaction = {}, {}
     view._receipts_paused, view._receive_only = False, True
     view._reader = reader
+    view._session = _NoSnapshots()
+    view.snapshot_topic = "kmq.qm.system.snapshots"
     return view
+
+
+class _NoSnapshots:
+    """A session whose queue manager has no snapshot topic."""
+
+    def topic_exists(self, name: str) -> bool:
+        return False
 
 
 def _receipt(offset: int, data_offset: int, claim=None) -> KafkaRecord:
@@ -71,7 +82,7 @@ def test_a_gap_in_the_receipts_is_read_again_and_applied_in_order() -> None:
     reader = _Reader([[_receipt(1, 7, second)],
                       [_receipt(0, 7, first), _receipt(1, 7, second)]])
     view = _view(reader)
-    view._awaiting.update({first.claim_id, second.claim_id})
+    view._awaiting.update({first.claim_id: None, second.claim_id: None})
     view.refresh()
     assert reader.seeks == [(TOPICS.receipts, 0)]        # rewound; receipt 1 not applied
     assert view.state.receipts_offset == 0 and not view._outcomes

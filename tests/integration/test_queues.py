@@ -268,7 +268,7 @@ def test_a_view_keeps_no_verdicts_of_other_receivers_claims(qm: QueueManager) ->
     view = watcher._open_view()
     view.catch_up()
     assert view.state.pending_count() == 0
-    assert view._outcomes == {} and view._awaiting == set()
+    assert view._outcomes == {} and view._awaiting == {}
     assert q._open_view()._outcomes == {}
 
 
