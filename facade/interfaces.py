@@ -96,9 +96,9 @@ class SystemQueueWriter(Protocol):
         """
         ...
 
-    def write_system_copies(self, topic: str, messages: Sequence[Message],
+    def write_system_copies(self, copies: Sequence[tuple[str, Message]],
                             timeout: float = 30.0) -> None:
-        """Write ``messages`` to ``topic``, in order, and wait once for the broker (seconds).
+        """Write ``copies`` (topic, message), in order, and wait once for the broker (seconds).
 
         Raises:
             BrokerUnavailable, BrokerError: a copy was not acknowledged (others may be).

@@ -648,13 +648,14 @@ class QueueManager:
             BrokerUnavailable: not acknowledged within ``timeout`` seconds.
             BrokerError: the broker rejected the record.
         """
-        self.write_system_copies(topic, (message,), timeout)
+        self.write_system_copies(((topic, message),), timeout)
 
-    def write_system_copies(self, topic: str, messages: Sequence[Message],
+    def write_system_copies(self, copies: Sequence[tuple[str, Message]],
                             timeout: float = 30.0) -> None:
-        """Write system copies (journal copies of one batch of receives) with ``acks=all``,
-        in order, all handed to the producer before one wait for the broker: one round trip
-        for the batch instead of one per copy.
+        """Write system copies (the journal copies or acknowledgments of one batch of
+        receives), each ``(topic, message)``, with ``acks=all``, in order, all handed to the
+        producer before one wait for the broker: one round trip for the batch instead of one
+        per copy.
 
         Raises:
             BrokerUnavailable: a copy was not acknowledged within ``timeout`` seconds.
@@ -662,9 +663,10 @@ class QueueManager:
                 written: a copy written again keeps its id, so queue views drop the duplicate.
         """
         producer = self.producer(Delivery.RECOVERABLE)
-        records = [encode_message(self.protection.for_storage(m)) for m in messages]
+        records = [(topic, encode_message(self.protection.for_storage(m)))
+                   for topic, m in copies]
         pending = [produce_async(producer, topic, r.value, key=r.key, headers=r.headers,
-                                 operation="write system queue") for r in records]
+                                 operation="write system queue") for topic, r in records]
         for record in pending:
             record.wait(timeout)
 

@@ -167,6 +167,8 @@ class PeekLockReceives:
         def _take_held(self, view: QueueView, limit: int) -> list[Message]: ...
         def _pick_head(self, view: QueueView, now_ms: int) -> IndexEntry | None: ...
         def _deliver(self, message: Message) -> Message: ...
+        def _deliver_many(self, messages: list[Message]) -> list[Message]: ...
+        _ready: list[Message]
         def _message(self, record: Any, lookup_id: int) -> Message: ...
         def _send_poison_to_dead_letter(self, record: Any, reason: str) -> None: ...
         def _system_actions(self, view: QueueView, entries: list[IndexEntry],
@@ -194,6 +196,8 @@ class PeekLockReceives:
         self._prefetch = prefetch
         self._prefetch_lease_ms = lease_to_ms(prefetch_lease, "prefetch_lease")
         self._batch: _Batch | None = None
+        #: Messages a new prefetched batch hands out at once (receive_many sets it, see there).
+        self._hand_out_at_once = 1
         #: Peek-locked messages this handle handed out and nobody settled through it yet.
         self._peek_locks: dict[tuple[str, int], LockedMessage] = {}
 
@@ -404,13 +408,40 @@ class PeekLockReceives:
         held = self._take_held(view, 1)
         if held:
             return held[0]
-        batch = self._batch
-        if batch is not None and batch.waiting \
-                and _now_ms() < batch.deadline_ms - batch.margin_ms:
+        batch = self._usable_batch()
+        if batch is not None:
             return self._hand_out_prefetched(batch)
         self._settle_batch()  # used up, or its lease is running out
         return self._wait(self._pick_head, remove=True, timeout=timeout,
                           take=self._take_batch)
+
+    def _receive_prefetched_more(self, limit: int) -> list[Message]:
+        """Up to ``limit`` more messages of the prefetched batch, without a new claim: their
+        receive outputs are written together (one broker wait for all their journal copies),
+        as ``receive_many`` does. Empty when the batch is used up or its lease runs out.
+
+        Raises:
+            MessageQueueError: an output failed; the messages are held for the next receive.
+        """
+        batch = self._usable_batch()
+        if batch is None or limit < 1:
+            return []
+        taken = batch.waiting[:limit]
+        del batch.waiting[:limit]
+        batch.handed.extend(cast(int, m.lookup_id) for m in taken)
+        try:
+            return self._deliver_many(taken)
+        finally:
+            if not batch.waiting:
+                self._finish_batch()
+
+    def _usable_batch(self) -> _Batch | None:
+        """The prefetched batch if it has messages waiting and its lease is not running out."""
+        batch = self._batch
+        if batch is not None and batch.waiting \
+                and _now_ms() < batch.deadline_ms - batch.margin_ms:
+            return batch
+        return None
 
     def _take_batch(self, view: QueueView, first: IndexEntry) -> Message | None:
         """Claim ``first`` and the candidates after it (up to ``prefetch``) with one PREFETCH
@@ -445,6 +476,11 @@ class PeekLockReceives:
         if not batch.waiting:
             self._finish_batch()
             return None
+        if self._hand_out_at_once > 1:  # receive_many: the outputs of all with one wait
+            handed = self._receive_prefetched_more(self._hand_out_at_once)
+            if handed:
+                self._ready.extend(handed[1:])  # handed out by the same receive_many
+                return handed[0]
         return self._hand_out_prefetched(batch)
 
     def _hand_out_prefetched(self, batch: _Batch) -> Message:

@@ -556,13 +556,32 @@ class MessageQueue(PeekLockReceives):
             return batch
 
     def _receive_prefetched_many(self, max_messages: int, timeout: float | None) -> list[Message]:
-        """receive_many on a prefetching handle: its receives, the first waiting ``timeout``."""
-        messages = [self.receive(timeout)]
+        """receive_many on a prefetching handle (nothing held: receive_many checked): what the
+        prefetched batch holds, then new batches, the first wait up to ``timeout``; the
+        messages handed out together get their receive outputs with one write.
+
+        Raises:
+            ReceiveTimeout: no message within ``timeout``.
+        """
+        messages: list[Message] = []
+        wait = timeout
         while len(messages) < max_messages:
+            more = self._receive_prefetched_more(max_messages - len(messages))
+            if more:
+                messages += more
+                continue
+            self._hand_out_at_once = max_messages - len(messages)
             try:
-                messages.append(self.receive(0))
+                messages.append(self.receive(wait))
             except ReceiveTimeout:
+                if not messages:
+                    raise
                 break
+            finally:
+                self._hand_out_at_once = 1
+            # The rest of a new batch, handed out with the first (see _take_batch).
+            messages += self._take_held(self._open_view(), max_messages - len(messages))
+            wait = 0
         return messages
 
     def _take_receive_batch(self, view: QueueView, first: IndexEntry) -> list[Message]:
@@ -1102,8 +1121,13 @@ class MessageQueue(PeekLockReceives):
 
     def _deliver(self, message: Message) -> Message:
         """Write one won message's receive outputs and hand it out (held if an output fails)."""
-        self._undelivered.append(message)
-        return self._deliver_all(1)[0]
+        return self._deliver_many([message])[0]
+
+    def _deliver_many(self, messages: list[Message]) -> list[Message]:
+        """Write won messages' receive outputs together and hand them out (held if an output
+        fails; messages held from an earlier failure go first)."""
+        self._undelivered.extend(messages)
+        return self._deliver_all(len(messages))
 
     def _deliver_all(self, limit: int) -> list[Message]:
         """Hand out up to ``limit`` won messages: first those ready, then those whose receive
@@ -1125,8 +1149,7 @@ class MessageQueue(PeekLockReceives):
             except MessageQueueError:
                 self._ready[:0] = handed
                 raise
-            for message in batch:
-                outputs.acknowledge(message, MessageClass.ACK_RECEIVE, destination)
+            outputs.acknowledge_many(batch, MessageClass.ACK_RECEIVE, destination)
             del self._undelivered[:len(batch)]
             handed.extend(batch)
         return handed

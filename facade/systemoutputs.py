@@ -24,7 +24,8 @@ import dataclasses
 import datetime as dt
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from facade.envelope import acknowledgment_message, encode_message
 from facade.errors import MessageQueueError, UnsupportedFormatNameOperation
@@ -86,10 +87,56 @@ class SystemOutputs:
             bool: True if one was posted; False if none was requested or it could not be
             delivered (logged).
         """
-        if not original.admin_queue or original.id is None:
-            return False
+        return self.acknowledge_many([original], message_class, queue, reason, timeout) == 1
+
+    def acknowledge_many(self, originals: Sequence[Message], message_class: MessageClass,
+                         queue: Destination, reason: str | None = None,
+                         timeout: float = 30.0) -> int:
+        """Post an ACK/NACK of ``message_class`` about each of ``originals`` (one batch of
+        receives from ``queue``) to its admin queue(s), with one wait for the broker.
+
+        Written straight to the topics with ``acks=all`` (like journal and dead-letter copies),
+        not through the sender: this often runs on the sender's delivery-report thread, which
+        must not wait for a delivery report of its own.
+
+        Returns:
+            int: acknowledgments posted. One that was requested but could not be delivered is
+            logged (an acknowledgment is a report to the sender, not the message).
+        """
+        copies: list[tuple[str, Message]] = []
+        posted: list[Message] = []
+        for original in originals:
+            ack = self._acknowledgment(original, message_class, queue, reason)
+            if ack is None:
+                continue
+            try:
+                copies += self._copies(ack, cast(str, original.admin_queue))
+            except MessageQueueError as exc:
+                _log_lost(message_class, [original], exc)
+                continue
+            posted.append(original)
+        if not copies:
+            return 0
+        try:
+            self.manager.write_system_copies(copies, timeout)
+        except MessageQueueError as exc:
+            _log_lost(message_class, posted, exc)
+            return 0
+        return len(posted)
+
+    @staticmethod
+    def _acknowledgment(original: Message, message_class: MessageClass, queue: Destination,
+                        reason: str | None) -> Message | None:
+        """The acknowledgment of ``message_class`` about ``original``, if its sender asked.
+
+        None for a copy in a journal or dead-letter queue (``queue.read_only``): MSMQ
+        acknowledges what happens to a message at its destination queue; the copy's sender
+        heard of that already, and reading the copy is no receive of the message.
+        """
+        if not original.admin_queue or original.id is None or queue.read_only:
+            return None
         if not acknowledgment_requested(original.acknowledge, message_class):
-            return False
+            return None
         guid = uuid.UUID(queue.properties.instance) if queue.properties else None
         info = AcknowledgmentInfo(
             original_id=original.id, message_class=message_class,
@@ -99,21 +146,14 @@ class SystemOutputs:
             original_body=(original.body if message_class.is_nack and not original.privacy_level
                            else None),
         )
-        ack = acknowledgment_message(info, label=original.label)
-        try:
-            self._post(ack, original.admin_queue, timeout)
-        except MessageQueueError as exc:
-            log.warning("acknowledgment %s for message %s to admin queue %r was lost: %s",
-                        message_class.name, original.id, original.admin_queue, exc)
-            return False
-        return True
+        return acknowledgment_message(info, label=original.label)
 
-    def _post(self, ack: Message, admin_queue: str, timeout: float) -> None:
-        """Write ``ack`` to every queue ``admin_queue`` resolves to, one id for all copies.
+    def _copies(self, ack: Message, admin_queue: str) -> list[tuple[str, Message]]:
+        """(topic, copy) of ``ack`` for every queue ``admin_queue`` resolves to, one id for all.
 
-        Written straight to the topics with ``acks=all`` (like journal and dead-letter copies),
-        not through the sender: this often runs on the sender's delivery-report thread, which
-        must not wait for a delivery report of its own.
+        Raises:
+            UnsupportedFormatNameOperation: an admin queue cannot be sent to.
+            MessageQueueError: ``admin_queue`` does not resolve.
         """
         manager = self.manager
         sent = dataclasses.replace(ack, id=manager.ids.new(), sent_time=_utcnow(),
@@ -125,9 +165,9 @@ class SystemOutputs:
                 raise UnsupportedFormatNameOperation(
                     f"admin queue {destination.format_name!r} cannot be sent to",
                     queue=destination.format_name)
-        for destination in destinations:
-            copy = dataclasses.replace(sent, destination_queue=destination.format_name)
-            manager.write_system_copy(destination.topics.data, copy, timeout)
+        return [(destination.topics.data,
+                 dataclasses.replace(sent, destination_queue=destination.format_name))
+                for destination in destinations]
 
     def reject(self, copy: Message, message_class: MessageClass, queue: Destination,
                reason: str | None = None, timeout: float = 30.0) -> bool:
@@ -189,8 +229,8 @@ class SystemOutputs:
             return 0
         if properties.journal_quota_kb is not None or len(messages) == 1:
             return sum(self._journal_one(message, queue) for message in messages)
-        self.manager.write_system_copies(queue.topics.journal().data,
-                                         [_kept(message) for message in messages])
+        journal = queue.topics.journal().data
+        self.manager.write_system_copies([(journal, _kept(message)) for message in messages])
         return len(messages)
 
     def _journal_one(self, message: Message, queue: Destination) -> bool:
@@ -259,3 +299,10 @@ def _kept(message: Message, **changes: Any) -> Message:
 
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
+
+
+def _log_lost(message_class: MessageClass, originals: Sequence[Message],
+              error: MessageQueueError) -> None:
+    for original in originals:
+        log.warning("acknowledgment %s for message %s to admin queue %r was lost: %s",
+                    message_class.name, original.id, original.admin_queue, error)

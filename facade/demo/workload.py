@@ -631,14 +631,17 @@ class QueueDrain:
             idle_since = time.monotonic()
 
     def take(self, queue: Any) -> list[Message]:
-        """The next message received from ``queue`` (a list of one), or none within
-        _RECEIVE_SLICE seconds.
+        """The next messages received from ``queue``: up to ``prefetch`` with one
+        ``receive_many`` (what the prefetched batch holds, with one journal write for all of
+        them), one without prefetch, or none within _RECEIVE_SLICE seconds.
 
         Raises:
             TransientQueueError: the broker is overloaded or away (retried by the loop).
             MessageQueueError: the receive failed for good.
         """
         try:
+            if self.prefetch > 1:
+                return queue.receive_many(self.prefetch, timeout=_RECEIVE_SLICE)
             return [queue.receive(timeout=_RECEIVE_SLICE)]
         except ReceiveTimeout:
             return []

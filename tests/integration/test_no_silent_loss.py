@@ -27,6 +27,7 @@ from facade.manager import QueueManager
 from facade.message import JournalLevel
 from facade.queueview import QueueView
 from facade.receipts import ReceiptAction, encode_receipt, new_claim
+from tests.support.journal import fail_next_journal_write
 from tests.support.kafka import BrokerEndpoint
 
 pytestmark = pytest.mark.integration
@@ -140,19 +141,10 @@ def test_receive_whose_journal_copy_fails_hands_the_message_out_next_time(
         qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
     q = qm.create_queue(r".\private$\journaled", journal=True)
     sent = q.send(Message(body=b"journaled"), wait=True)
-    outputs = qm.outputs
-    real = outputs.journal_removed_many
-    calls: list[int] = []
-
-    def journal_removed_many(messages, destination):  # type: ignore[no-untyped-def]
-        calls.append(1)
-        if len(calls) == 1:
-            raise BrokerUnavailable("simulated: journal copy not acknowledged")
-        return real(messages, destination)
-
-    monkeypatch.setattr(outputs, "journal_removed_many", journal_removed_many)
+    failed = fail_next_journal_write(qm, monkeypatch)
     with pytest.raises(BrokerUnavailable):
         q.receive(timeout=10)
+    assert failed == [1]
     assert q.receive(timeout=10).id == sent.id
     journal = qm.open_queue(rf"DIRECT=OS:{qm.name}\private$\journaled;JOURNAL")
     assert journal.receive(timeout=10).id == sent.id
@@ -165,17 +157,7 @@ def test_receive_many_whose_journal_batch_fails_keeps_the_whole_batch(
     fails, no message of the batch is handed out and the next receive hands all of them out."""
     q = qm.create_queue(r".\private$\journaled-batch", journal=True)
     sent = [q.send(Message(body=b"j%d" % i), wait=True).id for i in range(5)]
-    outputs = qm.outputs
-    real = outputs.journal_removed_many
-    failed: list[int] = []
-
-    def journal_removed_many(messages, destination):  # type: ignore[no-untyped-def]
-        if not failed:
-            failed.append(len(messages))
-            raise BrokerUnavailable("simulated: journal batch not acknowledged")
-        return real(messages, destination)
-
-    monkeypatch.setattr(outputs, "journal_removed_many", journal_removed_many)
+    failed = fail_next_journal_write(qm, monkeypatch)
     with pytest.raises(BrokerUnavailable):
         q.receive_many(5, timeout=10)
     assert failed == [5]

@@ -34,6 +34,7 @@ from facade.queuestate import OffsetState
 from facade.queueview import QueueView
 from facade.receipts import ReceiptAction, decode_receipt
 from facade.service import QueueManagerService
+from tests.support.journal import fail_next_journal_write
 from tests.support.kafka import BrokerEndpoint
 
 pytestmark = pytest.mark.integration
@@ -317,6 +318,57 @@ def test_prefetch_two_handles_share_a_queue_and_close_gives_back_the_rest(
     assert actions.count(ReceiptAction.PREFETCH) >= 4
     assert actions.count(ReceiptAction.RELEASE) == 2
 
+
+
+def test_receive_many_on_a_prefetching_handle_journals_and_acknowledges_each_once(
+        qm: QueueManager) -> None:
+    """receive_many on a handle opened with prefetch hands out what its batches hold, in
+    order, writing the journal copies and ACK_RECEIVEs of each hand-out together: every
+    message once, one journal copy and one acknowledgment each."""
+    q = qm.create_queue(r".\private$\prefetch-many", journal=True)
+    admin = qm.create_queue(r".\private$\prefetch-many-admin")
+    sent = [q.send(Message(body=b"%02d" % i, admin_queue=admin.format_name,
+                           acknowledge=Acknowledgment.FULL_RECEIVE), wait=True).id
+            for i in range(25)]
+    receiver = qm.open_queue(q.format_name, prefetch=10)
+    got: list[object] = []
+    while len(got) < 25:
+        got += [m.id for m in receiver.receive_many(7, timeout=10)]
+    assert got == sent
+    with pytest.raises(ReceiveTimeout):
+        receiver.receive_many(5, timeout=0.5)
+    journal = qm.open_queue(rf"DIRECT=OS:{qm.name}\private$\prefetch-many;JOURNAL")
+    copies: list[object] = []
+    while len(copies) < 25:
+        copies += [m.id for m in journal.receive_many(25, timeout=10)]
+    assert copies == sent
+    acks = []
+    while len(acks) < 25:
+        acks += admin.receive_many(25, timeout=10)
+    assert all(a.message_class is MessageClass.ACK_RECEIVE for a in acks)
+    assert sorted(str(a.correlation_id) for a in acks) == sorted(map(str, sent))
+    with pytest.raises(ReceiveTimeout):  # none for reading the journal copies either
+        admin.receive(timeout=0.5)
+
+
+def test_a_prefetched_receive_many_whose_journal_write_fails_keeps_its_messages(
+        qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The journal copies of a prefetched hand-out are written before the messages are handed
+    out; when that write fails, the messages stay held and the next receive hands them out."""
+    q = qm.create_queue(r".\private$\prefetch-journal-fails", journal=True)
+    sent = [q.send(Message(body=b"%d" % i), wait=True).id for i in range(6)]
+    receiver = qm.open_queue(q.format_name, prefetch=6)
+    failed = fail_next_journal_write(qm, monkeypatch)
+    with pytest.raises(BrokerUnavailable):
+        receiver.receive_many(6, timeout=10)
+    assert failed == [6]
+    got: list[object] = []
+    while len(got) < 6:
+        got += [m.id for m in receiver.receive_many(6, timeout=10)]
+    assert got == sent
+    receiver.close()
+    with pytest.raises(ReceiveTimeout):
+        qm.open_queue(q.format_name).receive(timeout=0.5)
 
 def test_a_crashed_prefetcher_loses_nothing_silently(
         broker: BrokerEndpoint, qm: QueueManager) -> None:
