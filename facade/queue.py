@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from facade.acl import AccessRight
 from facade.authorization import receive_right
 from facade.cursor import Cursor
-from facade.envelope import EncodedRecord, decode_message, encode_copies, encode_message
+from facade.envelope import EncodedRecord, encode_copies, encode_message
 from facade.formatnames import (
     DirectFormatName,
     FormatName,
@@ -51,13 +51,14 @@ from facade.errors import (
 )
 from facade.message import JournalLevel, Message, MessageClass, MessageId, check_enforceable
 from facade.peeklock import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, PeekLockReceives, unlocked
-from facade.protection import MessageRejected, ProtectionLevel
+from facade.protection import ProtectionLevel
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
 from facade.systemoutputs import acknowledgment_requested
 from facade.transmission import SendTracker
 from facade.transaction import MessageQueueTransaction, check_transaction
 from facade.receipts import ReceiptAction
+from facade.receiving import dead_letter_unreceivable, message_of, write_receive_outputs
 from facade.resolution import elements_of, is_dynamic, needs_directory
 from facade.timeouts import receive_timeout
 
@@ -1138,18 +1139,15 @@ class MessageQueue(PeekLockReceives):
                 (those ready before wait in ``_ready``) and their copies are written again by
                 the next receive (a copy written twice keeps its id: views drop it).
         """
-        destination = self._single()
-        outputs = self.manager.outputs
         handed = self._ready[:limit]
         del self._ready[:limit]
         batch = self._undelivered[:max(limit - len(handed), 0)]
         if batch:
             try:
-                outputs.journal_removed_many(batch, destination)  # one wait for the batch
+                write_receive_outputs(self.manager, batch, self._single())
             except MessageQueueError:
                 self._ready[:0] = handed
                 raise
-            outputs.acknowledge_many(batch, MessageClass.ACK_RECEIVE, destination)
             del self._undelivered[:len(batch)]
             handed.extend(batch)
         return handed
@@ -1376,16 +1374,8 @@ class MessageQueue(PeekLockReceives):
         return done
 
     def _send_poison_to_dead_letter(self, record: Any, reason: str) -> None:
-        try:
-            self._message(record, record.offset)
-        except MessageRejected as rejected:  # a valid envelope the arrival checks refuse
-            self.manager.protection.reject(rejected, self._single())
-            return
-        except EnvelopeError:
-            pass  # a poison record: dead-lettered as such below
-        where = f"{record.topic}@{record.partition}:{record.offset}"
-        self.manager.dead_letter(
-            self.manager.poison_message(record.value, reason, self._single(), where))
+        dead_letter_unreceivable(self.manager, record, reason, self._single(),
+                                 self.protection_level)
 
     def _decode(self, view: QueueView, entry: IndexEntry) -> Message | None:
         """The message of a pending entry, for a peek; None if its value is not an envelope.
@@ -1407,16 +1397,7 @@ class MessageQueue(PeekLockReceives):
             return None
 
     def _message(self, record: Any, lookup_id: int) -> Message:
-        message = decode_message(record.value, record.headers, topic=record.topic,
-                                 partition=record.partition, offset=record.offset)
-        message.lookup_id = lookup_id
-        message.arrived_time = dt.datetime.fromtimestamp(record.timestamp_ms / 1000, dt.timezone.utc)
-        # Decrypted and verified here, so every receive, peek and system action sees the same;
-        # journals and dead-letter queues are read for inspection, never refused (None).
-        destination = self._single()
-        return self.manager.protection.accept(
-            message, None if destination.read_only else destination.properties,
-            self.protection_level)
+        return message_of(self.manager, record, lookup_id, self._single(), self.protection_level)
 
 
 def _copy(message: Message, **changes: Any) -> Message:

@@ -22,7 +22,6 @@ Removal does what a facade receive does, in bulk:
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,14 +29,13 @@ from typing import Any
 
 from facade.config import KmqConfig
 from facade.destination import Destination
-from facade.envelope import decode_message
 from facade.errors import EnvelopeError, QueueNotFound
 from facade.formatnames import parse_queue_reference
 from facade.kafka import KafkaRecord
 from facade.manager import QueueManager
-from facade.message import MessageClass
 from facade.queueview import QueueView
 from facade.receipts import ReceiptAction
+from facade.receiving import dead_letter_unreceivable, message_of, write_receive_outputs
 from spark_connector.resolve import QueueTarget, Resolution
 
 __all__ = ["BatchRemover", "RemovalStats"]
@@ -128,27 +126,26 @@ class BatchRemover:
             chunk = dict(delivered[i:i + CLAIM_CHUNK])
             outcome = view.claim(ReceiptAction.RECEIVE, tuple(chunk))
             stats.taken_by_others += len(outcome.lost)
-            for offset in outcome.won:
-                self._after_receive(target, chunk[offset])
+            self._after_receive(target, [chunk[offset] for offset in outcome.won])
             won_total += len(outcome.won)
         stats.received += won_total
         return won_total
 
-    def _after_receive(self, target: QueueTarget, record: KafkaRecord) -> None:
-        """The side effects of a facade receive: journal copy and ACK_RECEIVE, or dead-letter."""
+    def _after_receive(self, target: QueueTarget, records: list[KafkaRecord]) -> None:
+        """What a facade receive does with the records it won (:mod:`facade.receiving`): the
+        journal copies and ACK_RECEIVEs of the messages, written together; a poison record is
+        dead-lettered as NACK_RECEIVE_REJECTED. The batch handed its rows out as stored
+        (docs/spark.md), so the protection rules refuse nothing here."""
         manager = self._open()
         destination = self._destination(target)
-        try:
-            message = decode_message(record.value, record.headers, topic=record.topic,
-                                     partition=record.partition, offset=record.offset)
-        except EnvelopeError as exc:
-            where = f"{record.topic}@{record.partition}:{record.offset}"
-            manager.dead_letter(manager.poison_message(record.value, str(exc), destination, where))
-            return
-        message.lookup_id = record.offset
-        message.arrived_time = dt.datetime.fromtimestamp(record.timestamp_ms / 1000, dt.timezone.utc)
-        manager.outputs.journal_removed(message, destination)
-        manager.outputs.acknowledge(message, MessageClass.ACK_RECEIVE, destination)
+        messages = []
+        for record in records:
+            try:
+                messages.append(message_of(manager, record, record.offset, destination,
+                                           refuse=False))
+            except EnvelopeError as exc:  # not an envelope (never MessageRejected here)
+                dead_letter_unreceivable(manager, record, str(exc), destination)
+        write_receive_outputs(manager, messages, destination)
 
     # -- facade objects, opened once per query ----------------------------------------------
 

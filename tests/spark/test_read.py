@@ -303,6 +303,7 @@ def test_stream_restarts_from_checkpoint_and_limits_each_trigger(
 def test_receive_mode_removes_committed_messages_once(
         spark: Any, qm: QueueManager, tmp_path: Path) -> None:
     queue, queue_fn = _private(qm, "jobs")
+    queue.set_properties(journal=True)  # a receive-mode removal writes journal copies too
     _admin, admin_fn = _private(qm, "job-acks")
     kept = [queue.send(Message(body=b"job%d" % i, acknowledge=Acknowledgment.POSITIVE_RECEIVE,
                                admin_queue=admin_fn), wait=True) for i in range(3)]
@@ -321,6 +322,9 @@ def test_receive_mode_removes_committed_messages_once(
     assert dead.receive(timeout=10).id == stale.id  # expired: skipped into the DLQ
     acks = _read(spark, qm, admin_fn).collect()
     assert sorted(r.correlation_id for r in acks if r.message_class == "ACK_RECEIVE") == sorted(
+        str(m.id) for m in kept)
+    journal = qm.open_queue(queue_fn + ";JOURNAL")
+    assert sorted(str(journal.receive(timeout=10).id) for _ in kept) == sorted(
         str(m.id) for m in kept)
 
     # A batch whose sink fails is not removed; the restart delivers it again, then removes it.

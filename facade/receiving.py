@@ -1,0 +1,106 @@
+"""What every receive does with the records it won, whoever receives.
+
+A message removed from a queue is handed out the same way by the queue handle
+(:class:`facade.queue.MessageQueue`, its cursors and prefetched batches) and by Spark's
+destructive read (:mod:`spark_connector._receive`), so a record is judged and its outputs are
+written by one piece of code:
+
+1. :func:`message_of`: the record decoded (``EnvelopeError``: poison), its receive-side state
+   set (lookup id, arrival time), then decrypted and verified for hand-out
+   (``MessageRejected``: refused by the queue's or the receiver's protection rules);
+2. :func:`dead_letter_unreceivable`: a won record that cannot be handed out goes to the
+   dead-letter queue, never lost: a refused message with its NACK (NACK_BAD_SIGNATURE, ...), a
+   poison record wrapped as NACK_RECEIVE_REJECTED;
+3. :func:`write_receive_outputs`: the receive's outputs for messages handed out together: their
+   queue-journal copies with one broker wait (raises: hand nothing out), then their ACK_RECEIVEs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from facade.envelope import decode_message
+from facade.errors import EnvelopeError
+from facade.message import Message, MessageClass
+from facade.protection import MessageRejected, ProtectionLevel
+
+if TYPE_CHECKING:
+    from facade.destination import Destination
+    from facade.queuehost import QueueHost
+
+__all__ = ["dead_letter_unreceivable", "message_of", "write_receive_outputs"]
+
+
+def message_of(host: QueueHost, record: Any, lookup_id: int, destination: Destination,
+               required: ProtectionLevel = ProtectionLevel.NONE, *,
+               refuse: bool = True) -> Message:
+    """The message a won or peeked record holds, ready for hand-out.
+
+    Args:
+        host (QueueHost): the queue manager (its message protection).
+        record (KafkaRecord): the data record (value, headers, topic, partition, offset,
+            timestamp_ms).
+        lookup_id (int): the record's offset (MSMQ lookup id).
+        destination (Destination): the queue read; journals and dead-letter queues
+            (``read_only``) are read for inspection and never refuse a message.
+        required (ProtectionLevel): the receiver's protection level (seed 004).
+        refuse (bool): False when the message was handed out as stored already (Spark's
+            receive mode, ``docs/spark.md``): the protection rules can no longer refuse it,
+            so it is judged as a journal copy is (decrypted where possible, never refused).
+
+    Returns:
+        Message: decrypted, ``authenticated`` set, ``lookup_id`` and ``arrived_time`` set.
+
+    Raises:
+        EnvelopeError: the value is not a kmq envelope (poison).
+        MessageRejected: the protection rules refuse it (an EnvelopeError too).
+    """
+    message = decode_message(record.value, record.headers, topic=record.topic,
+                             partition=record.partition, offset=record.offset)
+    message.lookup_id = lookup_id
+    message.arrived_time = dt.datetime.fromtimestamp(record.timestamp_ms / 1000, dt.timezone.utc)
+    # Decrypted and verified here, so every receive, peek and system action sees the same.
+    judged = refuse and not destination.read_only
+    return host.protection.accept(
+        message, destination.properties if judged else None, required)
+
+
+def dead_letter_unreceivable(host: QueueHost, record: Any, reason: str,
+                             destination: Destination,
+                             required: ProtectionLevel = ProtectionLevel.NONE) -> None:
+    """Dead-letter a won record that cannot be handed out (the receipt already removed it, so
+    it must not be lost): a message the protection rules refuse goes with its NACK class
+    (``MessageProtection.reject``), anything else as a poison record (class
+    NACK_RECEIVE_REJECTED, the raw value as its body, ``reason`` in ``kmq.reason``).
+
+    Raises:
+        BrokerUnavailable, BrokerError: the dead-letter copy was not written.
+    """
+    try:
+        message_of(host, record, record.offset, destination, required)
+    except MessageRejected as rejected:  # a valid envelope the arrival checks refuse
+        host.protection.reject(rejected, destination)
+        return
+    except EnvelopeError:
+        pass  # a poison record: dead-lettered as such below
+    where = f"{record.topic}@{record.partition}:{record.offset}"
+    host.dead_letter(host.poison_message(record.value, reason, destination, where))
+
+
+def write_receive_outputs(host: QueueHost, messages: Sequence[Message],
+                          destination: Destination) -> None:
+    """Write the outputs of receiving ``messages`` from ``destination`` together: their journal
+    copies (PROPID_Q_JOURNAL) with one broker wait, then their ACK_RECEIVEs (when asked for).
+
+    Raises:
+        MessageQueueError: a journal copy was not acknowledged: hand none of them out (a copy
+            written again later keeps its id, so views drop the duplicate). A lost
+            acknowledgment is logged, not raised.
+    """
+    if not messages:
+        return
+    outputs = host.outputs
+    outputs.journal_removed_many(list(messages), destination)
+    outputs.acknowledge_many(messages, MessageClass.ACK_RECEIVE, destination)
