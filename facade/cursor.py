@@ -63,45 +63,18 @@ from facade.timeouts import receive_timeout
 if TYPE_CHECKING:
     from facade.message import Message
 
-__all__ = ["Cursor", "CursorSource"]
+__all__ = ["Cursor", "CursorSource", "QueueReader"]
 
 
-class CursorSource(Protocol):
-    """The opened queue a cursor walks (:class:`facade.queue.MessageQueue`): its view of the
-    queue and the receive steps it shares with ``receive`` and ``peek``, so a cursor removes,
-    expires and dead-letters exactly as the queue handle does."""
+class QueueReader(Protocol):
+    """The receive steps of the handle a cursor walks (``MessageQueue.reader``): the handle's
+    view of its queue and the one wait loop, claim and peek that ``receive`` and ``peek`` use,
+    so a cursor removes, expires and dead-letters exactly as the handle does (issue 13: one
+    receive path, no calls into the handle's internals)."""
 
     format_name: str
 
-    def _open_view(self) -> QueueView:
-        """The handle's view of its one queue, opened on first use.
-
-        Raises:
-            UnsupportedFormatNameOperation: the handle names several queues.
-        """
-        ...
-
-    def _decode(self, view: QueueView, entry: IndexEntry) -> Message | None:
-        """A pending entry's message, for a peek; None if it was poison (dead-lettered)."""
-        ...
-
-    def _take(self, view: QueueView, entry: IndexEntry) -> Message | None:
-        """Claim ``entry`` with a RECEIVE receipt; the message if the claim won, else None."""
-        ...
-
-    def _dead_letter_poison(self, view: QueueView) -> list[int]:
-        """Move records that are not valid envelopes to the dead-letter queue."""
-        ...
-
-    def _expire(self, view: QueueView) -> int:
-        """Expire the messages whose time-to-be-received has passed."""
-        ...
-
-    def _lock_housekeeping(self, view: QueueView) -> int:
-        """Release expired peek-locks and prefetched batches."""
-        ...
-
-    def _authorize(self, remove: bool) -> None:
+    def authorize(self, remove: bool) -> None:
         """Check the caller's right to receive (``remove``) or peek the queue.
 
         Raises:
@@ -109,8 +82,50 @@ class CursorSource(Protocol):
         """
         ...
 
-#: Seconds between polls while an action waits for a message (as ``MessageQueue`` does).
-_WAIT_SLICE = 0.05
+    def open_view(self) -> QueueView:
+        """The handle's view of its one queue, opened on first use.
+
+        Raises:
+            UnsupportedFormatNameOperation: the handle names several queues.
+        """
+        ...
+
+    def peek_entry(self, view: QueueView, entry: IndexEntry) -> Message | None:
+        """A pending entry's message, for a peek; None if it was poison (dead-lettered)."""
+        ...
+
+    def take_entry(self, view: QueueView, entry: IndexEntry) -> Message | None:
+        """Claim ``entry`` with a RECEIVE receipt; the message if the claim won, else None.
+
+        Raises:
+            BrokerUnavailable, BrokerError: the verdict could not be read, or an output failed.
+        """
+        ...
+
+    def wait_for(self, pick: Callable[[QueueView, int], IndexEntry | None], *, remove: bool,
+                 timeout: float | None, what: str = "message") -> tuple[IndexEntry, Message]:
+        """Poll the view until ``pick(view, now_ms)`` finds an entry that :meth:`take_entry`
+        (``remove``) or :meth:`peek_entry` turns into a message; poison records, expired
+        messages and expired locks are settled on the way.
+
+        Returns:
+            tuple[IndexEntry, Message]: the entry and its message.
+
+        Raises:
+            ReceiveTimeout: no ``what`` within ``timeout`` seconds (None waits forever).
+        """
+        ...
+
+
+class CursorSource(Protocol):
+    """What :class:`Cursor` takes: an opened queue (:class:`facade.queue.MessageQueue`)."""
+
+    format_name: str
+
+    @property
+    def reader(self) -> QueueReader:
+        """The queue's receive steps."""
+        ...
 
 
 class _Where(Enum):
@@ -151,13 +166,13 @@ class Cursor:
     """
 
     def __init__(self, queue: CursorSource):
-        self._queue = queue
+        self._queue = queue.reader
         self._where = _Where.BEFORE_FIRST
         #: ``(-priority, lookup id)`` of the current (ON) or last received (AFTER) message.
         self._position: tuple[int, int] | None = None
         #: True when a receive moved the cursor onto a message no action has returned yet.
         self._unseen = False
-        queue._open_view()  # fail now, not at the first action, for a multiple-element name
+        self._queue.open_view()  # fail now, not at the first action, for a multiple-element name
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -199,15 +214,15 @@ class Cursor:
             BrokerUnavailable: the view could not read the queue up to its end in time; check
                 that the Kafka broker is running, then retry.
         """
-        self._queue._authorize(remove=False)
+        self._queue.authorize(remove=False)
         timeout = receive_timeout(timeout)
         self._check_open("peek_current")
-        view = self._queue._open_view()
+        view = self._queue.open_view()
         if self._where is not _Where.ON:
             return self._move_forward(view, timeout, remove=False)
         _sync(view, settle=True)
         entry = self._current_entry(view)
-        message = self._queue._decode(view, entry)
+        message = self._queue.peek_entry(view, entry)
         if message is None:  # its value is not an envelope: dead-lettered as poison
             raise self._already_received("is not a valid message and was dead-lettered")
         self._unseen = False
@@ -239,7 +254,7 @@ class Cursor:
             BrokerUnavailable: the broker did not answer while reading the queue; check that it
                 is running, then retry.
         """
-        self._queue._authorize(remove=False)
+        self._queue.authorize(remove=False)
         timeout = receive_timeout(timeout)
         self._check_open("peek_next")
         if self._where is _Where.BEFORE_FIRST:
@@ -252,7 +267,7 @@ class Cursor:
                 f"peek_next after the last message of {self._queue.format_name!r} was received: "
                 "the cursor has no current message", queue=self._queue.format_name,
                 hint="call peek_current(timeout) to wait for the next message")
-        view = self._queue._open_view()
+        view = self._queue.open_view()
         return self._move_forward(view, timeout, remove=False)
 
     def receive_current(self, timeout: float | None = 0) -> Message:
@@ -282,7 +297,7 @@ class Cursor:
             BrokerUnavailable: the receipt was not acknowledged or read back in time; whether
                 the message was removed is unknown until the broker answers again.
         """
-        self._queue._authorize(remove=True)
+        self._queue.authorize(remove=True)
         timeout = receive_timeout(timeout)
         self._check_open("receive_current")
         if self._where is _Where.BEFORE_FIRST:
@@ -290,13 +305,13 @@ class Cursor:
                 f"receive_current on a new cursor of {self._queue.format_name!r}: the cursor "
                 "is not on a message", queue=self._queue.format_name,
                 hint="call peek_current() first; it moves the cursor to the first message")
-        view = self._queue._open_view()
+        view = self._queue.open_view()
         if self._where is _Where.AFTER:
             message = self._move_forward(view, timeout, remove=True)
         else:
             _sync(view)  # the claim below is authoritative: no need to settle
             entry = self._current_entry(view)
-            taken = self._queue._take(view, entry)
+            taken = self._queue.take_entry(view, entry)
             if taken is None:
                 raise self._already_received("was removed by another receiver")
             message = taken
@@ -410,35 +425,17 @@ class Cursor:
 
     def _wait(self, view: QueueView, pick: Callable[[int], IndexEntry | None], remove: bool,
               timeout: float | None) -> Message:
-        """Poll the view until ``pick`` finds a message, then take or decode it and move onto it.
-
-        Mirrors ``MessageQueue._wait``: poison records are dead-lettered, messages past
-        their time-to-be-received expired and locks past their lease settled on the way; a
-        message lost to another receiver while removing is skipped (the cursor was not on it).
+        """Wait for ``pick`` to find a message through the handle's wait loop, take or peek it,
+        and move onto it. A message lost to another receiver while removing is skipped (the
+        cursor was not on it).
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
         _sync(view)
-        while True:
-            self._queue._dead_letter_poison(view)
-            self._queue._expire(view)
-            self._queue._lock_housekeeping(view)
-            entry = pick(_now_ms())
-            if entry is not None:
-                message = (self._queue._take(view, entry) if remove
-                           else self._queue._decode(view, entry))
-                if message is not None:
-                    self._where, self._position = _Where.ON, entry.position
-                    self._unseen = False
-                    return message
-                continue
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise ReceiveTimeout(
-                    f"no {'next ' if self._position else ''}message in "
-                    f"{self._queue.format_name!r} within {timeout:g} s",
-                    queue=self._queue.format_name,
-                    hint="wait longer (timeout in seconds, None waits forever)")
-            view.refresh(_WAIT_SLICE if remaining is None else min(_WAIT_SLICE, remaining))
+        entry, message = self._queue.wait_for(
+            lambda _view, now: pick(now), remove=remove, timeout=timeout,
+            what="next message" if self._position else "message")
+        self._where, self._position = _Where.ON, entry.position
+        self._unseen = False
+        return message
 
     def _step_past_received(self, view: QueueView) -> None:
         """After RECEIVE: point at the message that followed the removed one, or at the end."""

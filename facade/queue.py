@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from facade.acl import AccessRight
 from facade.authorization import receive_right
-from facade.cursor import Cursor
+from facade.cursor import Cursor, QueueReader
 from facade.envelope import EncodedRecord, encode_copies, encode_message
 from facade.formatnames import (
     DirectFormatName,
@@ -768,6 +768,13 @@ class MessageQueue(PeekLockReceives):
                                   queue=self.format_name)
         return message
 
+    @property
+    def reader(self) -> QueueReader:
+        """QueueReader: this handle's receive steps (its view, wait loop, claim and peek), what
+        its cursors (:class:`facade.cursor.Cursor`) walk the queue with. Applications call
+        :meth:`receive`, :meth:`peek` and :meth:`cursor` instead."""
+        return _HandleReader(self)
+
     def cursor(self) -> Cursor:
         """A cursor over this queue (``MQCreateCursor``): peek_current, peek_next,
         receive_current. See :class:`facade.cursor.Cursor`."""
@@ -951,11 +958,25 @@ class MessageQueue(PeekLockReceives):
                   timeout: float | None) -> Any:
         """Poll until ``pick`` finds an entry and ``act`` on it gives a result (not None/empty).
 
+        Raises:
+            ReceiveTimeout: nothing within ``timeout`` seconds.
+        """
+        return self._wait_entry(act, pick, remove, timeout)[1]
+
+    def _wait_entry(self, act: Callable[[QueueView, IndexEntry], Any],
+                    pick: Callable[[QueueView, int], IndexEntry | None], remove: bool,
+                    timeout: float | None, what: str = "message") -> tuple[IndexEntry, Any]:
+        """The one wait loop of every receive and peek, the handle's and its cursors': poll
+        until ``pick`` finds an entry and ``act`` on it gives a result (not None/empty).
+
         Poison records are dead-lettered, expired messages expired and expired locks settled on
         the way.
 
+        Returns:
+            tuple[IndexEntry, Any]: the entry acted on and what ``act`` gave.
+
         Raises:
-            ReceiveTimeout: nothing within ``timeout`` seconds.
+            ReceiveTimeout: no ``what`` within ``timeout`` seconds.
         """
         view = self._open_view()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -971,12 +992,13 @@ class MessageQueue(PeekLockReceives):
             if entry is not None:
                 result = act(view, entry)
                 if result:
-                    return result
+                    return entry, result
                 continue
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise ReceiveTimeout(f"no message in {self.format_name!r} within {timeout:g} s",
-                                     queue=self.format_name)
+                raise ReceiveTimeout(f"no {what} in {self.format_name!r} within {timeout:g} s",
+                                     queue=self.format_name,
+                                     hint="wait longer (timeout in seconds, None waits forever)")
             view.refresh(_WAIT_SLICE if remaining is None else min(_WAIT_SLICE, remaining),
                          receipts=receipts)
 
@@ -1398,6 +1420,41 @@ class MessageQueue(PeekLockReceives):
 
     def _message(self, record: Any, lookup_id: int) -> Message:
         return message_of(self.manager, record, lookup_id, self._single(), self.protection_level)
+
+
+class _HandleReader:
+    """A :class:`MessageQueue`'s receive steps as a cursor sees them (``cursor.QueueReader``).
+
+    Each step holds the handle's lock, so a cursor and the handle's own receives (other
+    threads, ``begin_receive``) never use the view at the same time.
+    """
+
+    def __init__(self, queue: MessageQueue):
+        self._queue = queue
+        self.format_name = queue.format_name
+
+    def authorize(self, remove: bool) -> None:
+        self._queue._authorize(remove)
+
+    def open_view(self) -> QueueView:
+        with self._queue._lock:
+            return self._queue._open_view()
+
+    def peek_entry(self, view: QueueView, entry: IndexEntry) -> Message | None:
+        with self._queue._lock:
+            return self._queue._decode(view, entry)
+
+    def take_entry(self, view: QueueView, entry: IndexEntry) -> Message | None:
+        with self._queue._lock:
+            return self._queue._take(view, entry)
+
+    def wait_for(self, pick: Callable[[QueueView, int], IndexEntry | None], *, remove: bool,
+                 timeout: float | None, what: str = "message") -> tuple[IndexEntry, Message]:
+        queue = self._queue
+        act = queue._take if remove else queue._decode
+        with queue._lock:
+            entry, message = queue._wait_entry(act, pick, remove, timeout, what)
+            return entry, message
 
 
 def _copy(message: Message, **changes: Any) -> Message:

@@ -173,3 +173,26 @@ def test_the_manager_is_below_nothing_it_wires() -> None:
     wired = ("facade.queue", "facade.systemoutputs", "facade.transmission", "facade.resolution",
              "facade.cursor", "facade.peeklock")
     assert [m for m in wired if "facade.manager" in graph[m]] == []
+
+
+def _private_uses(path: Path) -> list[str]:
+    """``something._name`` in ``path`` where something is not ``self``/``cls``: a reach into
+    another object's (or module's) internals."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: .{node.attr}")
+    return found
+
+
+def test_cursor_and_spark_reach_into_no_internals() -> None:
+    """Issue 13: the cursor walks its queue through the ``QueueReader`` protocol and Spark uses
+    the facade's public modules (``facade.receiving``...), not ``MessageQueue``'s internals."""
+    paths = [ROOT / "facade" / "cursor.py", *sorted((ROOT / "spark_connector").glob("*.py"))]
+    # PySpark's py4j gateway has no public name: the only way to ask the JVM for a class.
+    pyspark_gateway = ("._jvm", "._jsparkSession")
+    found = [use for path in paths for use in _private_uses(path)
+             if not use.endswith(pyspark_gateway)]
+    assert not found, "private members used from outside their object:\n" + "\n".join(found)
