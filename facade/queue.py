@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from facade.acl import AccessRight
 from facade.authorization import receive_right
 from facade.cursor import Cursor, QueueReader
-from facade.envelope import EncodedRecord, encode_copies, encode_message
+from facade.envelope import EncodedRecord
 from facade.formatnames import (
     DirectFormatName,
     FormatName,
@@ -54,10 +54,10 @@ from facade.peeklock import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, PeekLockRecei
 from facade.protection import ProtectionLevel
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
-from facade.systemoutputs import acknowledgment_requested
 from facade.transmission import SendTracker
 from facade.transaction import MessageQueueTransaction, check_transaction
 from facade.receipts import ReceiptAction
+from facade.sending import SendCopies, acknowledgment_requested, stamp_sent
 from facade.receiving import dead_letter_unreceivable, message_of, write_receive_outputs
 from facade.resolution import elements_of, is_dynamic, needs_directory
 from facade.timeouts import receive_timeout
@@ -191,8 +191,8 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             UnsupportedFormatNameOperation: a destination is read-only (journal, dead-letter).
-            InvalidParameter: a property outside its range, or one asking for signing or
-                encryption (not supported yet: refused, never sent unprotected).
+            InvalidParameter: a property outside its range, or a security property kmq does
+                not implement (refused, never sent unprotected).
             TransactionUsage: a copy would be rejected for a transaction mismatch (see
                 ``transaction``) without telling the sender; ``transaction`` is committed or
                 aborted already; or the caller set ``transaction_id`` itself.
@@ -279,9 +279,7 @@ class MessageQueue(PeekLockReceives):
         manager, now = self.manager, _now()
         sent_messages = []
         for message in messages:
-            sent = message.stamped(id=manager.ids.new(), sent_time=now,
-                                   source_machine_id=manager.guid,
-                                   destination_format_name=self.format_name)
+            sent = stamp_sent(message, manager.ids.new(), now, manager.guid, self.format_name)
             if not message.unchanged_since_check():
                 sent.check()  # the application edited it since construction (or last send)
             check_enforceable(sent)  # transactions: refused, never ignored
@@ -292,12 +290,11 @@ class MessageQueue(PeekLockReceives):
         batched: dict[str, int] = {}  # bytes this batch adds to each queue with a quota
         denied = manager.access.refused_sends(destinations)  # topic -> why (WRITE_MESSAGE)
         denied_copies = []
-        fan_out = len(destinations) > 1
         for sent in sent_messages:
             journaled = not sent.journal & JournalLevel.JOURNAL
-            shared = None  # the envelope encoded once for the copies sealing leaves unchanged
+            copies = SendCopies(sent, len(destinations))
             for destination in destinations:
-                copy = sent.stamped(destination_queue=destination.format_name)
+                copy = copies.copy(destination.format_name)
                 if destination.topics.data in denied:
                     denied_copies.append(manager.access.refuse_copy(
                         copy, destination, denied[destination.topics.data]))
@@ -308,12 +305,7 @@ class MessageQueue(PeekLockReceives):
                     outputs.reject(sealed, MessageClass.NACK_NOT_TRANSACTIONAL_MSG, destination,
                                    "a nontransactional message sent to a transactional queue")
                     continue
-                if fan_out and sealed is copy:
-                    # Copies differ only in destination_queue: encode the rest once per send.
-                    shared = shared or encode_copies(sent)
-                    record = shared.record(copy.destination_queue)
-                else:
-                    record = encode_message(sealed, validate=False)
+                record = copies.record(copy, sealed)
                 copy = sealed
                 size = len(record.value)
                 if self._over_quota(destination, size, batched):
@@ -380,20 +372,20 @@ class MessageQueue(PeekLockReceives):
         for message in messages:
             # MSMQ sends every message of a transaction with priority 0 and the first
             # message's timers.
-            sent = message.stamped(id=manager.ids.new(), sent_time=now,
-                                   source_machine_id=manager.guid,
-                                   destination_format_name=self.format_name,
-                                   transaction_id=transaction.id, priority=0,
-                                   **transaction.timers(message))
+            sent = stamp_sent(message, manager.ids.new(), now, manager.guid, self.format_name,
+                              transaction_id=transaction.id, priority=0,
+                              **transaction.timers(message))
             sent.check()
             sent = manager.protection.prepare(sent)  # checked, signed if asked
+            copies = SendCopies(sent, len(destinations))
             for destination in destinations:
-                copy = manager.protection.seal(  # each copy for its own destination's key
-                    sent.stamped(destination_queue=destination.format_name), destination)
+                plain = copies.copy(destination.format_name)
+                # each copy for its own destination's key
+                copy = manager.protection.seal(plain, destination)
                 if destination in mismatched:
                     rejected.append((copy, destination))
                     continue
-                manager.transmitter.check_size(destination, copy, encode_message(copy, validate=False))
+                manager.transmitter.check_size(destination, copy, copies.record(plain, copy))
                 enlisted.append((destination, copy))
             sent_messages.append(sent)
         outputs = manager.outputs

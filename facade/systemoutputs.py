@@ -16,28 +16,32 @@ MSMQ posts these as side effects of sends and receives:
 
 An acknowledgment that cannot be delivered (its admin queue was deleted, say) is lost, as in MSMQ:
 it is logged at WARNING and never fails the send or receive that caused it.
+
+What these messages and copies are (an acknowledgment's fields and stamps, a kept copy's
+properties, the machine-journal copy) is :mod:`facade.sending`'s, shared with Spark's sink; this
+class resolves where they go and writes them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
-from facade.envelope import acknowledgment_message, encode_message
+from facade.envelope import encode_message
 from facade.errors import MessageQueueError, UnsupportedFormatNameOperation
 from facade.formatnames import SystemQueue, parse_queue_reference
 from facade.topics import QueueTopics
-from facade.message import (
-    AcknowledgedQueue,
-    Acknowledgment,
-    AcknowledgmentInfo,
-    JournalLevel,
-    Message,
-    MessageClass,
+from facade.message import JournalLevel, Message, MessageClass
+from facade.sending import (
+    ORIGINAL_TTBR_PROPERTY,
+    acknowledgment,
+    acknowledgment_requested,
+    kept_copy,
+    source_journal_copy,
+    stamp_acknowledgment,
 )
 
 if TYPE_CHECKING:
@@ -48,24 +52,6 @@ if TYPE_CHECKING:
 __all__ = ["ORIGINAL_TTBR_PROPERTY", "SystemOutputs", "acknowledgment_requested"]
 
 log = logging.getLogger("kmq.outputs")
-
-
-def acknowledgment_requested(level: Acknowledgment, message_class: MessageClass) -> bool:
-    """Whether an acknowledgment of ``message_class`` was asked for by ``level``.
-
-    Args:
-        level (Acknowledgment): the original message's PROPID_M_ACKNOWLEDGE flags.
-        message_class (MessageClass): the ACK/NACK class about to be posted.
-    """
-    if message_class is MessageClass.ACK_REACH_QUEUE:
-        return bool(level & Acknowledgment.POSITIVE_ARRIVAL)
-    if message_class is MessageClass.ACK_RECEIVE:
-        return bool(level & Acknowledgment.POSITIVE_RECEIVE)
-    if message_class.is_nack:
-        needed = (Acknowledgment.NEGATIVE_RECEIVE if message_class.is_receive_phase
-                  else Acknowledgment.NEGATIVE_ARRIVAL)
-        return bool(level & needed)
-    return False
 
 
 class SystemOutputs:
@@ -127,26 +113,12 @@ class SystemOutputs:
     @staticmethod
     def _acknowledgment(original: Message, message_class: MessageClass, queue: Destination,
                         reason: str | None) -> Message | None:
-        """The acknowledgment of ``message_class`` about ``original``, if its sender asked.
-
-        None for a copy in a journal or dead-letter queue (``queue.read_only``): MSMQ
-        acknowledges what happens to a message at its destination queue; the copy's sender
-        heard of that already, and reading the copy is no receive of the message.
-        """
-        if not original.admin_queue or original.id is None or queue.read_only:
-            return None
-        if not acknowledgment_requested(original.acknowledge, message_class):
-            return None
+        """The acknowledgment of ``message_class`` about ``original`` at ``queue``, if its
+        sender asked (:func:`facade.sending.acknowledgment`; none for a copy in a journal or
+        dead-letter queue)."""
         guid = uuid.UUID(queue.properties.instance) if queue.properties else None
-        info = AcknowledgmentInfo(
-            original_id=original.id, message_class=message_class,
-            queues=(AcknowledgedQueue(queue.format_name, guid),), reason=reason,
-            # MSMQ returns the body with negative acknowledgments so the sender can act on it;
-            # not an encrypted one, which must not reach an admin queue in clear text.
-            original_body=(original.body if message_class.is_nack and not original.privacy_level
-                           else None),
-        )
-        return acknowledgment_message(info, label=original.label)
+        return acknowledgment(original, message_class, queue.format_name, guid,
+                              queue.read_only, reason)
 
     def _copies(self, ack: Message, admin_queue: str) -> list[tuple[str, Message]]:
         """(topic, copy) of ``ack`` for every queue ``admin_queue`` resolves to, one id for all.
@@ -156,18 +128,17 @@ class SystemOutputs:
             MessageQueueError: ``admin_queue`` does not resolve.
         """
         manager = self.manager
-        sent = dataclasses.replace(ack, id=manager.ids.new(), sent_time=_utcnow(),
-                                   source_machine_id=manager.guid,
-                                   destination_format_name=admin_queue)
+        ack_id, now = manager.ids.new(), _utcnow()
         destinations = manager.destinations(parse_queue_reference(admin_queue), for_send=True)
         for destination in destinations:
             if destination.read_only or destination.is_subqueue:
                 raise UnsupportedFormatNameOperation(
                     f"admin queue {destination.format_name!r} cannot be sent to",
                     queue=destination.format_name)
-        return [(destination.topics.data,
-                 dataclasses.replace(sent, destination_queue=destination.format_name))
-                for destination in destinations]
+        copies = stamp_acknowledgment(ack, ack_id, now, manager.guid, admin_queue,
+                                      (d.format_name for d in destinations))
+        return [(destination.topics.data, copy)
+                for destination, copy in zip(destinations, copies, strict=True)]
 
     def reject(self, copy: Message, message_class: MessageClass, queue: Destination,
                reason: str | None = None, timeout: float = 30.0) -> bool:
@@ -198,7 +169,7 @@ class SystemOutputs:
         """
         if not original.journal & JournalLevel.DEADLETTER:
             return False
-        copy = _kept(original, message_class=message_class)
+        copy = kept_copy(original, message_class=message_class)
         self.manager.dead_letter(copy, transactional=original.transaction_id is not None,
                                  timeout=timeout)
         return True
@@ -230,14 +201,14 @@ class SystemOutputs:
         if properties.journal_quota_kb is not None or len(messages) == 1:
             return sum(self._journal_one(message, queue) for message in messages)
         journal = queue.topics.journal().data
-        self.manager.write_system_copies([(journal, _kept(message)) for message in messages])
+        self.manager.write_system_copies([(journal, kept_copy(message)) for message in messages])
         return len(messages)
 
     def _journal_one(self, message: Message, queue: Destination) -> bool:
         """One journal copy, checked against the journal quota first."""
         properties = queue.properties
         assert properties is not None  # journal_removed_many checked it
-        copy = _kept(message)
+        copy = kept_copy(message)
         journal = queue.topics.journal()
         if properties.journal_quota_kb is not None and self._journal_full(
                 journal, properties.journal_quota_kb, len(encode_message(copy).value)):
@@ -274,27 +245,13 @@ class SystemOutputs:
         self._journal_views.clear()
 
     def source_journal(self, sent: Message) -> bool:
-        """Copy a sent message to the machine journal when its journal level has JOURNAL."""
-        if not sent.journal & JournalLevel.JOURNAL:
+        """Copy a sent message to the machine journal when its journal level has JOURNAL
+        (:func:`facade.sending.source_journal_copy`)."""
+        copy = source_journal_copy(sent)
+        if copy is None:
             return False
-        self.manager.write_system_copy(self.manager.system_topic(SystemQueue.JOURNAL), _kept(sent))
+        self.manager.write_system_copy(self.manager.system_topic(SystemQueue.JOURNAL), copy)
         return True
-
-
-#: Application property of a journal or dead-letter copy holding the original's
-#: time-to-be-received in seconds (the copy itself has none), so it can be shown and restored.
-ORIGINAL_TTBR_PROPERTY = "kmq.time_to_be_received"
-
-
-def _kept(message: Message, **changes: Any) -> Message:
-    """A copy for a journal or dead-letter queue: it stays there for inspection, so it no
-    longer expires (its time-to-be-received applied to the original queue only, and is kept
-    in the :data:`ORIGINAL_TTBR_PROPERTY` property)."""
-    properties = dict(message.properties)
-    if message.time_to_be_received is not None:
-        properties[ORIGINAL_TTBR_PROPERTY] = repr(message.time_to_be_received)
-    return dataclasses.replace(message, time_to_be_received=None, properties=properties,
-                               **changes)
 
 
 def _utcnow() -> dt.datetime:

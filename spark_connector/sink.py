@@ -27,10 +27,19 @@ and rate sources read without a shuffle); after a shuffle, give a ``message_key`
 Spark's own Kafka sink produces new records on a replay, which consumers cannot tell apart: it is
 at-least-once. Limits: see ``docs/spark.md`` ("Writing").
 
+What every send does with a message is :mod:`facade.sending`'s, shared with
+:meth:`facade.queue.MessageQueue.send`: the queue manager's stamps, one copy per queue (the
+envelope encoded once for all of them), the machine-journal copy (source journaling, the
+time-to-be-received kept in a property as on every journal copy) and the arrival
+acknowledgments (ACK_REACH_QUEUE, posted once the task's records are stored).
+
 What the facade does at send and this sink does not (documented in ``docs/spark.md``): queue
 quotas, NACKs and dead-lettering of copies that cannot be delivered (the task fails and Spark
-retries it instead), time-to-reach-queue as a delivery deadline, signing and encryption (not in
-the facade yet either: :func:`secure_message` is the hook).
+retries it instead), time-to-reach-queue as a delivery deadline, signing and encryption. The
+facade signs and encrypts (:mod:`facade.protection`), but with the sender's private key and
+certificate and the destination queues' keys, which the executors running the tasks do not
+have: the columns that ask for signing or encryption are refused (:func:`check_schema`), and a
+message is never sent unprotected. :func:`secure_message` is where each copy would be protected.
 """
 
 from __future__ import annotations
@@ -53,23 +62,27 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
 from facade.config import KmqConfig
-from facade.envelope import acknowledgment_message, encode_message
+from facade.envelope import encode_message
 from facade.errors import BrokerUnavailable, InvalidParameter
 from facade.formatnames import SystemQueue
 from facade.kafka import KafkaSession, kafka_error_to_queue_error, map_kafka_errors
 from facade.message import (
-    AcknowledgedQueue,
     Acknowledgment,
-    AcknowledgmentInfo,
     BodyType,
     Delivery,
-    JournalLevel,
     Message,
     MessageClass,
     MessageId,
     unsupported_security,
 )
 from facade.propertyspec import SparkInput, specs
+from facade.sending import (
+    SendCopies,
+    acknowledgment,
+    source_journal_copy,
+    stamp_acknowledgment,
+    stamp_sent,
+)
 from facade.topics import system_topics
 from spark_connector.resolve import QueueTarget, Resolution, resolve
 
@@ -231,7 +244,8 @@ MESSAGE_COLUMNS: dict[str, _Column] = {
 }
 
 # Message properties a writer could ask for but that need signing or encryption, which the
-# facade does not do yet: refused with a pointer to the hook instead of sent unprotected.
+# sink cannot do (no keys on the executors, see the module docstring): refused instead of sent
+# unprotected.
 _SECURITY_COLUMNS = ("auth_level", "privacy_level", "hash_algorithm", "encryption_algorithm",
                      "sender_certificate", "signature", "destination_symmetric_key")
 
@@ -239,7 +253,8 @@ _SECURITY_COLUMNS = ("auth_level", "privacy_level", "hash_algorithm", "encryptio
 def _unsupported_security(names: Iterable[str]) -> InvalidParameter:
     # The facade's error (facade.message.unsupported_security), with the sink's own hint.
     return unsupported_security(
-        names, hint="drop these columns; spark_connector.sink.secure_message is where it will go")
+        names, hint="drop these columns, or send these messages with MessageQueue.send, which "
+                    "signs and encrypts them")
 
 
 def check_schema(schema: Any) -> str:
@@ -255,7 +270,7 @@ def check_schema(schema: Any) -> str:
     Raises:
         InvalidParameter: a column is unknown (the message names it and lists the known ones),
             ``body`` is missing, a column has a type it does not accept, or a column asks for
-            signing or encryption (not supported yet).
+            signing or encryption (refused: the executors have no keys to protect it with).
     """
     fields = {f.name: f.dataType for f in schema.fields}
     security = [name for name in fields if name in _SECURITY_COLUMNS]
@@ -406,9 +421,10 @@ def secure_message(message: Message, target: QueueTarget) -> Message:
     """Hook for signing (PROPID_M_AUTH_LEVEL) and body encryption (PROPID_M_PRIV_LEVEL).
 
     Called for each copy just before it is encoded, with the queue it goes to (encryption is
-    per destination). The kmq facade neither signs nor encrypts yet, so this returns the copy
-    unchanged and the columns that would ask for it are refused by :func:`check_schema`; when the
-    facade gains both, this calls the same code so Spark-written messages match facade sends.
+    per destination). The sink does not sign or encrypt: :mod:`facade.protection` needs the
+    sender's private key and certificate and the destination queues' keys, which the executors
+    do not have. So this returns the copy unchanged, and the columns that would ask for
+    protection are refused by :func:`check_schema` (a message is never sent unprotected).
 
     Args:
         message (Message): the stamped copy (id, sent time, destination set).
@@ -677,35 +693,34 @@ class _PartitionWriter:
 
     def _write_row(self, output: _RecordOutput, index: int, row: Mapping[str, Any]) -> None:
         plan = self.plan
+        targets = plan.resolution.targets
         try:
             message_key = _message_key(row)
             message = message_from_row(row, plan.defaults, plan.body_column_type)
             # As MessageQueue.send: one id for every copy; the QM stamps time, source, name.
-            sent = dataclasses.replace(
-                message, id=self.scope.message_id(index, message_key),
-                sent_time=dt.datetime.now(dt.UTC), source_machine_id=self.machine_guid,
-                destination_format_name=plan.resolution.format_name)
+            sent = stamp_sent(message, self.scope.message_id(index, message_key),
+                              dt.datetime.now(dt.UTC), self.machine_guid,
+                              plan.resolution.format_name)
         except InvalidParameter as exc:
             raise InvalidParameter(f"{self.scope.where(index)}: {exc.message}",
                                    hint=exc.hint) from exc
-        for target in plan.resolution.targets:
-            copy = dataclasses.replace(sent, destination_queue=target.format_name)
-            output.send(target.data_topic, encode_message(secure_message(copy, target)))
+        copies = SendCopies(sent, len(targets))
+        for target in targets:
+            copy = copies.copy(target.format_name)
+            output.send(target.data_topic, copies.record(copy, secure_message(copy, target)))
         self.summary.rows += 1
-        self.summary.records += len(plan.resolution.targets)
-        if sent.journal & JournalLevel.JOURNAL:
-            self._source_journal(output, sent)
+        self.summary.records += len(targets)
+        journal_copy = source_journal_copy(sent)
+        if journal_copy is not None:
+            self._source_journal(output, journal_copy)
         if sent.admin_queue and sent.acknowledge & Acknowledgment.POSITIVE_ARRIVAL:
             self.pending_acks.append(dataclasses.replace(sent, body=b""))
 
-    def _source_journal(self, output: _RecordOutput, sent: Message) -> None:
-        """Copy to the driver queue manager's machine journal, as the facade's source journaling.
-
-        The copy keeps the message id, so a replayed batch's copy is a duplicate there too.
-        """
+    def _source_journal(self, output: _RecordOutput, copy: Message) -> None:
+        """Write ``copy`` (:func:`facade.sending.source_journal_copy`) to the driver queue
+        manager's machine journal, as the facade's source journaling does."""
         topic = system_topics(self.plan.resolution.queue_manager, SystemQueue.JOURNAL).data
-        # Journal copies stay for inspection: their TTBR applied to the destination only.
-        output.send(topic, encode_message(dataclasses.replace(sent, time_to_be_received=None)))
+        output.send(topic, encode_message(copy))
         self.summary.journal_copies += 1
 
     def _acknowledge(self, output: _RecordOutput, sent: Message) -> None:
@@ -718,19 +733,17 @@ class _PartitionWriter:
         sent_id = sent.id
         if sent_id is None:  # stamped before it was written: a bug if not
             raise InvalidParameter("a sent message has no id: it cannot be acknowledged")
+        admin_queue = sent.admin_queue
+        assert admin_queue  # only messages with an admin queue are pending
         for index, target in enumerate(targets):
             guid = uuid.UUID(target.queue_guid) if target.queue_guid else None
-            info = AcknowledgmentInfo(
-                original_id=sent_id, message_class=MessageClass.ACK_REACH_QUEUE,
-                queues=(AcknowledgedQueue(target.format_name, guid),))
-            ack = dataclasses.replace(
-                acknowledgment_message(info, label=sent.label),
+            ack = acknowledgment(sent, MessageClass.ACK_REACH_QUEUE, target.format_name, guid)
+            assert ack is not None  # _write_row checked that it was asked for
+            copies = stamp_acknowledgment(
                 # Deterministic like the message's own id, so a replayed ACK is a duplicate.
-                id=_ack_id(sent_id, index),
-                sent_time=dt.datetime.now(dt.UTC), source_machine_id=self.machine_guid,
-                destination_format_name=sent.admin_queue)
-            for admin_target in admin.targets:
-                copy = dataclasses.replace(ack, destination_queue=admin_target.format_name)
+                ack, _ack_id(sent_id, index), dt.datetime.now(dt.UTC), self.machine_guid,
+                admin_queue, (admin_target.format_name for admin_target in admin.targets))
+            for admin_target, copy in zip(admin.targets, copies, strict=True):
                 output.send(admin_target.data_topic, encode_message(copy))
             self.summary.acknowledgments += 1
 
