@@ -387,7 +387,7 @@ class _Workload:
                     if sender.send(index, entry) == ROUTE_HELD:
                         last_held = time.monotonic()
                     progress.advance(task)
-                sender.flush_transaction()  # the last, shorter transaction
+                sender.flush()  # the last batches, the last, shorter transaction
             self.qm.transmitter.flush(30.0)
         finally:
             sender.close()
