@@ -166,13 +166,13 @@ class Cursor:
     """
 
     def __init__(self, queue: CursorSource):
-        self._queue = queue.reader
+        self._reader = queue.reader
         self._where = _Where.BEFORE_FIRST
         #: ``(-priority, lookup id)`` of the current (ON) or last received (AFTER) message.
         self._position: tuple[int, int] | None = None
         #: True when a receive moved the cursor onto a message no action has returned yet.
         self._unseen = False
-        self._queue.open_view()  # fail now, not at the first action, for a multiple-element name
+        self._reader.open_view()  # fail now, not at the first action, for a multiple-element name
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -214,15 +214,15 @@ class Cursor:
             BrokerUnavailable: the view could not read the queue up to its end in time; check
                 that the Kafka broker is running, then retry.
         """
-        self._queue.authorize(remove=False)
+        self._reader.authorize(remove=False)
         timeout = receive_timeout(timeout)
         self._check_open("peek_current")
-        view = self._queue.open_view()
+        view = self._reader.open_view()
         if self._where is not _Where.ON:
             return self._move_forward(view, timeout, remove=False)
         _sync(view, settle=True)
         entry = self._current_entry(view)
-        message = self._queue.peek_entry(view, entry)
+        message = self._reader.peek_entry(view, entry)
         if message is None:  # its value is not an envelope: dead-lettered as poison
             raise self._already_received("is not a valid message and was dead-lettered")
         self._unseen = False
@@ -254,20 +254,20 @@ class Cursor:
             BrokerUnavailable: the broker did not answer while reading the queue; check that it
                 is running, then retry.
         """
-        self._queue.authorize(remove=False)
+        self._reader.authorize(remove=False)
         timeout = receive_timeout(timeout)
         self._check_open("peek_next")
         if self._where is _Where.BEFORE_FIRST:
             raise IllegalCursorAction(
-                f"peek_next on a new cursor of {self._queue.format_name!r}: the cursor has no "
-                "current message yet", queue=self._queue.format_name,
+                f"peek_next on a new cursor of {self._reader.format_name!r}: the cursor has no "
+                "current message yet", queue=self._reader.format_name,
                 hint="call peek_current() first; it moves the cursor to the first message")
         if self._where is _Where.AFTER:
             raise IllegalCursorAction(
-                f"peek_next after the last message of {self._queue.format_name!r} was received: "
-                "the cursor has no current message", queue=self._queue.format_name,
+                f"peek_next after the last message of {self._reader.format_name!r} was received: "
+                "the cursor has no current message", queue=self._reader.format_name,
                 hint="call peek_current(timeout) to wait for the next message")
-        view = self._queue.open_view()
+        view = self._reader.open_view()
         return self._move_forward(view, timeout, remove=False)
 
     def receive_current(self, timeout: float | None = 0) -> Message:
@@ -297,21 +297,21 @@ class Cursor:
             BrokerUnavailable: the receipt was not acknowledged or read back in time; whether
                 the message was removed is unknown until the broker answers again.
         """
-        self._queue.authorize(remove=True)
+        self._reader.authorize(remove=True)
         timeout = receive_timeout(timeout)
         self._check_open("receive_current")
         if self._where is _Where.BEFORE_FIRST:
             raise IllegalCursorAction(
-                f"receive_current on a new cursor of {self._queue.format_name!r}: the cursor "
-                "is not on a message", queue=self._queue.format_name,
+                f"receive_current on a new cursor of {self._reader.format_name!r}: the cursor "
+                "is not on a message", queue=self._reader.format_name,
                 hint="call peek_current() first; it moves the cursor to the first message")
-        view = self._queue.open_view()
+        view = self._reader.open_view()
         if self._where is _Where.AFTER:
             message = self._move_forward(view, timeout, remove=True)
         else:
             _sync(view)  # the claim below is authoritative: no need to settle
             entry = self._current_entry(view)
-            taken = self._queue.take_entry(view, entry)
+            taken = self._reader.take_entry(view, entry)
             if taken is None:
                 raise self._already_received("was removed by another receiver")
             message = taken
@@ -384,21 +384,21 @@ class Cursor:
         where = self._where.value
         if self._position is not None:
             where += f" (priority {-self._position[0]}, lookup id {self._position[1]})"
-        return f"<Cursor on {self._queue.format_name!r}, {where}>"
+        return f"<Cursor on {self._reader.format_name!r}, {where}>"
 
     # -- internals -----------------------------------------------------------------------------
 
     def _check_open(self, action: str) -> None:
         if self._where is _Where.CLOSED:
-            raise IllegalCursorAction(f"{action} on a closed cursor of {self._queue.format_name!r}",
-                                      queue=self._queue.format_name,
+            raise IllegalCursorAction(f"{action} on a closed cursor of {self._reader.format_name!r}",
+                                      queue=self._reader.format_name,
                                       hint="create a new cursor with Cursor(queue)")
 
     def _already_received(self, how: str) -> MessageAlreadyReceived:
         lookup_id = self._position[1] if self._position else None
         return MessageAlreadyReceived(
             f"the message under the cursor (lookup id {lookup_id}) in "
-            f"{self._queue.format_name!r} {how}", queue=self._queue.format_name,
+            f"{self._reader.format_name!r} {how}", queue=self._reader.format_name,
             hint="call peek_next() to move the cursor to the message after it")
 
     def _current_entry(self, view: QueueView) -> IndexEntry:
@@ -430,7 +430,7 @@ class Cursor:
         cursor was not on it).
         """
         _sync(view)
-        entry, message = self._queue.wait_for(
+        entry, message = self._reader.wait_for(
             lambda _view, now: pick(now), remove=remove, timeout=timeout,
             what="next message" if self._position else "message")
         self._where, self._position = _Where.ON, entry.position
