@@ -60,6 +60,8 @@ __all__ = ["AccessHost", "QueueAccess", "RefusedCopy", "receive_right"]
 
 #: Administration rights a queue manager's MANAGE right stands in for.
 _MANAGED = AccessRight.SET_PROPERTIES | AccessRight.DELETE
+#: Destination lists whose refusals one QueueAccess keeps (see refused_sends).
+_MAX_KEPT = 256
 
 
 def receive_right(destination: Destination, remove: bool) -> AccessRight:
@@ -132,6 +134,9 @@ class QueueAccess:
         #: path name -> (the record the rights were computed from, the caller's rights): a
         #: receive loop checks the same unchanged record thousands of times a second.
         self._granted: dict[str, tuple[QueueProperties, AccessRight]] = {}
+        #: (principal, the destinations' data topics) -> (registry generation, the refusals):
+        #: a list's members are checked at every send, nearly always against the same records.
+        self._refused: dict[tuple[str, tuple[str, ...]], tuple[int, dict[str, AccessDenied]]] = {}
 
     @property
     def principal(self) -> str:
@@ -199,12 +204,25 @@ class QueueAccess:
         Returns:
             dict[str, AccessDenied]: data topic -> the refusal, for each refused destination.
         """
+        # Queue descriptors live in the registry: under the same generation, the same records
+        # give the same answers. System queues' descriptors do not, so they are not kept.
+        keep = all(d.properties is not None for d in destinations)
+        if keep:
+            generation = self.manager.registry.generation()
+            key = (self.principal, tuple(d.topics.data for d in destinations))
+            known = self._refused.get(key)
+            if known is not None and known[0] == generation:
+                return dict(known[1])
         refused = {}
         for destination in destinations:
             try:
                 self.require(destination, AccessRight.WRITE_MESSAGE)
             except AccessDenied as exc:
                 refused[destination.topics.data] = exc
+        if keep:
+            if len(self._refused) >= _MAX_KEPT:
+                self._refused.clear()
+            self._refused[key] = (generation, dict(refused))
         return refused
 
     def refuse_copy(self, copy: Message, destination: Destination,

@@ -231,10 +231,29 @@ def _record_builder() -> Any:
 
 
 def _message_builder() -> Any:
-    arguments = ", ".join(
-        f"{attr}=" + _FROM_AVRO[avro.codec].format(v=f"r[{avro.name!r}]")
-        for attr, avro in _envelope_fields())
-    return compile_function("message_of", "r", f"Message({arguments})", globals())
+    """``message_of(record)``: the Message of a decoded envelope record.
+
+    A value equal to its property's default is replaced by the default object itself (the
+    enum member for an int, the shared float or string), because :meth:`Message.check`
+    converts and validates only what is not the default object: most properties of a
+    received message hold their default, and this halves the cost of building it. The
+    replacement is what normalisation would have produced (an equal value of the canonical
+    type), so the message is the same.
+    """
+    defaults = {f.name: f.default for f, _spec in specs(Message)}
+    namespace = dict(globals())
+    arguments = []
+    for attr, avro in _envelope_fields():
+        value = _FROM_AVRO[avro.codec].format(v=f"r[{avro.name!r}]")
+        default = defaults[attr]
+        if default is MISSING or default is None or isinstance(default, (bytes, bool)):
+            arguments.append(f"{attr!r}: {value}")  # None, b"", False: already shared objects
+            continue
+        namespace[f"_default_{attr}"] = default
+        arguments.append(f"{attr!r}: (_default_{attr} if (_v := {value}) == _default_{attr} "
+                         "else _v)")
+    items = ", ".join(arguments)
+    return compile_function("message_of", "r", f"Message.from_values({{{items}}})", namespace)
 
 
 _record_of = _record_builder()

@@ -139,6 +139,11 @@ def _guid_bytes_le(guid: uuid.UUID) -> bytes:
     return guid.bytes_le
 
 
+#: The GUID of a message id's first 16 bytes, memoised the same way for the receive side:
+#: the ids a queue holds come from few sending queue managers.
+_guid_from_bytes_le = functools.lru_cache(maxsize=256)(lambda data: uuid.UUID(bytes_le=data))
+
+
 @dataclass(frozen=True, slots=True)
 class MessageId:
     r"""An MSMQ message id (PROPID_M_MSGID), also used for correlation ids (PROPID_M_CORRELATIONID).
@@ -235,7 +240,7 @@ class MessageId:
                 f"a message id is {cls.SIZE} bytes (16-byte GUID + 4-byte sequence), got {got!r}"
             )
         data = bytes(data)
-        return cls(uuid.UUID(bytes_le=data[:16]), int.from_bytes(data[16:], "little"))
+        return cls(_guid_from_bytes_le(data[:16]), int.from_bytes(data[16:], "little"))
 
     @classmethod
     def parse(cls, text: str) -> MessageId:
@@ -893,6 +898,35 @@ class Message:
             self._validate_properties()
         return True
 
+    @classmethod
+    def from_values(cls, values: dict[str, Any]) -> Message:
+        """Build a message from property values by name, normalised and validated as
+        ``Message(**values)`` would be, without the keyword call: decoders build one message
+        per record (about 2.5 us less per message, docs/performance.md).
+
+        Args:
+            values (dict[str, Any]): property name -> value; a property that is absent gets
+                its default. The dict becomes the message's own: do not reuse it.
+
+        Returns:
+            Message: the message.
+
+        Raises:
+            InvalidParameter: a value is out of its MSMQ range (see :meth:`validate`);
+            TypeError: a name is not a property.
+        """
+        if not _FIELD_NAMES.issuperset(values):
+            raise TypeError(f"not message properties: {sorted(values.keys() - _FIELD_NAMES)}")
+        message = object.__new__(cls)
+        state = message.__dict__
+        if len(values) != len(_FIELD_NAMES):
+            state.update(_PLAIN_DEFAULTS)
+            if "properties" not in values:
+                state["properties"] = {}
+        state.update(values)
+        message.check()
+        return message
+
     def stamped(self, **changes: Any) -> Message:
         """A copy with ``changes`` applied, without normalising or validating again.
 
@@ -1118,6 +1152,10 @@ _NORMALIZED, _PROPERTY_CHECKS = _derive_checks()
 _CHECKED = "_checked_values"
 #: Every property's value out of a message's ``__dict__``, in field order.
 _field_values = operator.itemgetter(*(f.name for f in fields(Message)))
+#: Every property name, and (name, default) of those with a plain default (all but
+#: ``properties``), for :meth:`Message.from_values`.
+_FIELD_NAMES = frozenset(f.name for f in fields(Message))
+_PLAIN_DEFAULTS = {f.name: f.default for f in fields(Message) if f.default is not MISSING}
 
 
 @dataclass(frozen=True)

@@ -493,6 +493,7 @@ class Registry:
         self._reaffirm: set[str] = set()
         self._malformed = 0
         self._next: dict[str, int] = {}  # per registry topic: the next offset to apply
+        self._generation = 0  # bumped by every change to the view
 
     @property
     def malformed(self) -> int:
@@ -508,6 +509,23 @@ class Registry:
         """Create the registry topics if they do not exist yet."""
         self._session.create_topics([QUEUE_REGISTRY_TOPIC, QUEUE_MANAGER_REGISTRY_TOPIC],
                                     _REGISTRY_TOPIC_CONFIG, exist_ok=True)
+
+    def generation(self) -> int:
+        """A number that changes whenever the view changes (a queue or queue manager record
+        applied, written or removed), refreshed first under the rules of :meth:`get_queue`.
+
+        Lookups resolved from the view stay valid while it returns the same number: callers
+        that resolve the same names again and again (a distribution list's members, at every
+        send) keep their results under it instead of looking every name up again.
+
+        Returns:
+            int: the view's generation.
+
+        Raises:
+            BrokerUnavailable: the registry could not be read up to its end.
+        """
+        self._refresh(force=False)
+        return self._generation
 
     # -- queues --------------------------------------------------------------------------------
 
@@ -538,12 +556,14 @@ class Registry:
         self._write(QUEUE_REGISTRY_TOPIC, properties.path_name, properties.to_json())
         with self._lock:
             self._queues[properties.path_name] = properties
+            self._generation += 1
 
     def remove_queue(self, path_name: str) -> None:
         """Unregister a queue (a tombstone)."""
         self._write(QUEUE_REGISTRY_TOPIC, path_name, None)
         with self._lock:
             self._queues.pop(path_name, None)
+            self._generation += 1
 
     # -- queue managers ------------------------------------------------------------------------
 
@@ -618,6 +638,7 @@ class Registry:
                         f"could not read the queue registry up to its end within {_SCAN_TIMEOUT:g} s",
                         hint="check that the Kafka broker is running")
                 for record in self._reader.poll(0.05):
+                    self._generation += 1
                     self._apply(record)
                     self._next[record.topic] = record.offset + 1
             self._refreshed = time.monotonic()

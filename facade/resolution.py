@@ -17,6 +17,7 @@ nothing is sent to the other elements either.
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING
 
 from facade.errors import InvalidParameter
@@ -30,6 +31,7 @@ from facade.formatnames import (
 
 if TYPE_CHECKING:
     from facade.destination import Destination
+    from facade.directory.client import Recipient
     from facade.directory.objects import PublicQueueEntry
     from facade.interfaces import ResolverHost
 
@@ -69,6 +71,10 @@ class Resolver:
         #: Public queue (queue manager, name, journal, subqueue) -> its Destination, reused
         #: while the registry still holds the very properties it was resolved from.
         self._public_destinations: dict[tuple[str, str, bool, str | None], Destination] = {}
+        #: (list format name, for_send) -> (the expansion's recipients, the registry
+        #: generation, the queues they resolved to): a list sent to again with the same
+        #: expansion and an unchanged registry resolves to the same queues.
+        self._lists: dict[tuple[str, bool], tuple[list[Recipient], int, list[Destination]]] = {}
 
     def destinations(self, reference: FormatName | QueuePath, *,
                      for_send: bool) -> list[Destination]:
@@ -139,11 +145,26 @@ class Resolver:
 
     def _distribution_list(self, fn: DistributionListFormatName,
                            for_send: bool) -> list[Destination]:
+        name = str(fn)
+        recipients = self.manager.directory.expand(name, check_send=for_send)
+        # After the expansion: a registry change during it gives a newer generation.
+        generation = self.manager.registry.generation()
+        known = self._lists.get((name, for_send))
+        if known is not None and known[1] == generation and len(known[0]) == len(recipients) \
+                and all(map(operator.is_, known[0], recipients)):
+            return list(known[2])  # the directory's cached expansion, the same registry view
+        resolved = self._resolve_recipients(fn, recipients)
+        if len(self._lists) >= _MAX_CACHED:
+            self._lists.clear()
+        self._lists[(name, for_send)] = (recipients, generation, list(resolved))
+        return resolved
+
+    def _resolve_recipients(self, fn: DistributionListFormatName,
+                            recipients: list[Recipient]) -> list[Destination]:
         # Here, not at module level: facade.directory loads ldap3, which only names that need
         # the directory should pay for (kmq start-up time).
         from facade.directory.objects import PublicQueueEntry
 
-        recipients = self.manager.directory.expand(str(fn), check_send=for_send)
         resolved: list[Destination] = []
         for recipient in recipients:
             target = self._parse(recipient.format_name)

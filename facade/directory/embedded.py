@@ -201,6 +201,7 @@ class EmbeddedDirectoryStore:
         self._connection: ldap3.Connection | None = None
         self._lock_fd: int | None = None
         self._depth = 0  # nesting of read()/write() in the owning thread
+        self._locked = False  # the outermost section holds the process lock
         self._mutated = False  # a write() ran inside the current outermost section
         self._loaded_signature: tuple[int, int, int] | None = None  # None: never loaded
         #: Bumped whenever the in-memory directory is replaced or saved: the change marker.
@@ -304,10 +305,14 @@ class EmbeddedDirectoryStore:
 
     @contextlib.contextmanager
     def read(self) -> Iterator[ldap3.Connection]:
-        """Hold the store for reading: thread lock, process lock, and the file's latest content.
+        """Hold the store for reading: thread lock, and the file's latest content.
 
-        The process lock is exclusive even for reads: a section may nest a :meth:`write`, and
-        sections are short (no upgrade from shared to exclusive, which could deadlock).
+        When the file is still the version in memory (one ``stat``), the section takes no
+        process lock: every save replaces the file by rename, so the version in memory is a
+        complete one and no other process can change it. Otherwise the section takes the
+        exclusive process lock and reloads, as :meth:`write` does. A :meth:`write` nested in a
+        read that took no lock takes it then, and fails if another process saved in between
+        (the read's earlier answers could be stale); sections are short, so this is rare.
 
         Yields:
             ldap3.Connection: the bound mock connection.
@@ -316,7 +321,7 @@ class EmbeddedDirectoryStore:
             DirectoryUnavailable: the store is closed, the lock cannot be taken, or the file
                 changed on disk and cannot be reloaded.
         """
-        with self._section() as connection:
+        with self._section(reading=True) as connection:
             yield connection
 
     @contextlib.contextmanager
@@ -339,20 +344,27 @@ class EmbeddedDirectoryStore:
             yield connection
 
     @contextlib.contextmanager
-    def _section(self) -> Iterator[ldap3.Connection]:
+    def _section(self, *, reading: bool = False) -> Iterator[ldap3.Connection]:
         with self._mutex:
             connection = self.connection
-            if self._depth > 0:  # nested: the outermost section locks, reloads and saves
+            if self._depth > 0:  # nested: the outermost section reloads, saves and unlocks
+                if not reading and not self._locked:
+                    self._lock_unchanged()
                 self._depth += 1
                 try:
                     yield connection
                 finally:
                     self._depth -= 1
                 return
-            self._flock(fcntl.LOCK_EX)
-            self._depth, self._mutated = 1, False
+            # A stat instead of two flock calls: each system call releases the GIL, which a
+            # sending thread then waits to get back from the producer's poller thread.
+            locked = not reading or self._signature() != self._loaded_signature
+            if locked:
+                self._flock(fcntl.LOCK_EX)
+            self._depth, self._mutated, self._locked = 1, False, locked
             try:
-                self._reload_if_changed()
+                if locked:
+                    self._reload_if_changed()
                 try:
                     yield connection
                 except BaseException:
@@ -362,8 +374,25 @@ class EmbeddedDirectoryStore:
                 if self._mutated:
                     self._save_or_roll_back()
             finally:
-                self._depth, self._mutated = 0, False
-                self._flock(fcntl.LOCK_UN)
+                unlock = self._locked
+                self._depth, self._mutated, self._locked = 0, False, False
+                if unlock:
+                    self._flock(fcntl.LOCK_UN)
+
+    def _lock_unchanged(self) -> None:
+        """Take the process lock for a write nested in a read section that took none.
+
+        Raises:
+            DirectoryUnavailable: another process saved the file since the read began (its
+                answers may be stale); retry the operation.
+        """
+        self._flock(fcntl.LOCK_EX)
+        if self._signature() != self._loaded_signature:
+            self._flock(fcntl.LOCK_UN)
+            raise _unavailable(
+                self.path, "another process changed it during a read that nests a change", None,
+                "retry the operation")
+        self._locked = True
 
     def change_marker(self, connection: ldap3.Connection) -> int | None:
         """A value that changes whenever the directory's content may have changed.
@@ -392,6 +421,8 @@ class EmbeddedDirectoryStore:
         with self._mutex:
             self.connection  # noqa: B018 - raises when closed
             if self._depth > 0:
+                if not self._locked:
+                    self._lock_unchanged()
                 self._write_file()
                 return
             self._flock(fcntl.LOCK_EX)

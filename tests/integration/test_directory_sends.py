@@ -175,6 +175,34 @@ def test_missing_send_to_on_a_top_level_member_sends_nothing(qm: QueueManager) -
     assert _empty(q1, q2)
 
 
+def test_a_list_send_checks_its_queues_as_of_each_send(qm: QueueManager) -> None:
+    """A list's resolution and access checks are kept between sends only while the registry
+    is unchanged: a member queue's own access list applies from the next send, both ways.
+
+    The second member is a private queue behind an alias, so Send To on the directory objects
+    (checked by the expansion) still allows the send and the queue's access list decides.
+    """
+    q1, q1_fn = _public(qm, "kept-1")
+    q2, q2_fn = _private(qm, "kept-2")
+    qm.directory.create_alias("kept-2-alias", q2_fn)
+    dl = qm.directory.create_distribution_list("kept")
+    qm.directory.add_member("kept", q1_fn)
+    qm.directory.add_member("kept", "alias:kept-2-alias")
+    handle = qm.open_queue(dl.format_name)
+    for body in (b"one", b"two"):  # the second send reuses the first one's resolution
+        handle.send(Message(body=body), wait=True)
+    path = q2.properties.path_name
+    allowed = qm.queue_security(path)
+    qm.set_queue_security(path, allowed.deny("Everyone", AccessRight.WRITE_MESSAGE))
+    with pytest.raises(AccessDenied, match="kept-2"):
+        handle.send(Message(body=b"three"), wait=True)
+    qm.set_queue_security(path, allowed)
+    handle.send(Message(body=b"four"), wait=True)
+    assert [q1.receive(timeout=10).body for _ in range(4)] == [b"one", b"two", b"three", b"four"]
+    assert [q2.receive(timeout=10).body for _ in range(3)] == [b"one", b"two", b"four"]
+    assert _empty(q1, q2)
+
+
 def test_private_format_name_and_alias_to_it(qm: QueueManager) -> None:
     queue, _ = _private(qm, "numbered")
     props = queue.properties

@@ -124,6 +124,37 @@ def test_another_instance_sees_changes_on_its_next_read(
     assert _find(store, f"(objectClass={ObjectClass.QUEUE})") == []
 
 
+def test_a_read_of_the_version_in_memory_takes_no_process_lock(
+    store: EmbeddedDirectoryStore, path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    calls: list[int] = []
+    real = fcntl.flock
+    monkeypatch.setattr(fcntl, "flock", lambda fd, op: (calls.append(op), real(fd, op))[1])
+    _find(store, "(objectClass=*)")
+    assert calls == []  # unchanged file: one stat, no lock
+    with EmbeddedDirectoryStore(path) as other:
+        _add_queue(other)
+    calls.clear()
+    assert len(_find(store, f"(objectClass={ObjectClass.QUEUE})")) == 1  # reloaded, locked
+    assert calls == [fcntl.LOCK_EX, fcntl.LOCK_UN]
+
+
+def test_a_write_nested_in_an_unlocked_read(store: EmbeddedDirectoryStore, path: Path) -> None:
+    with store.read():
+        _add_queue(store)  # nothing changed since the read began: it takes the lock and saves
+    with EmbeddedDirectoryStore(path) as again:
+        assert len(_find(again, f"(objectClass={ObjectClass.QUEUE})")) == 1
+    with store.read():
+        with EmbeddedDirectoryStore(path) as other, other.write() as conn:
+            assert conn.delete(public_queue_dn("host1", "orders"))
+        # Another process saved after the read began: the read's answers may be stale.
+        with pytest.raises(DirectoryUnavailable, match="retry"):
+            _add_queue(store, "other", "11111111-2222-3333-4444-555555555555")
+    assert _find(store, f"(objectClass={ObjectClass.QUEUE})") == []  # nothing half-done
+
+
 def test_closing_a_reader_does_not_undo_another_writer(
     store: EmbeddedDirectoryStore, path: Path
 ) -> None:

@@ -759,7 +759,11 @@ def messages(draw: st.DrawFn) -> Message:
 @given(messages())
 def test_random_valid_messages_round_trip(m: Message) -> None:
     record = encode_message(m)
-    assert decode_message(record.value) == m
+    decoded = decode_message(record.value)
+    assert decoded == m
+    # Equal and of the same types: enum members stay enum members (an IntEnum equals its int).
+    for f in dataclasses.fields(Message):
+        assert type(getattr(decoded, f.name)) is type(getattr(m, f.name)), f.name
     headers = read_headers(record.headers)
     assert headers.id == str(m.id) and headers.priority == m.priority
     assert headers.message_class == m.message_class

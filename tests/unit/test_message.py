@@ -297,6 +297,26 @@ def test_message_accepts_ints_for_enums_and_converts_them() -> None:
     assert m.body_type is BodyType.BYTES
 
 
+def test_from_values_builds_what_the_constructor_builds() -> None:
+    values = dict(priority=5, message_class=0x8002, label="l", body=bytearray(b"xy"),
+                  delivery=1, properties={"k": "v"})
+    built = Message.from_values(dict(values))
+    assert built == Message(**values)
+    assert built.message_class is MessageClass.NACK_REACH_QUEUE_TIMEOUT
+    assert built.delivery is Delivery.RECOVERABLE and built.body == b"xy"
+    assert built.lookup_id is None and built.authenticated is False  # absent: defaults
+    assert built.unchanged_since_check()
+    assert Message.from_values({}) == Message()
+    assert Message.from_values({}).properties is not Message.from_values({}).properties
+
+
+def test_from_values_checks_like_the_constructor() -> None:
+    with pytest.raises(InvalidParameter, match="priority"):
+        Message.from_values({"priority": 8})
+    with pytest.raises(TypeError, match="colour"):
+        Message.from_values({"colour": "red"})
+
+
 def test_unknown_body_type_stays_a_plain_int() -> None:
     assert Message(body_type=0x4011).body_type == 0x4011
 
