@@ -1152,8 +1152,8 @@ _NORMALIZED, _PROPERTY_CHECKS = _derive_checks()
 _CHECKED = "_checked_values"
 #: Every property's value out of a message's ``__dict__``, in field order.
 _field_values = operator.itemgetter(*(f.name for f in fields(Message)))
-#: Every property name, and (name, default) of those with a plain default (all but
-#: ``properties``), for :meth:`Message.from_values`.
+#: Every property name, and name -> default of those with a plain default (all but
+#: ``properties``, whose default is a new dict), for :meth:`Message.from_values`.
 _FIELD_NAMES = frozenset(f.name for f in fields(Message))
 _PLAIN_DEFAULTS = {f.name: f.default for f in fields(Message) if f.default is not MISSING}
 

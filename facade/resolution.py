@@ -147,7 +147,8 @@ class Resolver:
                            for_send: bool) -> list[Destination]:
         name = str(fn)
         recipients = self.manager.directory.expand(name, check_send=for_send)
-        # After the expansion: a registry change during it gives a newer generation.
+        # Read before resolving: a registry change while the members resolve gives a newer
+        # generation, so what is kept is never newer than the generation it is kept under.
         generation = self.manager.registry.generation()
         known = self._lists.get((name, for_send))
         if known is not None and known[1] == generation and len(known[0]) == len(recipients) \
