@@ -97,13 +97,6 @@ TAIL_FETCH_WAIT_MS = 2
 MAX_FETCH_WAIT_MS = 500
 #: Seconds of empty polls after which a reader checks whether it is starved (TopicReader).
 STARVED_AFTER = 0.25
-#: Starvation checks in a row that may find a reader at the end librdkafka last reported, or
-#: at most SHORT_BACKLOG records behind the broker's end offset, before the reader is taken as
-#: starved anyway (see TopicReader._check_starved).
-AT_END_CHECKS = 8
-#: Records behind the end offset that a short fetch wait cannot be what keeps a reader from:
-#: starvation is a long log of small batches (tens of thousands of records).
-SHORT_BACKLOG = 500
 #: Seconds ``read_to_end`` always reads first: a few fetch cycles, so watermarks are current.
 _SETTLE = 0.03
 #: Seconds a reader may go unused before it stops fetching (see :class:`TopicReader`).
@@ -755,9 +748,6 @@ class TopicReader:
         self._next: dict[str, int] = {}
         self._paused: set[str] = set()
         self._idle_since: float | None = None
-        #: Starvation checks in a row that found the reader at its reported end (see
-        #: _check_starved).
-        self._at_end_checks = 0
         #: Topics paused because the reader rested (see :meth:`rest`), not by :meth:`pause`.
         self._rested: set[str] = set()
         #: Topics :meth:`stop_reading` named: never fetched again.
@@ -844,7 +834,6 @@ class TopicReader:
             self._next[topic] = offset + 1
         if records:
             self._idle_since = None
-            self._at_end_checks = 0
         elif timeout > 0 or batch:
             self._check_starved()
         return records
@@ -860,18 +849,6 @@ class TopicReader:
         with one end-offset query; each step multiplies the wait by 8, up to librdkafka's
         default of 500 ms. Apache Kafka answers a waiting fetch at once, so there a short wait
         never starves and this never triggers.
-
-        A reader that stands exactly where librdkafka last reported the end of the partition
-        (the end of a fetch response: for this read_committed reader the last stable offset),
-        or only a few records (:data:`SHORT_BACKLOG`) behind the end offset the broker gives,
-        is most likely at the end and not starved: a Kafka transaction still open holds the
-        last stable offset below the end offset, and a broker may answer the end-offset query
-        ahead of its fetch responses (Tansu after multi-record batches). Raising the wait
-        there made every later read wait out the longer fetch (128 ms per receive from a
-        transactional queue while a transactional sender wrote to it: 1,654 demo messages in
-        223 s instead of 14 s). Only after :data:`AT_END_CHECKS` such checks in a row (records
-        arriving reset the count), about 2 s of empty polls, is such a reader taken as starved
-        after all, so that one starved there still recovers.
         """
         now = time.monotonic()
         if self._idle_since is None:
@@ -888,17 +865,8 @@ class TopicReader:
         except BrokerUnavailable:
             return  # no answer, so no evidence of starvation: the poll's result stands
         positions = self._positions(fetching)
-        behind = [t for t in fetching
-                  if (positions[t] >= 0 or ends[t] > 0) and positions[t] < ends[t]]
-        if not behind:
-            return
-        if all(positions[t] == self._stable_end.get(t) or ends[t] - positions[t] <= SHORT_BACKLOG
-               for t in behind):
-            self._at_end_checks += 1
-            if self._at_end_checks <= AT_END_CHECKS:
-                return
-        self._at_end_checks = 0
-        self._lengthen_fetch_wait("got nothing")
+        if any(positions[t] < ends[t] for t in fetching if positions[t] >= 0 or ends[t] > 0):
+            self._lengthen_fetch_wait("got nothing")
 
     def _positions(self, topics: Iterable[str]) -> dict[str, int]:
         """Per topic, the next offset to read: the consumer's position, which also moves past

@@ -114,8 +114,6 @@ def render_summary(summary: dict[str, Any]) -> Any:
                        f"{summary['receivers']['queues']} queues, "
                        f"{summary['receivers']['per_queue']} competing on each "
                        f"(prefetch {summary['receivers']['prefetch']})"
-                       + ("; one more thread for the transactional queue"
-                          if summary["receivers"].get("dedicated") else "")
                        + (f"; {summary['receivers']['retried']} receives retried after broker "
                           "errors" if summary["receivers"]["retried"] else ""))),
         ("time", ", ".join(f"{k} {v:.1f}s" for k, v in summary["timings_s"].items())),

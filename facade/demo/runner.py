@@ -277,9 +277,7 @@ class _Workload:
             BaseException: a receiver's failure, or Ctrl-C.
         """
         drains = self._drains(self._planned_copies(entries))
-        slow = [d for d in drains if isinstance(d, TransactionalDrain)]
-        pool = ReceiverPool([d for d in drains if d not in slow], self.options.receivers,
-                            self.abort, dedicated=slow)
+        pool = ReceiverPool(drains, self.options.receivers, self.abort)
         pool.start()
         try:
             with self.timer.phase("send + receive"):
@@ -296,8 +294,7 @@ class _Workload:
             self._paced(entries)
         with self.timer.phase("expire"):
             self._expire(last_held)
-        return {"workers": self.options.receivers, "dedicated": len(slow),
-                "queues": len({d.format_name for d in drains}),
+        return {"workers": self.options.receivers, "queues": len({d.format_name for d in drains}),
                 "per_queue": RECEIVERS_PER_QUEUE, "prefetch": PREFETCH,
                 "retried": sum(d.transient_errors for d in drains),
                 "verified": sum(d.verified for d in drains if isinstance(d, SecurityDesk))}
@@ -465,9 +462,7 @@ def _run_facts(options: DemoOptions, environment: DemoEnvironment, stats: Corpus
             "entries": f"{len(entries):,} of {stats.entries:,}",
             "limit": options.limit or "none",
             "receivers": (f"{receivers['workers']} threads, {receivers['per_queue']} per queue, "
-                          f"prefetch {receivers['prefetch']}"
-                          + ("; one more for the transactional queue"
-                             if receivers.get("dedicated") else "")),
+                          f"prefetch {receivers['prefetch']}"),
             "paced run": f"{PACED_MESSAGES} messages at {PACED_RATE:g}/s",
             "broker": environment.describe()["mode"],
         },

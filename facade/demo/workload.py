@@ -50,7 +50,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -770,35 +770,25 @@ class ReceiverPool:
     a core per view even when idle. With a dozen views the broker saturates on polling alone
     and receipts come back late; a handful of busy views is what a 2-core machine sustains.
 
-    A drain that is slow per message (the transactional queue's: a lock receipt per message
-    and a Kafka transaction per TRANSACTION_SIZE) can be ``dedicated``: it gets a thread of its
-    own from the start, so it drains while the sender runs instead of after the big queues
-    (it used to be the last 14 s of the demo's send + receive phase).
-
     Args:
         drains (list[QueueDrain]): in the order workers should take them (a drain whose
             upstream is another drain must come after it).
-        workers (int): threads that take ``drains`` in turn.
+        workers (int): threads.
         abort (threading.Event): set to stop every worker after its current receive; a
             worker's failure sets it too.
-        dedicated (Sequence[QueueDrain] | None): drains run each on its own extra thread.
 
     Attributes:
         errors (list[BaseException]): what failed.
     """
 
-    def __init__(self, drains: list[QueueDrain], workers: int, abort: threading.Event,
-                 dedicated: Sequence[QueueDrain] | None = None):
-        self.drains = [*drains, *(dedicated or ())]
+    def __init__(self, drains: list[QueueDrain], workers: int, abort: threading.Event):
+        self.drains = drains
         self.abort = abort
         self.errors: list[BaseException] = []
         self._next = iter(drains)
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._work, name=f"kmq-demo-receiver-{i}",
                                           daemon=True) for i in range(max(1, workers))]
-        self._threads += [threading.Thread(target=self._run, args=(drain,), daemon=True,
-                                           name=f"kmq-demo-receiver-dedicated-{i}")
-                          for i, drain in enumerate(dedicated or ())]
 
     def start(self) -> None:
         """Start the workers."""
@@ -822,14 +812,11 @@ class ReceiverPool:
                 drain = next(self._next, None)
             if drain is None:
                 return
-            self._run(drain)
-
-    def _run(self, drain: QueueDrain) -> None:
-        try:
-            drain.run(self.abort)
-        except BaseException as exc:  # noqa: BLE001 - reported to the runner, which fails
-            self.errors.append(exc)
-            self.abort.set()
+            try:
+                drain.run(self.abort)
+            except BaseException as exc:  # noqa: BLE001 - reported to the runner, which fails
+                self.errors.append(exc)
+                self.abort.set()
 
 
 def read_all(qm: Any, format_name: str, observe: Callable[[Message], None]) -> int:
