@@ -97,6 +97,13 @@ TAIL_FETCH_WAIT_MS = 2
 MAX_FETCH_WAIT_MS = 500
 #: Seconds of empty polls after which a reader checks whether it is starved (TopicReader).
 STARVED_AFTER = 0.25
+#: Starvation checks in a row that may find a reader at the end librdkafka last reported, or
+#: at most SHORT_BACKLOG records behind the broker's end offset, before the reader is taken as
+#: starved anyway (see TopicReader._check_starved).
+AT_END_CHECKS = 8
+#: Records behind the end offset that a short fetch wait cannot be what keeps a reader from:
+#: starvation is a long log of small batches (tens of thousands of records).
+SHORT_BACKLOG = 500
 #: Seconds ``read_to_end`` always reads first: a few fetch cycles, so watermarks are current.
 _SETTLE = 0.03
 #: Seconds a reader may go unused before it stops fetching (see :class:`TopicReader`).
@@ -748,6 +755,9 @@ class TopicReader:
         self._next: dict[str, int] = {}
         self._paused: set[str] = set()
         self._idle_since: float | None = None
+        #: Starvation checks in a row that found the reader at its reported end (see
+        #: _check_starved).
+        self._at_end_checks = 0
         #: Topics paused because the reader rested (see :meth:`rest`), not by :meth:`pause`.
         self._rested: set[str] = set()
         #: Topics :meth:`stop_reading` named: never fetched again.
@@ -834,6 +844,7 @@ class TopicReader:
             self._next[topic] = offset + 1
         if records:
             self._idle_since = None
+            self._at_end_checks = 0
         elif timeout > 0 or batch:
             self._check_starved()
         return records
@@ -849,6 +860,18 @@ class TopicReader:
         with one end-offset query; each step multiplies the wait by 8, up to librdkafka's
         default of 500 ms. Apache Kafka answers a waiting fetch at once, so there a short wait
         never starves and this never triggers.
+
+        A reader that stands exactly where librdkafka last reported the end of the partition
+        (the end of a fetch response: for this read_committed reader the last stable offset),
+        or only a few records (:data:`SHORT_BACKLOG`) behind the end offset the broker gives,
+        is most likely at the end and not starved: a Kafka transaction still open holds the
+        last stable offset below the end offset, and a broker may answer the end-offset query
+        ahead of the fetch responses a reader has had (seen on Tansu). Raising the wait
+        there made every later read wait out the longer fetch (128 ms per receive from a
+        transactional queue while a transactional sender wrote to it: 1,654 demo messages in
+        223 s instead of 14 s). Only after :data:`AT_END_CHECKS` such checks in a row (records
+        arriving reset the count), about 2 s of empty polls, is such a reader taken as starved
+        after all, so that one starved there still recovers.
         """
         now = time.monotonic()
         if self._idle_since is None:
@@ -865,8 +888,17 @@ class TopicReader:
         except BrokerUnavailable:
             return  # no answer, so no evidence of starvation: the poll's result stands
         positions = self._positions(fetching)
-        if any(positions[t] < ends[t] for t in fetching if positions[t] >= 0 or ends[t] > 0):
-            self._lengthen_fetch_wait("got nothing")
+        behind = [t for t in fetching
+                  if (positions[t] >= 0 or ends[t] > 0) and positions[t] < ends[t]]
+        if not behind:
+            return
+        if all(positions[t] == self._stable_end.get(t) or ends[t] - positions[t] <= SHORT_BACKLOG
+               for t in behind):
+            self._at_end_checks += 1
+            if self._at_end_checks <= AT_END_CHECKS:
+                return
+        self._at_end_checks = 0
+        self._lengthen_fetch_wait("got nothing")
 
     def _positions(self, topics: Iterable[str]) -> dict[str, int]:
         """Per topic, the next offset to read: the consumer's position, which also moves past
@@ -939,14 +971,18 @@ class TopicReader:
         """
         return not self._lagging(topics)
 
-    def _lagging(self, topics: Iterable[str]) -> dict[str, tuple[int, int]]:
+    def _lagging(self, topics: Iterable[str],
+                 floors: Mapping[str, int] | None = None) -> dict[str, tuple[int, int]]:
         """The topics not read up to their high watermark: ``topic -> (position, high)``,
-        high < 0 while no fetch response is known."""
+        high < 0 while no fetch response is known. ``floors`` raises a topic's end to at least
+        the given offset (an end offset queried from the broker)."""
         lagging = {}
         with map_kafka_errors("read positions"):
             for topic, position in self._positions(topics).items():
                 low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0),
                                                                  cached=True)
+                if high >= 0 and floors:
+                    high = max(high, floors.get(topic, 0))
                 if high < 0 or position < 0 and high > 0 or 0 <= position < high:
                     lagging[topic] = (max(position, low, 0), high)
         return lagging
@@ -1027,8 +1063,13 @@ class TopicReader:
     def read_to_end(self, topics: Sequence[str], timeout: float) -> Iterator[list[KafkaRecord]]:
         """Yield batches of records until every topic is read up to what the broker holds now.
 
-        Reads at least ``_SETTLE`` seconds first, so that the fetch-response watermarks
-        :meth:`caught_up` relies on reflect records acknowledged before the call.
+        The end is the later of the watermark of the latest fetch response and the end offset
+        the broker gives at the start of the call (one ListOffsets query per topic). The
+        watermark alone can predate the call: a reader that rested fetched nothing meanwhile,
+        and a reader whose fetch wait was lengthened last heard from the broker up to that
+        wait ago. The queried end alone can fall short (some Kafka-API brokers answer with the
+        first offset of the last multi-record batch), so the reader also reads at least
+        ``_SETTLE`` seconds and up to a fetch response's watermark.
 
         A Kafka transaction that is open (a producer between its first write and its commit or
         abort) holds its records, and every record after them, back from read_committed readers.
@@ -1042,15 +1083,17 @@ class TopicReader:
         Raises:
             BrokerUnavailable: not caught up within ``timeout`` seconds; the message gives each
                 topic's position and high watermark.
+            QueueNotFound: a topic does not exist.
         """
         started = time.monotonic()
+        floors = self.end_offsets(topics, timeout)
         checked = started
         held_since: float | None = None
         positions = dict(self._next)
         while True:
             now = time.monotonic()
             if now - started >= _SETTLE:
-                lagging = self._lagging(topics)
+                lagging = self._lagging(topics, floors)
                 if not lagging:
                     return
                 if not self._held_by_transaction(lagging):
