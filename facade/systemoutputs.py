@@ -116,6 +116,8 @@ class SystemOutputs:
         """The acknowledgment of ``message_class`` about ``original`` at ``queue``, if its
         sender asked (:func:`facade.sending.acknowledgment`; none for a copy in a journal or
         dead-letter queue)."""
+        if not original.admin_queue:
+            return None  # none asked for, the usual case: no need to parse the queue's GUID
         guid = uuid.UUID(queue.properties.instance) if queue.properties else None
         return acknowledgment(original, message_class, queue.format_name, guid,
                               queue.read_only, reason)

@@ -213,7 +213,9 @@ def test_message_expiring_under_the_cursor_is_already_received(qm: QueueManager)
     # each try gives it a longer TTBR (in seconds), and the test waits only for what is left.
     for attempt, ttbr in enumerate((3.0, 10.0, 30.0)):
         q = qm.create_queue(rf".\private$\ttbr-{attempt}")
-        sent = q.send(Message(body=b"short-lived", time_to_be_received=ttbr))
+        # wait=True: a message with a TTBR travels through its own producer (one per TTRQ
+        # setting), so without the wait the plain message after it can arrive first.
+        sent = q.send(Message(body=b"short-lived", time_to_be_received=ttbr), wait=True)
         q.send(Message(body=b"b"), wait=True)
         cursor = Cursor(q)
         if cursor.peek_current(timeout=10).body == b"short-lived":
