@@ -30,13 +30,14 @@ The view answers MSMQ's receive order (priority 7 first, then arrival order), lo
 message id, correlation id and lookup id (the offset), cursor steps, TTBR expiry, timed dequeue
 (not-before) and the poison records to dead-letter.
 
-Memory: a pending message costs one compact :class:`IndexEntry` (about 72 bytes, its message id
-an int of 32) plus its offset, a slot in the offset dict, the message-id dict, the dedupe dict
-and its priority lane: about 320 bytes in all (``benchmarks/state_bench.py``). A removed one
-costs one byte (its state code) until the floor passes it, plus its dedupe key
-while inside the dedupe window. A held offset keeps its entry (so a release needs no re-fetch)
-until its lock is settled; the ids of the last :data:`LOCK_MEMORY` locks are kept to ignore
-duplicated LOCK receipts.
+Memory: a pending message costs one compact :class:`IndexEntry` (64 bytes; its message id an
+int of 32, its offset an int of 32), a slot in the chunked array of pending entries by offset
+(about 9), its dedupe key's slot in the dedupe dict (which also answers lookups by message id),
+its slot in its priority lane (9) and its state code (1): about 200 bytes in all
+(``benchmarks/state_bench.py``, docs/performance.md). A removed one costs one byte (its state
+code) until the floor passes it, plus its dedupe key while inside the dedupe window. A held
+offset keeps its entry (so a release needs no re-fetch) until its lock is settled; the ids of
+the last :data:`LOCK_MEMORY` locks are kept to ignore duplicated LOCK receipts.
 """
 
 from __future__ import annotations
@@ -44,12 +45,12 @@ from __future__ import annotations
 import heapq
 import re
 from bisect import bisect_left, bisect_right
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from operator import attrgetter, itemgetter
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from facade.avro import HEADER_SIZE
 from facade.envelope import read_headers
@@ -101,7 +102,8 @@ _ID_TEXT = re.compile(
 )
 _UINT32_MAX = 2**32 - 1
 _offset_of = attrgetter("offset")
-# Record sizes seen, to share one int object per size among index entries (memory).
+# (size << 3 | priority) values seen, to share one int object per value among index entries
+# (memory).
 _SIZES: dict[int, int] = {}
 _SIZES_KEPT = 1 << 16
 # Interned message-id prefixes (``guid\``, or ``guid\`` + "@origin" suffix pairs) for _ident.
@@ -174,13 +176,15 @@ class IndexEntry:
             comes from; "" for poison records, which are never duplicates.
         poison (bool): the headers are missing or invalid: the record must be dead-lettered
             (claimed with POISON), never handed to an application.
+
+    Raises:
+        ValueError: ``priority`` outside 0-7 or a negative ``size``.
     """
 
-    __slots__ = ("_extra", "_id", "offset", "priority", "size")
+    __slots__ = ("_extra", "_id", "_sized", "offset")
     # Declared for type checkers: __slots__ alone gives mypy no attribute types.
     offset: int
-    priority: int
-    size: int
+    _sized: int  # size << 3 | priority, one shared int per value seen (see _SIZES)
     _id: int | str
     # (correlation_id, expires_ms, not_before_ms, dedupe ident, poison), None when all unset.
     _extra: tuple[str | None, int | None, int | None, int | str, bool] | None
@@ -191,8 +195,11 @@ class IndexEntry:
         ident = _ident(message_id)
         set_ = object.__setattr__
         set_(self, "offset", offset)
-        set_(self, "priority", priority)
-        set_(self, "size", _SIZES.setdefault(size, size) if len(_SIZES) < _SIZES_KEPT else size)
+        if not 0 <= priority < _PRIORITIES or size < 0:
+            raise ValueError(f"IndexEntry priority {priority} is not 0-7, or size {size} < 0")
+        sized = size << 3 | priority
+        set_(self, "_sized",
+             _SIZES.setdefault(sized, sized) if len(_SIZES) < _SIZES_KEPT else sized)
         set_(self, "_id", ident)
         dedupe = ident if dedupe_key == message_id else _ident(dedupe_key)
         if correlation_id is None and expires_ms is None and not_before_ms is None \
@@ -203,6 +210,16 @@ class IndexEntry:
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"IndexEntry is immutable (cannot set {name!r})")
+
+    @property
+    def priority(self) -> int:
+        """int: 0 (lowest) to 7 (highest), PROPID_M_PRIORITY."""
+        return self._sized & 7
+
+    @property
+    def size(self) -> int:
+        """int: bytes of the record value, for quotas."""
+        return self._sized >> 3
 
     @property
     def message_id(self) -> str:
@@ -553,6 +570,71 @@ class StateSnapshot:
 
 
 # --------------------------------------------------------------------------------------------
+# Pending entries by offset
+# --------------------------------------------------------------------------------------------
+
+_CHUNK_BITS = 6
+_CHUNK = 1 << _CHUNK_BITS
+_CHUNK_MASK = _CHUNK - 1
+
+
+class _PendingByOffset:
+    """The pending entries by data offset, as a sparse array in chunks of 64 offsets.
+
+    Pending messages lie close together in offset order (a queue is received from its head),
+    so a chunk costs about 9 bytes per offset where a dict costs about 50 per entry (at
+    200,000 entries). A chunk is freed when its last entry leaves, so a message left behind
+    far below the head costs one chunk (about 600 bytes), not the span since.
+    """
+
+    __slots__ = ("_chunks",)
+
+    def __init__(self) -> None:
+        # chunk number -> 64 slots (an entry or None) and, last, how many are entries (> 0)
+        self._chunks: dict[int, list[Any]] = {}
+
+    def get(self, offset: int) -> IndexEntry | None:
+        """The pending entry at ``offset``, or None."""
+        chunk = self._chunks.get(offset >> _CHUNK_BITS)
+        return None if chunk is None else chunk[offset & _CHUNK_MASK]
+
+    def __contains__(self, offset: int) -> bool:
+        chunk = self._chunks.get(offset >> _CHUNK_BITS)
+        return chunk is not None and chunk[offset & _CHUNK_MASK] is not None
+
+    def __getitem__(self, offset: int) -> IndexEntry:
+        chunk = self._chunks.get(offset >> _CHUNK_BITS)
+        entry = None if chunk is None else chunk[offset & _CHUNK_MASK]
+        if entry is None:
+            raise KeyError(offset)
+        return entry
+
+    def __setitem__(self, offset: int, entry: IndexEntry) -> None:
+        chunk = self._chunks.get(offset >> _CHUNK_BITS)
+        if chunk is None:
+            chunk = self._chunks[offset >> _CHUNK_BITS] = [None] * _CHUNK + [0]
+        slot = offset & _CHUNK_MASK
+        if chunk[slot] is None:
+            chunk[_CHUNK] += 1
+        chunk[slot] = entry
+
+    def __delitem__(self, offset: int) -> None:
+        chunk = self._chunks.get(offset >> _CHUNK_BITS)
+        slot = offset & _CHUNK_MASK
+        if chunk is None or chunk[slot] is None:
+            raise KeyError(offset)
+        chunk[slot] = None
+        chunk[_CHUNK] -= 1
+        if not chunk[_CHUNK]:
+            del self._chunks[offset >> _CHUNK_BITS]
+
+    def values(self) -> Iterator[IndexEntry]:
+        """Every pending entry, in offset order."""
+        for number in sorted(self._chunks):
+            yield from (entry for entry in self._chunks[number][:_CHUNK] if entry is not None)
+
+
+# --------------------------------------------------------------------------------------------
 # Per-priority lanes
 # --------------------------------------------------------------------------------------------
 
@@ -592,7 +674,7 @@ class _Lane:
         entries.insert(index, entry)
         self.version += 1
 
-    def trim(self, pending: dict[int, IndexEntry]) -> None:
+    def trim(self, pending: _PendingByOffset) -> None:
         """Advance the head past removed entries and compact when removed ones dominate."""
         entries, head = self.entries, self.head
         while head < len(entries) and entries[head].offset not in pending:
@@ -631,6 +713,17 @@ def _index_remove(index: dict[_K, int | list[int]], key: _K, offset: int) -> Non
         if current == offset:
             del index[key]
     elif current is not None:
+        current.remove(offset)
+        if len(current) == 1:
+            index[key] = current[0]
+
+
+def _index_discard(index: dict[_K, int | list[int]], key: _K, offset: int) -> None:
+    """Remove ``offset`` under ``key`` if it is there."""
+    current = index.get(key)
+    if current == offset:
+        del index[key]
+    elif isinstance(current, list) and offset in current:
         current.remove(offset)
         if len(current) == 1:
             index[key] = current[0]
@@ -675,9 +768,12 @@ class QueueState:
         self._receipts_offset = receipts_start
         self._dedupe_window = dedupe_window
         # Pending entries (messages and poison records) by offset.
-        self._entries: dict[int, IndexEntry] = {}
+        self._entries = _PendingByOffset()
         self._lanes = [_Lane() for _ in range(_PRIORITIES)]
         self._poison: dict[int, IndexEntry] = {}  # insertion order = offset order
+        # Message id -> pending offsets the dedupe index does not give (see _findable): a
+        # pending message is usually its id's latest record in the window, and then a second
+        # dict slot for it would cost about 50 bytes per message.
         self._by_id: dict[int | str, int | list[int]] = {}  # by IndexEntry._id
         self._by_cid: dict[str, int | list[int]] = {}
         self._expiry: list[tuple[int, int]] = []  # heap of (expires_ms, offset), lazy
@@ -692,13 +788,12 @@ class QueueState:
         self._ahead: dict[int, int] = {}
         self._ahead_heap: list[int] = []
         self._purge_floor = 0  # every offset below is removed (max purge_below seen)
-        # Dedupe key -> offset of its latest record, oldest first (move_to_end on repeats).
+        # Dedupe key -> offset of its latest record. A key counts only while that offset is
+        # within the window (>= _dedupe_low); older keys are pruned in bulk every quarter
+        # window, so no per-key expiry queue is needed (it cost 16 bytes per key).
         self._dedupe: dict[int | str, int] = {}  # by IndexEntry.dedupe_ident
-        # Every (key, offset) added, in offset order, to expire keys as the window passes; an
-        # entry whose key was seen again since is stale and skipped. Cheaper than an
-        # OrderedDict with move_to_end (about 40 bytes per key).
-        self._dedupe_keys: deque[int | str] = deque()
-        self._dedupe_offsets: deque[int] = deque()
+        self._dedupe_low = 0  # the window's lowest offset at the latest add
+        self._dedupe_prune_at = dedupe_window
         self._incomplete: dict[str, IncompleteClaim] = {}
         self._adds = 0
         # Locks: held offset -> its hold; lock claim id -> the lock, for those still holding
@@ -831,17 +926,36 @@ class QueueState:
 
     def _seen(self, key: int | str, offset: int) -> bool:
         """Record ``key`` at ``offset``; True if it appeared within the dedupe window."""
-        dedupe, keys, offsets = self._dedupe, self._dedupe_keys, self._dedupe_offsets
-        oldest_kept = offset - self._dedupe_window
-        while offsets and offsets[0] < oldest_kept:
-            old_key, old_offset = keys.popleft(), offsets.popleft()
-            if dedupe.get(old_key) == old_offset:
-                del dedupe[old_key]
-        duplicate = key in dedupe
+        self._dedupe_low = oldest_kept = offset - self._dedupe_window
+        if offset >= self._dedupe_prune_at:
+            self._prune_dedupe(oldest_kept)
+            self._dedupe_prune_at = offset + max(self._dedupe_window // 4, 1)
+        dedupe = self._dedupe
+        previous = dedupe.get(key)
         dedupe[key] = offset
-        keys.append(key)
-        offsets.append(offset)
-        return duplicate
+        if previous is None:
+            return False
+        self._keep_findable(previous)
+        return previous >= oldest_kept
+
+    def _prune_dedupe(self, oldest_kept: int) -> None:
+        """Drop the dedupe keys whose latest offset left the window (memory only: _seen
+        compares offsets, so verdicts do not depend on when this runs)."""
+        dedupe = self._dedupe
+        for key in [k for k, o in dedupe.items() if o < oldest_kept]:
+            self._keep_findable(dedupe.pop(key))
+
+    def _findable(self, entry: IndexEntry) -> bool:
+        """Whether the dedupe index gives ``entry`` by its message id: its dedupe key is its
+        message id and it is that key's latest record in the window."""
+        return self._dedupe.get(entry._id) == entry.offset and entry.dedupe_ident == entry._id
+
+    def _keep_findable(self, offset: int) -> None:
+        """The dedupe index stops giving ``offset``: if a pending message it gave by id is
+        there, index it in ``_by_id`` instead (held ones are checked when released)."""
+        entry = self._entries.get(offset)
+        if entry is not None and not entry.poison and entry.dedupe_ident == entry._id:
+            _index_add(self._by_id, entry._id, offset)
 
     def _index(self, entry: IndexEntry, *, restore: bool = False) -> None:
         """Make ``entry`` pending in every index; ``restore``: a released entry, which goes
@@ -860,7 +974,8 @@ class QueueState:
             lane.entries.append(entry)
         self._count += 1
         self._bytes += entry.size
-        _index_add(self._by_id, entry._id, offset)
+        if not self._findable(entry):
+            _index_add(self._by_id, entry._id, offset)
         if entry.correlation_id is not None:
             _index_add(self._by_cid, entry.correlation_id, offset)
         if entry.expires_ms is not None:
@@ -1120,7 +1235,7 @@ class QueueState:
             return
         self._count -= 1
         self._bytes -= entry.size
-        _index_remove(self._by_id, entry._id, offset)
+        _index_discard(self._by_id, entry._id, offset)
         if entry.correlation_id is not None:
             _index_remove(self._by_cid, entry.correlation_id, offset)
         lane = self._lanes[entry.priority]
@@ -1406,7 +1521,13 @@ class QueueState:
             can share an id), or None.
         """
         key = _ident(_canonical_id(message_id) or message_id, add=False)
-        return self._first(_index_get(self._by_id, key), now_ms)
+        offsets = _index_get(self._by_id, key)
+        latest = self._dedupe.get(key)
+        if latest is not None and latest not in offsets:
+            entry = self._entries.get(latest)
+            if entry is not None and not entry.poison and entry._id == key:
+                offsets += (latest,)
+        return self._first(offsets, now_ms)
 
     def by_correlation_id(
         self, correlation_id: str, now_ms: int | None = None
@@ -1582,14 +1703,15 @@ class QueueState:
             return None
         self.floor()
         start = max(self._floor, self._base)
-        entries = tuple(sorted(self._entries.values(), key=_offset_of))
+        entries = tuple(self._entries.values())
         return StateSnapshot(
             data_start=self._data_start, data_offset=self._data_offset,
             receipts_offset=self._receipts_offset, dedupe_window=self._dedupe_window,
             purge_floor=self._purge_floor, codes_base=start,
             codes=bytes(self._codes[start - self._base:]), entries=entries,
             abort_counts=tuple(sorted(self._aborts.items())),
-            dedupe=_dedupe_runs(self._dedupe),
+            dedupe=_dedupe_runs({k: o for k, o in self._dedupe.items()
+                                 if o >= self._dedupe_low}),
             lock_ids=tuple(self._lock_ids))
 
     @classmethod
@@ -1616,13 +1738,12 @@ class QueueState:
         state._base = state._floor = snapshot.codes_base
         state._codes = bytearray(snapshot.codes)
         state._purge_floor = snapshot.purge_floor
+        pairs = sorted(_dedupe_pairs(snapshot.dedupe), key=itemgetter(1))
+        state._dedupe = dict(pairs)  # before the entries, which _index checks against it
+        state._dedupe_prune_at = snapshot.data_offset + dedupe_window // 4
         for entry in snapshot.entries:
             state._index(entry)
         state._aborts = dict(snapshot.abort_counts)
-        pairs = sorted(_dedupe_pairs(snapshot.dedupe), key=itemgetter(1))
-        state._dedupe = dict(pairs)
-        state._dedupe_keys = deque(ident for ident, _ in pairs)
-        state._dedupe_offsets = deque(offset for _, offset in pairs)
         state._lock_ids = OrderedDict.fromkeys(snapshot.lock_ids)
         return state
 

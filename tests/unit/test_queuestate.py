@@ -301,6 +301,22 @@ def test_dedupe_window_is_counted_in_offsets() -> None:
     assert DEDUPE_WINDOW == 1 << 18
 
 
+def test_dedupe_keys_that_left_the_window_are_dropped_and_their_messages_still_found() -> None:
+    window = 100
+    f = Feeder(QueueState(dedupe_window=window))
+    f.add(*(entry(o) for o in range(10 * window)))
+    # Pruned in bulk every quarter window: never more than 1.25 windows of keys.
+    assert len(f.state._dedupe) <= window + window // 4 + 1
+    for offset in (0, 5 * window, 10 * window - 1):  # far out of the window, and inside it
+        found = f.state.by_message_id(mid(offset))
+        assert found is not None and found.offset == offset
+    f.add(entry(10 * window, key=0))  # key 0 again, long after the window: not a duplicate
+    assert f.state.status(10 * window).state is OffsetState.PENDING
+    assert f.state.by_message_id(mid(0)).offset == 0  # type: ignore[union-attr]
+    f.claim(0)
+    assert f.state.by_message_id(mid(0)).offset == 10 * window  # type: ignore[union-attr]
+
+
 def test_copies_from_different_origins_are_not_duplicates() -> None:
     record = encode_message(Message(id=MessageId(uuid.UUID(GUID), 5)))
     size = len(record.value)
@@ -848,10 +864,15 @@ class Rec:
     poison: bool
     not_before: int | None
     expires: int | None
+    origin: str | None = None  # a copy from another queue: dedupe key ``id@origin``
 
     def entry(self) -> IndexEntry:
         if self.poison:
             return entry(self.offset, poison=True)
+        if self.origin is not None:
+            return IndexEntry(self.offset, self.priority, mid(self.key), None, self.expires,
+                              self.not_before, self.offset + 1,
+                              f"{mid(self.key)}@{self.origin}")
         return entry(
             self.offset,
             self.priority,
@@ -947,7 +968,7 @@ class Model:
             if rec.poison:
                 continue
             if any(
-                not p.poison and p.key == rec.key and rec.offset - p.offset <= WINDOW
+                not p.poison and (p.key, p.origin) == (rec.key, rec.origin) and rec.offset - p.offset <= WINDOW
                 for p in self.data[:i]
             ):
                 dups.add(rec.offset)
@@ -1041,6 +1062,7 @@ def data_logs(draw: st.DrawFn) -> list[Rec]:
                 draw(st.booleans()) and draw(st.booleans()) and draw(st.booleans()),
                 draw(st.sampled_from([None, None, 50, 150])),
                 draw(st.sampled_from([None, None, 80, 200])),
+                draw(st.sampled_from([None] * 6 + ["a", "b"])),  # copies of one id
             )
         )
     return records
@@ -1120,7 +1142,21 @@ def replay(
             expected = model.run()
             top = max(expected["status"]) + 1 if expected["status"] else 3
             assert observe(state, verdicts, top) == expected
+            assert_lookups_by_id_agree(state, top)
     return state, verdicts
+
+
+def assert_lookups_by_id_agree(state: QueueState, top: int) -> None:
+    """by_message_id gives, for each key, the first pending message with that id in receive
+    order, as status() lists them: the id index must follow duplicates, dedupe-window
+    expiry, locks and their releases, purges and snapshots."""
+    pending = [s.entry for o in range(top) for s in [state.status(o)]
+               if s.state is OffsetState.PENDING and s.entry is not None]
+    for key in range(8):
+        matches = [e for e in pending if e.message_id == mid(key)]
+        expected = min(matches, key=lambda e: e.position).offset if matches else None
+        found = state.by_message_id(mid(key))
+        assert (found.offset if found else None) == expected, key
 
 
 @settings(max_examples=300, deadline=None)
@@ -1142,6 +1178,12 @@ def test_any_interleaving_reaches_the_same_verdicts(
     state_b, verdicts_b = replay(data, receipts, order_b, check=False)
     top = (data[-1].offset if data else 0) + 10
     assert observe(state_a, verdicts_a, top) == observe(state_b, verdicts_b, top)
+    assert_lookups_by_id_agree(state_a, top)
+    assert_lookups_by_id_agree(state_b, top)
+    if state_a.exportable:
+        snapshot = state_a.export()
+        assert snapshot is not None
+        assert_lookups_by_id_agree(QueueState.from_snapshot(snapshot, WINDOW), top)
     assert state_a.floor() == state_b.floor()
     assert state_a.data_offset == state_b.data_offset
     assert state_a.receipts_offset == state_b.receipts_offset
