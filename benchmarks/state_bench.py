@@ -6,7 +6,9 @@ parent allocated while filling the queue counts:
 * ``memory``: a queue with ``--pending`` messages (default 200,000) of ``--payload`` bytes
   (default 200). The child opens the queue manager and a handle, reads its RSS, makes the handle
   read the whole queue (``count()``), and reads its RSS again; it prints the difference per
-  pending message (target: at most 300 bytes).
+  pending message (target: at most 300 bytes). The same is measured on a queue of half as many
+  messages, and the two give the slope (bytes per additional message) and what a handle costs
+  whatever its queue holds (fixed bytes: Kafka clients and their threads, code paged in).
 * ``open``: a queue whose history holds ``--received`` messages already received (default
   200,000, received with ``receive_many(100)``) and ``--pending`` pending ones (default 1,000).
   The child times a handle from creation to its first peek (target: under 1 s).
@@ -39,6 +41,7 @@ from facade.manager import QueueManager  # noqa: E402
 from facade.message import Message  # noqa: E402
 
 _QUEUE = r".\private$\state-bench"
+_HALF_QUEUE = r".\private$\state-bench-half"
 _BATCH = 1000
 
 
@@ -76,6 +79,12 @@ def _prepare(args: argparse.Namespace, config: KmqConfig) -> None:
             _fill(queue, args.pending, args.payload)
         finally:
             queue.close()
+        if args.scenario == "memory":
+            half = qm.create_queue(_HALF_QUEUE)
+            try:
+                _fill(half, args.pending // 2, args.payload)
+            finally:
+                half.close()
 
 
 def _measure_open(args: argparse.Namespace, config: KmqConfig) -> dict:
@@ -103,7 +112,7 @@ def _measure_memory(args: argparse.Namespace, config: KmqConfig) -> dict:
     with QueueManager.open(config) as qm:
         gc.collect()
         before = _rss_bytes()
-        queue = qm.open_queue(_QUEUE)
+        queue = qm.open_queue(args.queue)
         try:
             count = queue.count()
             gc.collect()
@@ -114,6 +123,14 @@ def _measure_memory(args: argparse.Namespace, config: KmqConfig) -> dict:
             queue.close()
 
 
+def _slope(half: dict, full: dict) -> dict:
+    """Bytes per additional pending message between the two queues, and the rest (fixed)."""
+    grown = [r["rss_after"] - r["rss_before"] for r in (half, full)]
+    per_message = (grown[1] - grown[0]) / max(full["pending"] - half["pending"], 1)
+    return {"slope_bytes_per_message": round(per_message, 1),
+            "fixed_bytes": round(grown[1] - per_message * full["pending"])}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario", choices=("memory", "open"))
@@ -121,6 +138,7 @@ def main() -> None:
     parser.add_argument("--received", type=int, default=200_000)
     parser.add_argument("--payload", type=int, default=200)
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--queue", default=_QUEUE, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.pending is None:
         args.pending = 200_000 if args.scenario == "memory" else 1_000
@@ -146,14 +164,21 @@ def main() -> None:
             print(f"prepared in {time.perf_counter() - started:.1f} s", file=sys.stderr)
             child = json.dumps([bootstrap, work, qm_name])
             # "open" twice: the handle that wrote the history wrote a snapshot on close, so both
-            # open from it; the second shows the spread.
-            for run in range(2 if args.scenario == "open" else 1):
+            # open from it; the second shows the spread. "memory": the half queue, then the
+            # full one.
+            queues = [_QUEUE, _QUEUE] if args.scenario == "open" else [_HALF_QUEUE, _QUEUE]
+            results = []
+            for run, queue in enumerate(queues):
                 out = subprocess.run([sys.executable, __file__, args.scenario, "--pending",
                                       str(args.pending), "--received", str(args.received),
-                                      "--payload", str(args.payload), "--child", child],
+                                      "--payload", str(args.payload), "--child", child,
+                                      "--queue", queue],
                                      check=True, capture_output=True, text=True)
                 print(out.stderr.strip()[-6000:], file=sys.stderr)
                 print(f"{args.scenario} {run + 1}", out.stdout.strip())
+                results.append(json.loads(out.stdout))
+            if args.scenario == "memory":
+                print("memory slope", json.dumps(_slope(*results)))
         finally:
             if broker is not None:
                 broker.terminate()

@@ -1569,6 +1569,36 @@ class QueueState:
             matches = [e for e in matches if e.visible(now_ms)]
         return min(matches, key=attrgetter("position"), default=None)
 
+    def is_pending(self, offset: int) -> bool:
+        """Whether :meth:`status` would say PENDING or POISON, without building the status
+        (the receive path asks this of every message it hands out).
+
+        Args:
+            offset (int): a data offset (lookup id).
+
+        Returns:
+            bool: True when the record at ``offset`` waits for a claim.
+        """
+        index = offset - self._base
+        return 0 <= index and offset < self._data_offset and self._codes[index] == _PENDING
+
+    def in_queue(self, offset: int) -> bool:
+        """Whether :meth:`status` would say PENDING, POISON or LOCKED (the record is still in
+        the queue: waiting, or held by a lock), without building the status.
+
+        Args:
+            offset (int): a data offset (lookup id).
+
+        Returns:
+            bool: True when the record at ``offset`` may still be handed out.
+        """
+        if offset < self._base:
+            return False
+        if offset < self._data_offset:
+            code = self._codes[offset - self._base]
+            return code == _PENDING or code == _LOCKED
+        return self._ahead.get(offset) == _LOCKED
+
     def status(self, offset: int) -> OffsetStatus:
         """Say what is at a data offset, so the API can pick MSMQ's error for a failed lookup.
 

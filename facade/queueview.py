@@ -321,7 +321,7 @@ class QueueView:
 
     def is_pending(self, entry: IndexEntry) -> bool:
         """Whether ``entry`` still waits in the queue (no receipt removed it since it was picked)."""
-        return self.state.status(entry.offset).is_pending
+        return self.state.is_pending(entry.offset)
 
     def held_record(self, offset: int) -> KafkaRecord:
         """The record of an offset a lock holds (to dead-letter or move it).
@@ -347,8 +347,7 @@ class QueueView:
 
     def _in_queue(self, offset: int) -> bool:
         """Whether the record at ``offset`` may still be handed out: pending or held."""
-        status = self.state.status(offset)
-        return status.is_pending or status.state is OffsetState.LOCKED
+        return self.state.in_queue(offset)
 
     def _add_data(self, record: KafkaRecord) -> None:
         entry = IndexEntry.from_record(record.offset, len(record.value or b""), record.headers)

@@ -317,6 +317,18 @@ def test_dedupe_keys_that_left_the_window_are_dropped_and_their_messages_still_f
     assert f.state.by_message_id(mid(0)).offset == 10 * window  # type: ignore[union-attr]
 
 
+def test_a_message_left_far_behind_keeps_one_chunk_of_the_pending_index() -> None:
+    f = Feeder()
+    f.add(*(entry(o) for o in range(1000)))
+    assert len(f.state._entries._chunks) == 1000 // 64 + 1
+    f.claim(*[o for o in range(1000) if o != 5])
+    assert len(f.state._entries._chunks) == 1  # the chunk of offset 5 alone
+    assert [e.offset for e in f.state._entries.values()] == [5]
+    assert f.state.by_lookup_id(5) is not None and f.state.by_lookup_id(6) is None
+    f.claim(5)
+    assert not f.state._entries._chunks
+
+
 def test_copies_from_different_origins_are_not_duplicates() -> None:
     record = encode_message(Message(id=MessageId(uuid.UUID(GUID), 5)))
     size = len(record.value)
@@ -1147,9 +1159,14 @@ def replay(
 
 
 def assert_lookups_by_id_agree(state: QueueState, top: int) -> None:
-    """by_message_id gives, for each key, the first pending message with that id in receive
+    """is_pending and in_queue agree with status() at every offset, and by_message_id gives, for each key, the first pending message with that id in receive
     order, as status() lists them: the id index must follow duplicates, dedupe-window
     expiry, locks and their releases, purges and snapshots."""
+    for offset in range(-1, top + 3):
+        status = state.status(offset)
+        assert state.is_pending(offset) == status.is_pending, offset
+        assert state.in_queue(offset) == (status.is_pending
+                                          or status.state is OffsetState.LOCKED), offset
     pending = [s.entry for o in range(top) for s in [state.status(o)]
                if s.state is OffsetState.PENDING and s.entry is not None]
     for key in range(8):
