@@ -708,18 +708,8 @@ def _index_add(index: dict[_K, int | list[int]], key: _K, offset: int) -> None:
 
 
 def _index_remove(index: dict[_K, int | list[int]], key: _K, offset: int) -> None:
-    current = index.get(key)
-    if isinstance(current, int):
-        if current == offset:
-            del index[key]
-    elif current is not None:
-        current.remove(offset)
-        if len(current) == 1:
-            index[key] = current[0]
-
-
-def _index_discard(index: dict[_K, int | list[int]], key: _K, offset: int) -> None:
-    """Remove ``offset`` under ``key`` if it is there."""
+    """Remove ``offset`` under ``key`` if it is there (the message-id index holds only some
+    pending offsets, see QueueState._findable)."""
     current = index.get(key)
     if current == offset:
         del index[key]
@@ -1235,7 +1225,7 @@ class QueueState:
             return
         self._count -= 1
         self._bytes -= entry.size
-        _index_discard(self._by_id, entry._id, offset)
+        _index_remove(self._by_id, entry._id, offset)
         if entry.correlation_id is not None:
             _index_remove(self._by_cid, entry.correlation_id, offset)
         lane = self._lanes[entry.priority]
