@@ -48,6 +48,8 @@ class RecordCache:
         self._records: dict[int, KafkaRecord] = {}
         self._bytes = 0
         self._reader: TopicReader | None = None
+        #: Offset of the next record the fetching reader hands out; None: unknown (assign).
+        self._position: int | None = None
         #: Fills so far (diagnostics and tests).
         self.fills = 0
 
@@ -127,6 +129,7 @@ class RecordCache:
     def close(self) -> None:
         """Release the fetching reader."""
         reader, self._reader = self._reader, None
+        self._position = None
         if reader is not None:
             reader.close()
 
@@ -160,6 +163,11 @@ class RecordCache:
         """Yield records of the topic from ``start`` until ``end`` (exclusive), a full cache,
         or the log's end; stops early at :data:`FETCH_TIMEOUT`.
 
+        A receiver draining the queue asks for the record right after the last fill, so the
+        reader goes on from where it stopped, with what librdkafka prefetched meanwhile; it is
+        assigned again only to go back or to jump far ahead. Assigning drops the prefetched
+        records, which made every fill of a drain fetch again, about 10 us of CPU per record.
+
         Raises:
             BrokerUnavailable: no record read within :data:`FETCH_TIMEOUT` although the log
                 was not read to its end.
@@ -167,11 +175,20 @@ class RecordCache:
         reader = self._reader
         if reader is None:
             reader = self._reader = self._session.reader(extra=_FETCH_SETTINGS)
-        reader.assign({self.topic: start})
+        position = self._position
+        if position is None or not position <= start < position + self._max_records:
+            reader.assign({self.topic: start})
+            position = start
         deadline = time.monotonic() + FETCH_TIMEOUT
         read_any = False
         while time.monotonic() < deadline:
-            batch = reader.poll(0.05, max_records=self._max_records)
+            self._position = None  # unknown should the poll raise
+            # No more than the cache takes: records polled and dropped would be fetched again.
+            room = max(1, self._max_records - len(self._records))
+            batch = reader.poll(0.05, max_records=room)
+            if batch:
+                position = batch[-1].offset + 1
+            self._position = position
             if not batch:
                 if reader.caught_up((self.topic,)):
                     return  # nothing at or after ``start`` (any more)

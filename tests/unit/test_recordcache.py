@@ -17,22 +17,28 @@ def _record(offset: int, size: int = 10) -> KafkaRecord:
 
 
 class _Reader:
-    """A reader over a log of ``offsets`` (missing ones are gaps), fetched 7 at a time."""
+    """A reader over a log of ``offsets`` (missing ones are gaps), fetched 7 at a time (or
+    ``max_records``, if fewer)."""
 
     def __init__(self, offsets: list[int], answers: bool = True):
         self.log = [_record(o) for o in offsets]
         self.answers = answers
         self.position = 0
         self.assigns: list[int] = []
+        self.fail_next_poll = False
 
     def assign(self, positions: dict[str, int]) -> None:
         self.position = positions[TOPIC]
         self.assigns.append(self.position)
 
     def poll(self, timeout: float, max_records: int = 1000) -> list[KafkaRecord]:
+        if self.fail_next_poll:
+            self.fail_next_poll = False
+            self.position = -1  # where librdkafka stands after a failure: unknown
+            raise BrokerUnavailable("fetch failed")
         if not self.answers:
             return []
-        batch = [r for r in self.log if r.offset >= self.position][:7]
+        batch = [r for r in self.log if r.offset >= self.position][:min(7, max_records)]
         if batch:
             self.position = batch[-1].offset + 1
         return batch
@@ -62,6 +68,37 @@ def test_a_miss_fills_the_cache_from_the_offset_with_records_still_in_the_queue(
     for offset in range(13, 30):  # served from the cache: no second fetch
         assert cache.get(offset, lambda o: True, end=100).offset == offset
     assert reader.assigns == [10] and cache.fills == 1
+
+
+def test_a_drain_reads_on_without_assigning_again_and_a_jump_back_assigns() -> None:
+    reader = _Reader(list(range(100)))
+    cache = RecordCache(_Session(reader), TOPIC, max_records=10)  # type: ignore[arg-type]
+    gone: set[int] = set()
+    keep = lambda o: o not in gone  # noqa: E731
+    for offset in range(0, 30):  # a receiver draining the queue
+        assert cache.get(offset, keep, end=100).offset == offset
+        gone.add(offset)
+        cache.discard(offset)
+    # Three fills of 10; the reader read on from where each stopped (no record polled and
+    # dropped: a poll asks for no more than the cache takes).
+    assert cache.fills == 3 and reader.assigns == [0]
+    assert cache.get(35, keep, end=100).offset == 35  # ahead, but near: read on, skip 30-34
+    assert reader.assigns == [0]
+    assert cache.fetch(2).offset == 2  # behind the reader: assigned again
+    assert reader.assigns == [0, 2]
+    assert cache.get(90, keep, end=100).offset == 90  # far ahead: assigned again
+    assert reader.assigns == [0, 2, 90]
+
+
+def test_a_failed_poll_makes_the_next_fill_assign_again() -> None:
+    reader = _Reader(list(range(100)))
+    cache = RecordCache(_Session(reader), TOPIC, max_records=10)  # type: ignore[arg-type]
+    cache.get(0, lambda o: True, end=100)
+    reader.fail_next_poll = True
+    with pytest.raises(BrokerUnavailable):
+        cache.get(10, lambda o: o >= 10, end=100)
+    assert cache.get(10, lambda o: o >= 10, end=100).offset == 10
+    assert reader.assigns == [0, 10]
 
 
 def test_offer_is_bounded_and_discard_frees() -> None:
