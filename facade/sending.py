@@ -139,12 +139,19 @@ def kept_copy(message: Message, **changes: Any) -> Message:
     Args:
         message (Message): the message copied; not modified.
         **changes: other fields to set (a dead-letter copy's class), validated.
+
+    Without ``changes`` the copy is validated when it is encoded (every write of a copy
+    encodes it with :func:`facade.envelope.encode_message`), not here.
     """
     properties = dict(message.properties)
     if message.time_to_be_received is not None:
         properties[ORIGINAL_TTBR_PROPERTY] = repr(message.time_to_be_received)
-    return dataclasses.replace(message, time_to_be_received=None, properties=properties,
-                               **changes)
+    if changes:
+        return dataclasses.replace(message, time_to_be_received=None, properties=properties,
+                                   **changes)
+    # A journal copy of a checked message: encoding it checks it (encode_message), so it is not
+    # checked twice here; every received message of a journaled queue pays this (about 5 us).
+    return message.stamped(time_to_be_received=None, properties=properties)
 
 
 def source_journal_copy(sent: Message) -> Message | None:

@@ -3,6 +3,7 @@ records, journal copies, acknowledgments), and that Spark's sink writes what it 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 from typing import Any
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from facade import sending, systemoutputs
 from facade.envelope import EncodedRecord, decode_acknowledgment, decode_message, encode_message
+from facade.errors import InvalidParameter
 from facade.formatnames import SystemQueue
 from facade.message import (
     AcknowledgedQueue,
@@ -262,3 +264,22 @@ def test_the_spark_sink_writes_the_copies_journal_copy_and_acks_of_facade_sendin
         assert decode_acknowledgment(ack.body).queues == (
             AcknowledgedQueue(target.format_name, QUEUE_GUID),)
     assert writer.summary.acknowledgments == 2
+
+
+def test_a_journal_copy_is_the_message_as_received_without_its_ttbr() -> None:
+    sent = _sent(body=b"b", time_to_be_received=3.0, properties={"k": "v"})
+    kept = kept_copy(sent)
+    assert kept == dataclasses.replace(sent, time_to_be_received=None,
+                                       properties={"k": "v", ORIGINAL_TTBR_PROPERTY: "3.0"})
+    assert sent.time_to_be_received == 3.0 and sent.properties == {"k": "v"}
+    kept.properties["extra"] = "x"  # the copy owns its properties
+    assert "extra" not in sent.properties
+
+
+def test_a_journal_copy_that_no_longer_fits_fails_when_it_is_encoded() -> None:
+    # Not checked when copied but when encoded: an invalid property on the copy is refused.
+    sent = _sent(body=b"b", time_to_be_received=3.0)
+    kept = kept_copy(sent)
+    kept.properties[7] = "not a name"  # type: ignore[index]
+    with pytest.raises(InvalidParameter):
+        encode_message(kept)
