@@ -13,6 +13,8 @@ the report module (no import cycle).
 
 from __future__ import annotations
 
+import logging
+import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +24,8 @@ from typing import Any, Protocol
 
 __all__ = ["SparkFigures", "run_report_job"]
 
+log = logging.getLogger(__name__)
+
 #: The changelog maintainer, a message property the demo sets.
 _SENDER_PROPERTY = "debian.maintainer"
 
@@ -29,6 +33,14 @@ _SENDER_PROPERTY = "debian.maintainer"
 #: Seconds the report's streaming query may run: on Tansu it took 345 s for the whole corpus on
 #: a loaded 2-core machine (long journals read slowly), so leave a wide margin.
 REPORT_TIMEOUT = 1800.0
+
+
+#: Seconds one aggregation of the in-memory table may take before its Spark job is cancelled
+#: and run again. They take seconds; but once (2026-11-26, a quiet machine) a collect waited
+#: forever on a job with no task left running, which would hang the demo and CI with it.
+COLLECT_TIMEOUT = 300.0
+#: Runs of one aggregation before the report gives up.
+COLLECT_ATTEMPTS = 2
 
 
 class _Sources(Protocol):
@@ -131,8 +143,57 @@ def _stream_into_memory(spark: Any, sources: _Sources, timeout: float) -> str:
     return table
 
 
+def _collect(frame: Any, what: str, timeout: float | None = None) -> list[Any]:
+    """``frame.collect()`` under a watchdog: a Spark job that has not finished within
+    ``timeout`` seconds is cancelled (by its job tag) and run again, up to
+    :data:`COLLECT_ATTEMPTS` times.
+
+    Args:
+        frame (pyspark.sql.DataFrame): the aggregation to run.
+        what (str): names it in the log and the error.
+        timeout (float | None): seconds per run; None: :data:`COLLECT_TIMEOUT`.
+
+    Returns:
+        list[pyspark.sql.Row]: the rows.
+
+    Raises:
+        RuntimeError: no run finished in time (the last cancellation is chained).
+        Exception: a run failed for another reason (Spark's error, unchanged).
+    """
+    limit = COLLECT_TIMEOUT if timeout is None else timeout
+    context = frame.sparkSession.sparkContext
+    for attempt in range(1, COLLECT_ATTEMPTS + 1):
+        tag = f"kmq-demo-report-{uuid.uuid4().hex[:12]}"
+        cancelled = threading.Event()
+
+        def cancel(tag: str = tag, cancelled: threading.Event = cancelled) -> None:
+            cancelled.set()
+            context.cancelJobsWithTag(tag)
+
+        watchdog = threading.Timer(limit, cancel)
+        watchdog.daemon = True
+        context.addJobTag(tag)
+        watchdog.start()
+        try:
+            return list(frame.collect())
+        except Exception as exc:
+            if not cancelled.is_set():
+                raise
+            if attempt == COLLECT_ATTEMPTS:
+                raise RuntimeError(
+                    f"the report's Spark job for {what} did not finish within {limit:g} s, "
+                    f"{COLLECT_ATTEMPTS} times (Spark lost track of its tasks, or the machine is "
+                    "overloaded); run `kmq demo` again") from exc
+            log.warning("the report's Spark job for %s did not finish within %g s: cancelled, "
+                        "running it again", what, limit)
+        finally:
+            watchdog.cancel()
+            context.removeJobTag(tag)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 def _queue_classes(rows: Any) -> list[dict[str, Any]]:
-    counted = rows.groupBy("source", "message_class").count().collect()
+    counted = _collect(rows.groupBy("source", "message_class").count(), "messages per class")
     # A journal counts as its queue: it holds that queue's received messages.
     result = [{"queue": r["source"].split(";")[0], "class": r["message_class"] or "POISON",
                "count": r["count"]} for r in counted]
@@ -148,14 +209,16 @@ def _top_senders(rows: Any, limit: int, probe_source: str) -> list[dict[str, Any
     senders = (journals.select(F.col("properties").getItem(_SENDER_PROPERTY).alias("sender"), "id")
                .where(F.col("sender").isNotNull())
                .groupBy("sender").agg(F.countDistinct("id").alias("messages"))
-               .orderBy(F.desc("messages"), "sender").limit(limit).collect())
+               .orderBy(F.desc("messages"), "sender").limit(limit))
+    senders = _collect(senders, "top senders")
     return [{"sender": r["sender"], "messages": r["messages"]} for r in senders]
 
 
 def _acknowledgments(rows: Any) -> dict[str, int]:
     from pyspark.sql import functions as F
 
-    counted = rows.where(F.col("source") == "admin").groupBy("message_class").count().collect()
+    counted = _collect(rows.where(F.col("source") == "admin").groupBy("message_class").count(),
+                       "acknowledgments")
     return dict(sorted((r["message_class"], r["count"]) for r in counted))
 
 
@@ -167,4 +230,5 @@ def _latencies(rows: Any, probe_source: str, *, paced: bool) -> list[float]:
     journals = rows.where(F.col("source").endswith(";journal") & F.col("sent_time").isNotNull()
                           & (probe if paced else ~probe))
     millis = (F.col("timestamp").cast("double") - F.col("sent_time").cast("double")) * 1000.0
-    return [r["ms"] for r in journals.select(millis.alias("ms")).collect()]
+    what = "paced latencies" if paced else "latencies"
+    return [r["ms"] for r in _collect(journals.select(millis.alias("ms")), what)]
