@@ -145,6 +145,15 @@ class _Batch:
     releasing: PendingClaim | None = None  # RELEASE for the waiting ones, verdict not read yet
 
 
+@dataclass(frozen=True)
+class _Completion:
+    """The COMPLETED receipt a committing transaction wrote for the messages of one lock."""
+
+    messages: list[Message]
+    view: QueueView
+    pending: PendingClaim
+
+
 class PeekLockReceives:
     """Peek-lock receive, prefetch and lock housekeeping of a :class:`~facade.queue.MessageQueue`.
 
@@ -164,6 +173,10 @@ class PeekLockReceives:
                   timeout: float | None,
                   take: Callable[[QueueView, IndexEntry], Message | None] | None = None
                   ) -> Message: ...
+        def _wait_many(self, pick: Callable[[QueueView, int], IndexEntry | None],
+                       timeout: float | None,
+                       take: Callable[[QueueView, IndexEntry], list[LockedMessage]]
+                       ) -> list[Message]: ...
         def _take_held(self, view: QueueView, limit: int) -> list[Message]: ...
         def _pick_head(self, view: QueueView, now_ms: int) -> IndexEntry | None: ...
         def _deliver(self, message: Message) -> Message: ...
@@ -213,6 +226,53 @@ class PeekLockReceives:
                                                                         claimant))
         return cast(LockedMessage, message)
 
+    def _receive_locked_many(self, max_messages: int, timeout: float | None, lease: float,
+                             claimant: str | None = None) -> list[LockedMessage]:
+        """Up to ``max_messages`` of the first messages, held by one LOCK for ``lease`` seconds
+        (one broker round trip for the batch); one message takes :meth:`_receive_locked`'s
+        path. Waits up to ``timeout`` for the first, then takes what the queue holds now."""
+        lease_ms = lease_to_ms(lease, "lease")
+        limit = min(max_messages, MAX_PREFETCH)
+        taken = self._wait_many(_first, timeout, lambda view, entry: self._take_locked_many(
+            view, entry, limit, lease_ms, claimant))
+        return cast(list[LockedMessage], taken)
+
+    def _take_locked_many(self, view: QueueView, first: IndexEntry, limit: int, lease_ms: int,
+                          claimant: str | None) -> list[LockedMessage]:
+        """Claim ``first`` and the candidates after it, ``limit`` in all, with one LOCK and hand
+        out the messages it won, in receive order (an empty list if it won none).
+
+        Raises:
+            BrokerUnavailable: the verdict could not be read. Nothing is held: if the lock
+                won, its lease passes and the messages are released and received again.
+        """
+        if limit == 1:
+            locked = self._take_locked(view, first, lease_ms, claimant)
+            return [] if locked is None else [locked]
+        entries = [first] + [e for e in islice(view.state.candidates(_now_ms(), start=first),
+                                               limit) if e.offset != first.offset][:limit - 1]
+        records = {e.offset: view.record(e) for e in entries}
+        pending, outcome = _hold(view, ReceiptAction.LOCK, tuple(records), lease_ms, claimant)
+        token = pending.receipt.claim_id
+        decoded: list[tuple[int, Message]] = []
+        poison: list[int] = []
+        for offset in self._keep_receivable(view, outcome, token):
+            try:
+                decoded.append((offset, self._message(records[offset], offset)))
+            except EnvelopeError as exc:
+                self._send_poison_to_dead_letter(records[offset], str(exc))
+                poison.append(offset)
+        if poison:  # dead-lettered: end their part of the lock (see _take_locked)
+            view.claim(ReceiptAction.COMPLETED, tuple(poison), completes=token)
+        expires = _utc(pending.receipt.time_ms + lease_ms)
+        taken = []
+        for offset, message in decoded:
+            message.abort_count += outcome.abort_count(offset)
+            locked = LockedMessage.adopt(message, token, expires, self)
+            self._peek_locks[(token, offset)] = locked
+            taken.append(locked)
+        return taken
+
     def _release_fenced(self, is_fenced: Callable[[str], bool]) -> int:
         """Release the locks of senders fenced by this one (an earlier incarnation with the same
         ``transactional.id``, which died inside a transaction): their messages come back now, in
@@ -250,12 +310,7 @@ class PeekLockReceives:
         entries = view.first_candidates(entry)
         records = {e.offset: view.record(e) for e in entries}
         action = ReceiptAction.LOCK_FIRST if len(entries) > 1 else ReceiptAction.LOCK
-        pending = view.start_claim(action, tuple(records), lease_ms=lease_ms, claimant=claimant)
-        try:
-            outcome = view.settle(pending)
-        except BrokerUnavailable:
-            view.forget(pending)
-            raise
+        pending, outcome = _hold(view, action, tuple(records), lease_ms, claimant)
         token = pending.receipt.claim_id
         won = self._keep_receivable(view, outcome, token)
         if not won:
@@ -329,37 +384,50 @@ class PeekLockReceives:
 
     # -- transactional receive (facade.transaction) --------------------------------------------
 
-    def _journal_locked(self, message: Message) -> None:
-        """Write the queue journal copy of a locked message about to be removed at commit."""
-        _lock_of(message)
-        self.manager.outputs.journal_removed(unlocked(message), self._single())
+    def _journal_locked(self, messages: list[Message]) -> None:
+        """Write the queue journal copies of locked messages about to be removed at commit,
+        with one wait for the broker (:meth:`SystemOutputs.journal_removed_many`)."""
+        for message in messages:
+            _lock_of(message)
+        self.manager.outputs.journal_removed_many([unlocked(m) for m in messages],
+                                                  self._single())
 
-    def _start_complete(self, message: Message, producer: Any,
-                        transaction_id: str) -> tuple[QueueView, PendingClaim]:
-        """Append the COMPLETED receipt of a locked message with ``producer``, inside its Kafka
-        transaction; :meth:`_finish_complete` reads the verdict once the transaction commits."""
-        token, offset = _lock_of(message)
+    def _start_complete(self, messages: list[Message], producer: Any,
+                        transaction_id: str) -> list[_Completion]:
+        """Append the COMPLETED receipts of locked messages with ``producer``, inside its Kafka
+        transaction: one receipt per lock, naming the offsets of ``messages`` it holds;
+        :meth:`_finish_complete` reads the verdicts once the transaction commits."""
+        by_token: dict[str, list[Message]] = {}
+        for message in messages:
+            by_token.setdefault(_lock_of(message)[0], []).append(message)
         view = self._open_view()
-        return view, view.start_claim(ReceiptAction.COMPLETED, (offset,), producer=producer,
-                                      completes=token, transaction_id=transaction_id)
+        return [_Completion(group, view, view.start_claim(
+                    ReceiptAction.COMPLETED, tuple(cast(int, m.lookup_id) for m in group),
+                    producer=producer, completes=token, transaction_id=transaction_id))
+                for token, group in by_token.items()]
 
-    def _finish_complete(self, message: Message, started: tuple[QueueView, PendingClaim]) -> bool:
-        """The verdict of a committed COMPLETED receipt; posts ACK_RECEIVE when it won.
+    def _finish_complete(self, completions: list[_Completion]) -> list[Message]:
+        """The verdicts of committed COMPLETED receipts; posts ACK_RECEIVE for each message
+        whose completion removed it.
 
         Returns:
-            bool: True if the completion removed the message; False if another receipt had
-            settled the lock first (its lease passed and it was released).
+            list[Message]: the messages whose lock another receipt had settled first (the
+            lease passed and they were released): they may be delivered again.
         """
-        token, offset = _lock_of(message)
-        view, pending = started
-        try:
-            outcome = view.settle(pending)
-        finally:
-            self._peek_locks.pop((token, offset), None)
-        if offset not in outcome.won:
-            return False
-        self.manager.outputs.acknowledge(message, MessageClass.ACK_RECEIVE, self._single())
-        return True
+        lost = []
+        for completion in completions:
+            try:
+                outcome = completion.view.settle(completion.pending)
+            finally:
+                for message in completion.messages:
+                    self._peek_locks.pop(_lock_of(message), None)
+            for message in completion.messages:
+                if message.lookup_id in outcome.won:
+                    self.manager.outputs.acknowledge(message, MessageClass.ACK_RECEIVE,
+                                                     self._single())
+                else:
+                    lost.append(message)
+        return lost
 
     def _settle_lock(self, message: Message, action: ReceiptAction, reason: str | None,
                      before: Callable[[], object] | None = None) -> ClaimOutcome:
@@ -451,12 +519,9 @@ class PeekLockReceives:
                              if e.offset != first.offset][: self._prefetch - 1]
         records = {e.offset: view.record(e) for e in entries}
         lease_ms = self._prefetch_lease_ms
-        pending = view.start_claim(ReceiptAction.PREFETCH, tuple(records), lease_ms=lease_ms)
-        try:
-            outcome = view.settle(pending)
-        except BrokerUnavailable:
-            view.forget(pending)  # if it won, the lease passes and the batch is dead-lettered
-            raise
+        # If the verdict cannot be read and it won, the lease passes and the batch is
+        # dead-lettered.
+        pending, outcome = _hold(view, ReceiptAction.PREFETCH, tuple(records), lease_ms)
         token = pending.receipt.claim_id
         won = self._keep_receivable(view, outcome, token)
         if not won:
@@ -683,6 +748,22 @@ class PeekLockReceives:
 
 def _first(view: QueueView, now_ms: int) -> IndexEntry | None:
     return view.state.peek_first(now_ms)
+
+
+def _hold(view: QueueView, action: ReceiptAction, offsets: tuple[int, ...], lease_ms: int,
+          claimant: str | None = None) -> tuple[PendingClaim, ClaimOutcome]:
+    """Write a LOCK, LOCK_FIRST or PREFETCH receipt naming ``offsets`` and read its verdict.
+
+    Raises:
+        BrokerUnavailable: the verdict could not be read. The claim is forgotten: if it won,
+            its lease passes and what it holds is released (or, for a PREFETCH, dead-lettered).
+    """
+    pending = view.start_claim(action, offsets, lease_ms=lease_ms, claimant=claimant)
+    try:
+        return pending, view.settle(pending)
+    except BrokerUnavailable:
+        view.forget(pending)
+        raise
 
 
 def _verdict(view: QueueView, pending: PendingClaim, done: Callable[[], object]) -> ClaimOutcome:

@@ -468,7 +468,7 @@ class MessageQueue(PeekLockReceives):
                 raise InvalidParameter(
                     "receive() takes lock=True or a transaction, not both: a transactional "
                     "receive is locked until its transaction ends", queue=self.format_name)
-            return self._receive_in_transaction(timeout, transaction)
+            return self._receive_in_transaction(timeout, transaction, 1)[0]
         if lock:
             return self._receive_locked(timeout, lease)
         if self._prefetch:
@@ -476,11 +476,13 @@ class MessageQueue(PeekLockReceives):
         return self._wait(self._pick_head, remove=True, timeout=timeout)
 
     def _receive_in_transaction(self, timeout: float | None,
-                                transaction: MessageQueueTransaction | str) -> Message:
-        """A transactional receive: a peek-lock enlisted in ``transaction``."""
+                                transaction: MessageQueueTransaction | str,
+                                max_messages: int) -> list[Message]:
+        """A transactional receive of up to ``max_messages``: a peek-lock (one LOCK receipt
+        for the batch) enlisted in ``transaction``."""
         if not isinstance(transaction, MessageQueueTransaction):  # "single"
             with self.manager.begin_transaction() as single:
-                return self._receive_in_transaction(timeout, single)
+                return self._receive_in_transaction(timeout, single, max_messages)
         transaction.require_active()
         destination = self._single()
         if destination.properties is not None and not destination.properties.transactional:
@@ -493,13 +495,15 @@ class MessageQueue(PeekLockReceives):
             producer.start()  # fences the earlier incarnations before their locks are released
             self._release_fenced(producer.is_fenced_owner)
             self._fenced_for.add(producer.owner)
-        locked = self._receive_locked(timeout, transaction.lease, producer.owner)
+        locked = self._receive_locked_many(max_messages, timeout, transaction.lease,
+                                           producer.owner)
         try:
-            transaction.enlist_receive(self, locked)
+            transaction.enlist_receives(self, locked)
         except TransactionUsage:
-            self.abandon(locked)  # ended meanwhile (another thread): give the message back
+            for message in locked:  # ended meanwhile (another thread): give the messages back
+                self.abandon(message)
             raise
-        return unlocked(locked)
+        return [unlocked(message) for message in locked]
 
     def peek(self, timeout: float | None = None) -> Message:
         """Return the first message without removing it (``MQ_ACTION_PEEK_CURRENT``).
@@ -511,7 +515,8 @@ class MessageQueue(PeekLockReceives):
         self._authorize(remove=False)
         return self._wait(lambda view, now: view.state.peek_first(now), remove=False, timeout=timeout)
 
-    def receive_many(self, max_messages: int, timeout: float | None = None) -> list[Message]:
+    def receive_many(self, max_messages: int, timeout: float | None = None, *,
+                     transaction: MessageQueueTransaction | str | None = None) -> list[Message]:
         """Remove and return up to ``max_messages`` messages with one claim, in receive order.
 
         Waits up to ``timeout`` for the first message, then takes what the queue holds now, up
@@ -519,10 +524,21 @@ class MessageQueue(PeekLockReceives):
         batch). The guarantee is the one of :meth:`receive`, per message: at most once, never
         twice; a crash after the claim loses the batch.
 
+        With ``transaction``, the batch is a transactional receive (the guarantee of
+        ``receive(transaction=...)``, per message: removed exactly once, when the transaction
+        commits, in queue order): one LOCK receipt holds the whole batch (at most
+        :data:`~facade.peeklock.MAX_PREFETCH` messages) until the commit removes it or an
+        abort returns it (abort count + 1). One broker round trip locks the batch instead of
+        one per message; the commit writes the batch's journal copies with one wait and one
+        COMPLETED receipt for it.
+
         Args:
             max_messages (int): 1 or more.
             timeout (float | None): seconds to wait for the first message; None waits forever,
                 0 does not wait.
+            transaction (MessageQueueTransaction | str | None): receive in this transaction
+                (``"single"``: in one of its own, committed before this returns). Only from a
+                transactional queue.
 
         Returns:
             list[Message]: 1 to ``max_messages`` messages, highest priority first, then oldest.
@@ -531,12 +547,18 @@ class MessageQueue(PeekLockReceives):
             ReceiveTimeout: no message within ``timeout`` (MQ_ERROR_IO_TIMEOUT).
             InvalidParameter: ``max_messages`` < 1, or a bad ``timeout``.
             BrokerUnavailable: the broker did not answer; what the claim won is held for the
-                next receive (see :meth:`receive`).
+                next receive (see :meth:`receive`). In a transaction nothing is held: a lock
+                whose verdict was not read is released when its lease passes.
+            TransactionUsage: ``transaction`` on a nontransactional queue, or one that is
+                committed or aborted already.
         """
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
             raise InvalidParameter(f"max_messages must be an int >= 1, not {max_messages!r}")
         timeout = receive_timeout(timeout)
         self._authorize(remove=True)
+        transaction = check_transaction(transaction)
+        if transaction is not None:
+            return self._receive_in_transaction(timeout, transaction, max_messages)
         with self._lock:
             held = self._take_held(self._open_view(), max_messages)
             if held:
@@ -934,6 +956,14 @@ class MessageQueue(PeekLockReceives):
         with self._lock:
             message: Message = self._wait_locked(pick, remove, timeout, take)
             return message
+
+    def _wait_many(self, pick: Callable[[QueueView, int], IndexEntry | None],
+                   timeout: float | None,
+                   take: Callable[[QueueView, IndexEntry], Sequence[Message]]) -> list[Message]:
+        """:meth:`_wait` for a ``take`` that claims several messages at once (one batch)."""
+        timeout = receive_timeout(timeout)
+        with self._lock:
+            return list(self._wait_for(take, pick, True, timeout))
 
     def _wait_locked(self, pick: Callable[[QueueView, int], IndexEntry | None], remove: bool,
                      timeout: float | None,

@@ -9,8 +9,9 @@ Kafka this way:
   message and keeps its copies in the transaction; nothing reaches Kafka before
   :meth:`MessageQueueTransaction.commit`. An abort therefore writes nothing at all.
 * **A transactional receive is a peek-lock** (:mod:`facade.peeklock`): one LOCK receipt, with a
-  lease of :data:`TRANSACTION_LEASE`, takes the message from every other receiver at once. The
-  COMPLETED receipt that removes it for good is written at commit.
+  lease of :data:`TRANSACTION_LEASE`, takes the message from every other receiver at once
+  (``queue.receive_many(n, transaction=tx)``: one LOCK for the batch). The COMPLETED receipt
+  that removes it for good is written at commit, one per lock.
 * **Commit is one Kafka transaction** (Kafka's consume-transform-produce pattern): every buffered
   copy and every COMPLETED receipt is produced by the queue manager's transactional producer
   (``transactional.id``, see :class:`TransactionalProducer`) between ``begin_transaction`` and
@@ -102,9 +103,10 @@ class MessageQueueTransaction:
     """An MSMQ internal transaction (System.Messaging's ``MessageQueueTransaction``).
 
     Begin one with :meth:`QueueManager.begin_transaction`; pass it to
-    ``MessageQueue.send(message, transaction=tx)`` and ``MessageQueue.receive(timeout,
-    transaction=tx)``; end it with :meth:`commit` or :meth:`abort`. As a context manager it commits
-    when the block ends normally and aborts when it raises (the exception is not swallowed).
+    ``MessageQueue.send(message, transaction=tx)``, ``MessageQueue.receive(timeout,
+    transaction=tx)`` and ``MessageQueue.receive_many(n, timeout, transaction=tx)``; end it
+    with :meth:`commit` or :meth:`abort`. As a context manager it commits when the block ends
+    normally and aborts when it raises (the exception is not swallowed).
 
     Guarantees (see the module text for how): its sends become visible together and exactly once
     at commit, in send order per queue, and transactions of one queue manager land in commit
@@ -202,15 +204,16 @@ class MessageQueueTransaction:
             if sends or rejections:
                 self._status = TransactionStatus.PENDING
 
-    def enlist_receive(self, handle: Any, locked: Message) -> None:
-        """Add a message received under this transaction's lock (MessageQueue.receive calls this).
+    def enlist_receives(self, handle: Any, locked: Sequence[Message]) -> None:
+        """Add messages received under this transaction's lock, all or none (MessageQueue's
+        ``receive`` and ``receive_many`` call this).
 
         Raises:
             TransactionUsage: the transaction is committed or aborted already.
         """
         with self._lock:
             self._require_active()
-            self._receives.append(_Receive(handle, locked))
+            self._receives.extend(_Receive(handle, message) for message in locked)
             self._status = TransactionStatus.PENDING
 
     def require_active(self) -> None:
@@ -317,8 +320,15 @@ class MessageQueueTransaction:
     def _journal_receives(self) -> None:
         # The queue journal copy is written before the removal, as complete() does: a failed
         # journal write aborts the transaction instead of losing the copy.
+        for handle, messages in self._receives_by_handle():
+            handle._journal_locked(messages)
+
+    def _receives_by_handle(self) -> list[tuple[Any, list[Message]]]:
+        """The received messages grouped by the handle that locked them, in receive order."""
+        groups: dict[int, tuple[Any, list[Message]]] = {}
         for receive in self._receives:
-            receive.handle._journal_locked(receive.locked)
+            groups.setdefault(id(receive.handle), (receive.handle, []))[1].append(receive.locked)
+        return list(groups.values())
 
     def _encode_sends(self) -> list[tuple[str, EncodedRecord]]:
         # PROPID_M_FIRST_IN_XACT / LAST_IN_XACT are known only now, so copies are encoded here.
@@ -348,15 +358,14 @@ class MessageQueueTransaction:
         for topic, record in records:
             with map_kafka_errors("send in transaction", topic):
                 producer.produce(topic, value=record.value, key=record.key, headers=record.headers)
-        return [receive.handle._start_complete(receive.locked, producer, self.id)
-                for receive in self._receives]
+        return [(handle, handle._start_complete(messages, producer, self.id))
+                for handle, messages in self._receives_by_handle()]
 
-    def _after_commit(self, completions: list[Any]) -> None:
+    def _after_commit(self, completions: list[tuple[Any, Any]]) -> None:
         outputs = self._manager.outputs
         lost = []
-        for receive, pending in zip(self._receives, completions, strict=True):
-            if not receive.handle._finish_complete(receive.locked, pending):
-                lost.append(receive)
+        for handle, started in completions:
+            lost += [(handle, message) for message in handle._finish_complete(started)]
         journaled: set[object] = set()
         for send in self._sends:
             outputs.acknowledge(send.copy, MessageClass.ACK_REACH_QUEUE, send.destination)
@@ -370,7 +379,7 @@ class MessageQueueTransaction:
             raise LockLost(
                 f"transaction {self.id} committed, but {len(lost)} of its receives had been "
                 "released by another process first (their leases passed): those messages may "
-                "be delivered again", queue=lost[0].handle.format_name)
+                "be delivered again", queue=lost[0][0].format_name)
 
 
 def check_transaction(transaction: object) -> MessageQueueTransaction | str | None:

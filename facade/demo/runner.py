@@ -9,7 +9,7 @@ Phases (each timed; the long ones show a progress bar on stderr):
 3. **send + receive**: a few receiver threads start first; RECEIVERS_PER_QUEUE of them compete
    on one queue at a time, each with a prefetching handle (biggest queue first; the security
    desks verify and answer the signed, encrypted requests; one transactional receiver takes the
-   transactional queue a few messages per transaction; the replies come last); then every entry
+   transactional queue up to RECEIVE_TRANSACTION_SIZE messages per transaction; the replies come last); then every entry
    is sent along its route, with one raw poison record written half-way (the receiver of that
    queue moves it to the dead-letter queue and goes on). A queue is drained when every
    copy planned for it has come, or nothing came for a while: a lost copy must not hang the

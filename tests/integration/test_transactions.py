@@ -307,27 +307,63 @@ with QueueManager.open(bootstrap_servers=sys.argv[4]) as qm:
 """
 
 
+def _check_restarted_mover(qm: QueueManager, broker: BrokerEndpoint, script: str, name: str, *,
+                           count: int, die_at: str, kills: int) -> None:
+    """Move ``count`` messages from ``<name>-a`` to ``<name>-b`` with ``script``, restarting it
+    after each SIGKILL it gives itself (at the bodies in ``die_at``); B must end with every
+    message once, in A's order, after exactly ``kills`` kills."""
+    a, b = _tq(qm, f"{name}-a"), _tq(qm, f"{name}-b")
+    a.send_many([Message(body=str(i).encode()) for i in range(count)], transaction="single")
+    killed = 0
+    for _ in range(10):
+        run = subprocess.run([sys.executable, "-c", script, a.format_name, b.format_name,
+                              die_at, broker.bootstrap_servers],
+                             capture_output=True, text=True, timeout=300)
+        if run.returncode == 0:
+            break
+        assert run.returncode == -9, run.stderr
+        killed += 1
+    assert killed == kills
+    got = _drain(b, count)
+    assert [int(m.body) for m in got] == list(range(count))
+    assert qm.open_queue(a.format_name).count() == 0
+
+
 def test_a_mover_killed_inside_its_transactions_moves_each_message_once_in_order(
         qm: QueueManager, broker: BrokerEndpoint) -> None:
     """Kafka's transactions system test in small: messages move A -> B by transactional
     receive + send; the mover is SIGKILLed inside a transaction several times and restarted.
     B ends with every message of A exactly once and in A's order."""
-    a, b = _tq(qm, "move-a"), _tq(qm, "move-b")
-    count = 12
-    a.send_many([Message(body=str(i).encode()) for i in range(count)], transaction="single")
-    kills = 0
-    for _ in range(10):
-        run = subprocess.run([sys.executable, "-c", MOVER, a.format_name, b.format_name,
-                              "3,7,8", broker.bootstrap_servers],
-                             capture_output=True, text=True, timeout=300)
-        if run.returncode == 0:
+    _check_restarted_mover(qm, broker, MOVER, "move", count=12, die_at="3,7,8", kills=3)
+
+
+MOVER_MANY = """
+import os, signal, sys
+from facade.manager import QueueManager
+from facade.errors import ReceiveTimeout
+source, target, die_at = sys.argv[1], sys.argv[2], {int(n) for n in sys.argv[3].split(",") if n}
+with QueueManager.open(bootstrap_servers=sys.argv[4]) as qm:
+    qm.transactional_id = "kmq-test-batch-mover"
+    a, b = qm.open_queue(source), qm.open_queue(target)
+    while True:
+        tx = qm.begin_transaction(lease=2)
+        try:
+            batch = a.receive_many(4, timeout=5, transaction=tx)
+        except ReceiveTimeout:
+            tx.abort()
             break
-        assert run.returncode == -9, run.stderr
-        kills += 1
-    assert kills == 3
-    got = _drain(b, count)
-    assert [int(m.body) for m in got] == list(range(count))
-    assert qm.open_queue(a.format_name).count() == 0
+        b.send_many([type(m)(body=m.body) for m in batch], transaction=tx)
+        if any(int(m.body) in die_at and m.abort_count == 0 for m in batch):
+            os.kill(os.getpid(), signal.SIGKILL)  # inside the transaction, before commit
+        tx.commit()
+"""
+
+
+def test_a_batch_mover_killed_inside_its_transactions_moves_each_message_once_in_order(
+        qm: QueueManager, broker: BrokerEndpoint) -> None:
+    """The mover above with ``receive_many(4, transaction=tx)``: one LOCK per batch; a kill
+    returns the whole batch (abort count + 1) and B still gets every message once, in order."""
+    _check_restarted_mover(qm, broker, MOVER_MANY, "batch", count=20, die_at="5,13", kills=2)
 
 
 def test_lists_deliver_exactly_once_inside_a_transaction(qm: QueueManager) -> None:

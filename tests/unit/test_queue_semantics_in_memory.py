@@ -7,8 +7,6 @@ replication and acks, broker failures, retention, several processes, librdkafka 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -31,11 +29,9 @@ WAIT = 10.0
 
 
 @pytest.fixture
-def qm(kmq_home: Path) -> Iterator[QueueManager]:
+def qm(memory_qm: QueueManager) -> QueueManager:
     """A queue manager on its own in-memory Kafka."""
-    config = KmqConfig.load(queue_manager="memqm")
-    with QueueManager.open(config, session=MemoryKafkaSession()) as manager:
-        yield manager
+    return memory_qm
 
 
 def _admin(qm: QueueManager) -> tuple[MessageQueue, str]:
