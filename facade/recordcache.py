@@ -99,7 +99,7 @@ class RecordCache:
             return record
         self._evict_for_fill(keep)
         wanted = None
-        for found in self._read(offset, end):
+        for found in self._read(offset, end, indexed=offset < end):
             if found.offset == offset:
                 wanted = found
             elif not keep(found.offset):
@@ -159,9 +159,16 @@ class RecordCache:
             self._records.clear()
             self._bytes = 0
 
-    def _read(self, start: int, end: int) -> Iterator[KafkaRecord]:
+    def _read(self, start: int, end: int, *, indexed: bool = False) -> Iterator[KafkaRecord]:
         """Yield records of the topic from ``start`` until ``end`` (exclusive), a full cache,
         or the log's end; stops early at :data:`FETCH_TIMEOUT`.
+
+        ``indexed``: the view has read the record at ``start``, so it exists unless it was
+        deleted: the reader having caught up with its latest fetch response proves nothing
+        then, because that response's high watermark can predate the record (seen in the
+        demo: a fill that found "nothing" at an offset the view had just indexed raised
+        MessageNotFound and ended the run). Only a log start above ``start`` ends such a read
+        early.
 
         A receiver draining the queue asks for the record right after the last fill, so the
         reader goes on from where it stopped, with what librdkafka prefetched meanwhile; it is
@@ -190,7 +197,8 @@ class RecordCache:
                 position = batch[-1].offset + 1
             self._position = position
             if not batch:
-                if reader.caught_up((self.topic,)):
+                if reader.caught_up((self.topic,)) and (
+                        read_any or not indexed or reader.log_start(self.topic) > start):
                     return  # nothing at or after ``start`` (any more)
                 continue
             for record in batch:

@@ -46,6 +46,9 @@ class _Reader:
     def caught_up(self, topics) -> bool:  # type: ignore[no-untyped-def]
         return self.answers and self.position > self.log[-1].offset
 
+    def log_start(self, topic: str) -> int:
+        return self.log[0].offset
+
     def close(self) -> None:
         pass
 
@@ -133,3 +136,31 @@ def test_a_broker_that_does_not_answer_is_unavailable_not_a_missing_record(
     cache = RecordCache(_Session(_Reader([0, 1], answers=False)), TOPIC)  # type: ignore[arg-type]
     with pytest.raises(BrokerUnavailable):
         cache.get(1, lambda o: True, end=2)
+
+
+class _LateReader(_Reader):
+    """A reader whose latest fetch response predates the last ``late`` records: its first
+    ``empty_polls`` polls bring nothing and it counts as caught up meanwhile."""
+
+    def __init__(self, offsets: list[int], late: int, empty_polls: int):
+        super().__init__(offsets)
+        self.known_end = offsets[-late]
+        self.empty_polls = empty_polls
+
+    def poll(self, timeout: float, max_records: int = 1000) -> list[KafkaRecord]:
+        if self.position >= self.known_end and self.empty_polls:
+            self.empty_polls -= 1
+            return []
+        return super().poll(timeout, max_records)
+
+    def caught_up(self, topics) -> bool:  # type: ignore[no-untyped-def]
+        return self.position >= (self.known_end if self.empty_polls else self.log[-1].offset + 1)
+
+
+def test_a_record_the_view_indexed_is_waited_for_past_a_stale_high_watermark() -> None:
+    reader = _LateReader(list(range(20)), late=5, empty_polls=3)
+    cache = RecordCache(_Session(reader), TOPIC, max_records=100)  # type: ignore[arg-type]
+    assert cache.get(10, lambda o: True, end=15).offset == 10  # reads 10-14, up to the end
+    assert cache.get(15, lambda o: True, end=20).offset == 15, \
+        "the view indexed 15: caught up with a stale watermark is no proof it is missing"
+    assert reader.empty_polls == 0
