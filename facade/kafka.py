@@ -104,6 +104,9 @@ AT_END_CHECKS = 8
 #: Records behind the end offset that a short fetch wait cannot be what keeps a reader from:
 #: starvation is a long log of small batches (tens of thousands of records).
 SHORT_BACKLOG = 500
+#: Seconds a lengthened fetch wait lasts at least before a reader at the end goes back to
+#: the short one (see TopicReader._relax_fetch_wait).
+RELAX_AFTER = 2.0
 #: Seconds ``read_to_end`` always reads first: a few fetch cycles, so watermarks are current.
 _SETTLE = 0.03
 #: Seconds a reader may go unused before it stops fetching (see :class:`TopicReader`).
@@ -754,7 +757,10 @@ class TopicReader:
         #: Per assigned topic: the offset of the next record to hand out (< 0: the log start).
         self._next: dict[str, int] = {}
         self._paused: set[str] = set()
-        self._idle_since: float | None = None
+        #: Seconds spent waiting in polls that brought no record since the last one did.
+        self._idle_waited = 0.0
+        #: When the fetch wait was last lengthened (time.monotonic()).
+        self._lengthened_at = 0.0
         #: Starvation checks in a row that found the reader at its reported end (see
         #: _check_starved).
         self._at_end_checks = 0
@@ -816,22 +822,27 @@ class TopicReader:
             QueueNotFound: an assigned topic was deleted.
             BrokerUnavailable, BrokerError: as mapped from Kafka.
         """
+        waited = 0.0
         with map_kafka_errors("read topics"):
             # consume() waits for max_records or the whole timeout; a receive waiting for one
             # receipt must wake on the first record, so drain what is there, then block in poll().
             batch = self._consumer.consume(max_records, 0)
             if not batch and timeout > 0:
+                started = time.monotonic()
                 first = self._consumer.poll(timeout)
+                waited = time.monotonic() - started
                 if first is not None:
                     batch = [first, *self._consumer.consume(max_records - 1, 0)]
         if self._deleted:
             self._wake()  # stop_reading() was called during this poll
         records = []
+        at_end = False
         for msg in batch:
             error = msg.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     self._stable_end[cast(str, msg.topic())] = cast(int, msg.offset())
+                    at_end = True
                     continue
                 raise kafka_error_to_queue_error(error, "read topic", msg.topic())
             _, timestamp = msg.timestamp()
@@ -843,21 +854,48 @@ class TopicReader:
             ))
             self._next[topic] = offset + 1
         if records:
-            self._idle_since = None
+            self._idle_waited = 0.0
             self._at_end_checks = 0
         elif timeout > 0 or batch:
-            self._check_starved()
+            self._check_starved(waited)
+        if at_end and self._wait_ms > TAIL_FETCH_WAIT_MS:
+            self._relax_fetch_wait()
         return records
 
-    def _check_starved(self) -> None:
+    def _relax_fetch_wait(self) -> None:
+        """Go back to the short fetch wait once a reader whose wait was lengthened has read every
+        topic it fetches to the end (librdkafka reported the end of each).
+
+        At the end of a log a short wait is what keeps reads prompt on brokers that do not
+        answer a waiting fetch early (Tansu holds it for the whole wait): with 500 ms, every
+        receipt's verdict and every record just written took up to half a second to read,
+        which starved a competing receiver of the demo for seconds. Starvation is a reader far
+        behind, so a reader at the end has none. At most once per :data:`RELAX_AFTER` seconds
+        after the wait was lengthened, so a reader that falls behind again is not replaced
+        over and over.
+        """
+        if time.monotonic() - self._lengthened_at < RELAX_AFTER:
+            return
+        with self._state_lock:
+            fetching = [t for t in self._next if t not in self._paused and t not in self._rested]
+        if not fetching or any(self._stable_end.get(t, -1) < self._next[t] for t in fetching):
+            return
+        log.info("reader of %s is at the end: fetch.wait.max.ms back to %d",
+                 ", ".join(sorted(self._next)), TAIL_FETCH_WAIT_MS)
+        self._wait_ms = TAIL_FETCH_WAIT_MS
+        self._replace_consumer()
+
+    def _check_starved(self, waited: float) -> None:
         """Lengthen the broker-side fetch wait when short fetches bring nothing although the
         reader is behind.
 
         A short ``fetch.wait.max.ms`` keeps the tail of a log at low latency on brokers that do
         not answer a waiting fetch as soon as a record arrives, but a broker whose fetch takes
         longer than that wait (a long log of small batches) then answers every fetch empty, and
-        the reader never catches up. Checked after :data:`STARVED_AFTER` seconds of empty polls
-        with one end-offset query; each step multiplies the wait by 8, up to librdkafka's
+        the reader never catches up. Checked after :data:`STARVED_AFTER` seconds spent waiting
+        in polls that brought nothing (the time between polls does not count: a receiver
+        that polls, works for a while and polls again was not waiting for the broker), with one
+        end-offset query; each step multiplies the wait by 8, up to librdkafka's
         default of 500 ms. Apache Kafka answers a waiting fetch at once, so there a short wait
         never starves and this never triggers.
 
@@ -873,13 +911,10 @@ class TopicReader:
         arriving reset the count), about 2 s of empty polls, is such a reader taken as starved
         after all, so that one starved there still recovers.
         """
-        now = time.monotonic()
-        if self._idle_since is None:
-            self._idle_since = now
+        self._idle_waited += waited
+        if self._idle_waited < STARVED_AFTER or self._wait_ms >= MAX_FETCH_WAIT_MS:
             return
-        if now - self._idle_since < STARVED_AFTER or self._wait_ms >= MAX_FETCH_WAIT_MS:
-            return
-        self._idle_since = now
+        self._idle_waited = 0.0
         fetching = [t for t in self._next if t not in self._paused]
         if not fetching:
             return
@@ -913,8 +948,13 @@ class TopicReader:
         if self._wait_ms >= MAX_FETCH_WAIT_MS:
             return
         self._wait_ms = min(self._wait_ms * 8, MAX_FETCH_WAIT_MS)
+        self._lengthened_at = time.monotonic()
         log.info("reader of %s %s for %.2f s while behind: fetch.wait.max.ms raised to %d",
                  ", ".join(sorted(self._next)), why, STARVED_AFTER, self._wait_ms)
+        self._replace_consumer()
+
+    def _replace_consumer(self) -> None:
+        """A new consumer with the current fetch wait, at the same positions and pauses."""
         with self._state_lock:
             if self._closed:
                 return
