@@ -818,7 +818,7 @@ class MessageQueue(PeekLockReceives):
         """
         self.manager.access.require(self._single(), AccessRight.GET_PROPERTIES)
         view = self._open_view()
-        view.catch_up()
+        view.catch_up(for_good=False)
         return view.state.pending_count()
 
     def expired_count(self) -> int:
@@ -829,7 +829,7 @@ class MessageQueue(PeekLockReceives):
             int: how many, now (0 or more).
         """
         view = self._open_view()
-        view.catch_up()
+        view.catch_up(for_good=False)
         return len(view.state.expired(_now_ms()))
 
     def counts(self) -> tuple[int, int]:
@@ -846,7 +846,7 @@ class MessageQueue(PeekLockReceives):
         """
         self.manager.access.require(self._single(), AccessRight.GET_PROPERTIES)
         view = self._open_view()
-        view.catch_up()
+        view.catch_up(for_good=False)
         return view.state.pending_count(), len(view.state.expired(_now_ms()))
 
     def __len__(self) -> int:

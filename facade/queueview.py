@@ -275,13 +275,22 @@ class QueueView:
         self._reader.seek(topic, expected)
         return True
 
-    def catch_up(self, timeout: float = CATCH_UP_TIMEOUT) -> None:
+    def catch_up(self, timeout: float = CATCH_UP_TIMEOUT, *, for_good: bool = True) -> None:
         """Read both topics up to what the broker holds now (count, purge, lookups need this).
+
+        Args:
+            timeout (float): seconds.
+            for_good (bool): fetch the receipts continuously from now on (peeks, cursors,
+                lookups and purges must show other receivers' removals each time). False for a
+                one-off read such as a count: a receive-only view stays receive-only, so a
+                receiver that counts now and then does not fetch every other receiver's
+                receipts for good.
 
         Raises:
             BrokerUnavailable: not caught up within ``timeout`` seconds.
         """
-        self._receive_only = False
+        if for_good:
+            self._receive_only = False
         self._read_to_end(timeout)
 
     def load(self, timeout: float = CATCH_UP_TIMEOUT) -> None:

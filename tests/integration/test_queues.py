@@ -291,6 +291,29 @@ def test_a_receiver_whose_view_is_behind_never_takes_what_another_took(qm: Queue
         first.receive(timeout=0.5)
 
 
+def _first_of_two_receivers(qm: QueueManager, path: str):  # -> MessageQueue
+    """A queue of 4 messages at ``path``; a first handle receives message 0 uncontended (its
+    receipts pause), a second one receives message 1; returns the first handle."""
+    first = qm.create_queue(path)
+    second = qm.open_queue(path)
+    for i in range(4):
+        first.send(Message(body=bytes([i])), wait=i == 3)
+    assert first.receive(timeout=10).body == b"\x00"
+    assert first._open_view()._receipts_paused
+    assert second.receive(timeout=10).body == b"\x01"
+    return first
+
+
+def test_a_count_reads_the_receipts_once_and_leaves_a_receiver_receive_only(
+        qm: QueueManager) -> None:
+    """count() shows another receiver's removals, and the counting receiver's next
+    uncontended claim stops fetching receipts again (a peek would keep them fetched)."""
+    first = _first_of_two_receivers(qm, r".\private$\counted")
+    assert first.count() == 2
+    assert first.receive(timeout=10).body == b"\x02"
+    assert first._open_view()._receipts_paused
+
+
 def test_a_lone_receiver_is_back_to_strict_order_once_its_lost_claim_has_aged_out(
         qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
     """After a lost claim a ``spread_picks`` receiver spreads its picks over the first candidates of the
@@ -328,12 +351,6 @@ def test_peek_shows_removals_by_another_receiver_after_uncontended_receives(
         qm: QueueManager) -> None:
     """Peeks read the receipts a receive-only view stopped fetching, so they never show a
     message another receiver has already removed."""
-    path = r".\private$\stale-peek"
-    first = qm.create_queue(path)
-    second = qm.open_queue(path)
-    for i in range(4):
-        first.send(Message(body=bytes([i])), wait=i == 3)
-    assert first.receive(timeout=10).body == b"\x00"
-    assert second.receive(timeout=10).body == b"\x01"
+    first = _first_of_two_receivers(qm, r".\private$\stale-peek")
     assert first.peek(timeout=10).body == b"\x02"
     assert first.count() == 2
