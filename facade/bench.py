@@ -558,9 +558,10 @@ def _transactional_send(ctx: _Context) -> tuple[float, float]:
         _drop(ctx.qm, queue)
 
 
-def _raw_transactional_move(ctx: _Context) -> float:
-    """Raw consume-transform-produce, one record per Kafka transaction: poll a record, produce
-    it to another topic and commit the consumer's offset in the same transaction."""
+def _raw_transactional_move(ctx: _Context, per_transaction: int = 1) -> float:
+    """Raw consume-transform-produce, ``per_transaction`` records per Kafka transaction: poll
+    them, produce each to another topic and commit the consumer's offset in the same
+    transaction."""
     source, target = ctx.raw.topic(), ctx.raw.topic()
     ctx.raw.fill(source, ctx.messages + 1, ctx.payload)
     producer = ctx.raw.producer(**{"transactional.id": f"kmq-bench-{uuid.uuid4().hex}"})
@@ -570,21 +571,24 @@ def _raw_transactional_move(ctx: _Context) -> float:
                          "isolation.level": "read_committed", "fetch.wait.max.ms": 2})
     consumer.assign([TopicPartition(source, 0, 0)])
     try:
-        moved, start = -1, 0.0  # the first move is untimed
+        moved, start = -1, 0.0  # the first record moves alone, untimed
         deadline = time.monotonic() + _TIMEOUT
         while moved < ctx.messages:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"raw transactional move moved {moved} of {ctx.messages}")
-            record = consumer.poll(1.0)
-            if record is None or record.error():
-                continue
+            want = 1 if moved < 0 else min(per_transaction, ctx.messages - moved)
+            records: list[Any] = []
+            while len(records) < want:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"raw transactional move moved {moved} of {ctx.messages}")
+                records += [r for r in consumer.consume(want - len(records), 1.0)
+                            if not r.error()]
             producer.begin_transaction()
-            _produce(producer, target, record.value() or b"")
+            for record in records:
+                _produce(producer, target, record.value() or b"")
             producer.send_offsets_to_transaction(
-                [TopicPartition(source, 0, (record.offset() or 0) + 1)],
+                [TopicPartition(source, 0, (records[-1].offset() or 0) + 1)],
                 consumer.consumer_group_metadata(), _TIMEOUT)
             producer.commit_transaction(_TIMEOUT)
-            moved += 1
+            moved += len(records)
             if moved == 0:
                 start = time.perf_counter()
         return ctx.messages / (time.perf_counter() - start)
@@ -595,9 +599,19 @@ def _raw_transactional_move(ctx: _Context) -> float:
 def _transactional_move(ctx: _Context) -> tuple[float, float]:
     """Transactional receive + send (one message per transaction) between two transactional
     queues vs raw consume-transform-produce with Kafka transactions."""
-    raw = _raw_transactional_move(ctx)
-    source = ctx.qm.create_queue(ctx.queue_name("transactional-move-a"), transactional=True)
-    target = ctx.qm.create_queue(ctx.queue_name("transactional-move-b"), transactional=True)
+    return _moves(ctx, 1, "transactional-move")
+
+
+def _transactional_move_batch(ctx: _Context) -> tuple[float, float]:
+    """``receive_many(TX_SIZE, transaction=tx)`` + ``send_many`` per transaction (one LOCK
+    receipt per batch) vs raw consume-transform-produce of TX_SIZE records per transaction."""
+    return _moves(ctx, TX_SIZE, "transactional-move-batch")
+
+
+def _moves(ctx: _Context, per_transaction: int, name: str) -> tuple[float, float]:
+    raw = _raw_transactional_move(ctx, per_transaction)
+    source = ctx.qm.create_queue(ctx.queue_name(f"{name}-a"), transactional=True)
+    target = ctx.qm.create_queue(ctx.queue_name(f"{name}-b"), transactional=True)
     try:
         done = 0
         while done <= ctx.messages:
@@ -605,11 +619,17 @@ def _transactional_move(ctx: _Context) -> tuple[float, float]:
             source.send_many([Message(body=ctx.payload) for _ in range(size)],
                              transaction="single")
             done += size
-        start = 0.0
-        for moved in range(ctx.messages + 1):  # the first move is untimed
+        moved, start = -1, 0.0  # the first message moves alone, untimed
+        while moved < ctx.messages:
+            want = 1 if moved < 0 else min(per_transaction, ctx.messages - moved)
             with ctx.qm.begin_transaction() as tx:
-                message = source.receive(timeout=_TIMEOUT, transaction=tx)
-                target.send(Message(body=message.body), transaction=tx)
+                if per_transaction == 1:
+                    batch = [source.receive(timeout=_TIMEOUT, transaction=tx)]
+                    target.send(Message(body=batch[0].body), transaction=tx)
+                else:
+                    batch = source.receive_many(want, timeout=_TIMEOUT, transaction=tx)
+                    target.send_many([Message(body=m.body) for m in batch], transaction=tx)
+            moved += len(batch)
             if moved == 0:
                 start = time.perf_counter()
         return ctx.messages / (time.perf_counter() - start), raw
@@ -804,6 +824,9 @@ SCENARIOS: dict[str, tuple[str, _Scenario | None]] = {
     "transactional-move": ("transactional receive + send per transaction vs raw "
                            "consume-transform-produce (send_offsets_to_transaction)",
                            _transactional_move),
+    "transactional-move-batch": (f"receive_many({TX_SIZE}) + send_many per transaction vs raw "
+                                 f"consume-transform-produce of {TX_SIZE} records per "
+                                 "transaction", _transactional_move_batch),
     "signed-send": ("signed express send vs plain express send (kmq both)", _signed_send),
     "encrypted-send": ("encrypted express send vs plain express send (kmq both)",
                        _encrypted_send),

@@ -11,7 +11,8 @@ __all__ = ["DEFAULT_SCENARIOS", "OPT_IN_SCENARIOS", "SCENARIO_NAMES"]
 SCENARIO_NAMES = ("express-send", "envelope-send", "recoverable-send", "send-batch",
                   "recoverable-send-batch", "receive", "receive-batch", "receive-contended",
                   "receive-contended-spread", "peek",
-                  "dl-fanout", "transactional-send", "transactional-move", "signed-send",
+                  "dl-fanout", "transactional-send", "transactional-move",
+                  "transactional-move-batch", "signed-send",
                   "encrypted-send", "signed-encrypted-receive", "spark-decode")
 #: Scenarios run only when named: ``spark-decode`` starts a JVM; ``receive-contended`` and
 #: ``receive-contended-spread`` start four receiver processes and take about 30 s a round on
