@@ -392,19 +392,42 @@ class PeekLockReceives:
         self.manager.outputs.journal_removed_many([unlocked(m) for m in messages],
                                                   self._single())
 
+    def _release_aborted(self, messages: list[Message],
+                         reason: str) -> list[tuple[Message, MessageQueueError]]:
+        """Give back locked messages whose transaction aborted: one RELEASE receipt per lock,
+        naming its messages (pending again in their place, abort count + 1; ``;poison`` after
+        ``receive_retry_count``).
+
+        Returns:
+            list[tuple[Message, MessageQueueError]]: the messages not released now, with why;
+            each comes back when its lease passes.
+        """
+        failed = []
+        view = self._open_view()
+        for token, group in _by_lock(messages).items():
+            pending = view.start_claim(ReceiptAction.RELEASE,
+                                       tuple(cast(int, m.lookup_id) for m in group),
+                                       completes=token, reason=reason)
+            try:
+                view.settle(pending)
+            except MessageQueueError as exc:
+                view.forget(pending)  # if it landed, it releases them as it is read back
+                failed += [(m, exc) for m in group]
+            finally:
+                for message in group:
+                    self._peek_locks.pop(_lock_of(message), None)
+        return failed
+
     def _start_complete(self, messages: list[Message], producer: Any,
                         transaction_id: str) -> list[_Completion]:
         """Append the COMPLETED receipts of locked messages with ``producer``, inside its Kafka
         transaction: one receipt per lock, naming the offsets of ``messages`` it holds;
         :meth:`_finish_complete` reads the verdicts once the transaction commits."""
-        by_token: dict[str, list[Message]] = {}
-        for message in messages:
-            by_token.setdefault(_lock_of(message)[0], []).append(message)
         view = self._open_view()
         return [_Completion(group, view, view.start_claim(
                     ReceiptAction.COMPLETED, tuple(cast(int, m.lookup_id) for m in group),
                     producer=producer, completes=token, transaction_id=transaction_id))
-                for token, group in by_token.items()]
+                for token, group in _by_lock(messages).items()]
 
     def _finish_complete(self, completions: list[_Completion]) -> list[Message]:
         """The verdicts of committed COMPLETED receipts; posts ACK_RECEIVE for each message
@@ -780,6 +803,18 @@ def _verdict(view: QueueView, pending: PendingClaim, done: Callable[[], object])
         raise
     done()
     return outcome
+
+
+def _by_lock(messages: list[Message]) -> dict[str, list[Message]]:
+    """Peek-locked messages grouped by their lock token, in the order given.
+
+    Raises:
+        InvalidParameter: a message was not received under a lock.
+    """
+    groups: dict[str, list[Message]] = {}
+    for message in messages:
+        groups.setdefault(_lock_of(message)[0], []).append(message)
+    return groups
 
 
 def _lock_of(message: Message) -> tuple[str, int]:

@@ -19,8 +19,8 @@ Kafka this way:
   becomes visible or none of it does: a message received and a reply sent in one transaction
   both happen or neither does. Commits of one queue manager are serialised, so transactions to
   one queue land in commit order.
-* **Abort releases the receives** with RELEASE receipts (abort count + 1; ``;poison`` after the
-  queue's ``receive_retry_count``). A process that dies inside a transaction leaves its locks to
+* **Abort releases the receives** with one RELEASE receipt per lock (abort count + 1;
+  ``;poison`` after the queue's ``receive_retry_count``). A process that dies inside a transaction leaves its locks to
   their lease: the messages come back for the next receiver.
 
 What needs the broker: a Kafka transaction that fails or is cut off *during* commit is aborted
@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any
 from facade.errors import (
     InvalidParameter,
     LockLost,
-    MessageQueueError,
     TransactionAborted,
     TransactionUsage,
 )
@@ -289,13 +288,11 @@ class MessageQueueTransaction:
         self._sends.clear()
         self._rejections.clear()
         receives, self._receives = self._receives, []
-        for receive in receives:
-            try:
-                receive.handle.abandon(receive.locked)
-            except MessageQueueError as exc:
+        for handle, messages in _by_handle(receives):
+            for message, exc in handle._release_aborted(messages, "its transaction aborted"):
                 log.warning("transaction %s: message %s stays locked in %s until its lease "
-                            "passes (%s), then returns to the queue", self.id,
-                            receive.locked.id, receive.handle.format_name, exc)
+                            "passes (%s), then returns to the queue", self.id, message.id,
+                            handle.format_name, exc)
 
     def _run_rejections(self) -> None:
         # The destination rejects such copies on arrival, which happens only at commit.
@@ -320,15 +317,8 @@ class MessageQueueTransaction:
     def _journal_receives(self) -> None:
         # The queue journal copy is written before the removal, as complete() does: a failed
         # journal write aborts the transaction instead of losing the copy.
-        for handle, messages in self._receives_by_handle():
+        for handle, messages in _by_handle(self._receives):
             handle._journal_locked(messages)
-
-    def _receives_by_handle(self) -> list[tuple[Any, list[Message]]]:
-        """The received messages grouped by the handle that locked them, in receive order."""
-        groups: dict[int, tuple[Any, list[Message]]] = {}
-        for receive in self._receives:
-            groups.setdefault(id(receive.handle), (receive.handle, []))[1].append(receive.locked)
-        return list(groups.values())
 
     def _encode_sends(self) -> list[tuple[str, EncodedRecord]]:
         # PROPID_M_FIRST_IN_XACT / LAST_IN_XACT are known only now, so copies are encoded here.
@@ -359,7 +349,7 @@ class MessageQueueTransaction:
             with map_kafka_errors("send in transaction", topic):
                 producer.produce(topic, value=record.value, key=record.key, headers=record.headers)
         return [(handle, handle._start_complete(messages, producer, self.id))
-                for handle, messages in self._receives_by_handle()]
+                for handle, messages in _by_handle(self._receives)]
 
     def _after_commit(self, completions: list[tuple[Any, Any]]) -> None:
         outputs = self._manager.outputs
@@ -380,6 +370,14 @@ class MessageQueueTransaction:
                 f"transaction {self.id} committed, but {len(lost)} of its receives had been "
                 "released by another process first (their leases passed): those messages may "
                 "be delivered again", queue=lost[0][0].format_name)
+
+
+def _by_handle(receives: list[_Receive]) -> list[tuple[Any, list[Message]]]:
+    """The received messages grouped by the handle that locked them, in receive order."""
+    groups: dict[int, tuple[Any, list[Message]]] = {}
+    for receive in receives:
+        groups.setdefault(id(receive.handle), (receive.handle, []))[1].append(receive.locked)
+    return list(groups.values())
 
 
 def check_transaction(transaction: object) -> MessageQueueTransaction | str | None:

@@ -72,6 +72,8 @@ def test_an_aborted_batch_comes_back_whole_in_its_place_with_the_abort_count_rai
     assert int(other.receive(timeout=WAIT, transaction="single").body) == 3, \
         "the locked batch is not receivable while its transaction is open"
     tx.abort()
+    releases = [o for action, o in _receipts(qm, q) if action is ReceiptAction.RELEASE]
+    assert releases == [tuple(m.lookup_id for m in taken)], "one RELEASE for the batch's lock"
     again = q.receive_many(10, timeout=WAIT, transaction="single")
     assert [(int(m.body), m.abort_count) for m in again] == [(0, 1), (1, 1), (2, 1)]
     assert [m.id for m in again] == [m.id for m in taken]
