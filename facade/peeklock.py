@@ -249,9 +249,7 @@ class PeekLockReceives:
         if limit == 1:
             locked = self._take_locked(view, first, lease_ms, claimant)
             return [] if locked is None else [locked]
-        entries = [first] + [e for e in islice(view.state.candidates(_now_ms(), start=first),
-                                               limit) if e.offset != first.offset][:limit - 1]
-        records = {e.offset: view.record(e) for e in entries}
+        records = {e.offset: view.record(e) for e in _batch_from(view, first, limit)}
         pending, outcome = _hold(view, ReceiptAction.LOCK, tuple(records), lease_ms, claimant)
         token = pending.receipt.claim_id
         decoded: list[tuple[int, Message]] = []
@@ -537,10 +535,7 @@ class PeekLockReceives:
     def _take_batch(self, view: QueueView, first: IndexEntry) -> Message | None:
         """Claim ``first`` and the candidates after it (up to ``prefetch``) with one PREFETCH
         (``first`` is the head unless the view spreads contended picks)."""
-        entries = [first] + [e for e in islice(view.state.candidates(_now_ms(), start=first),
-                                               self._prefetch)
-                             if e.offset != first.offset][: self._prefetch - 1]
-        records = {e.offset: view.record(e) for e in entries}
+        records = {e.offset: view.record(e) for e in _batch_from(view, first, self._prefetch)}
         lease_ms = self._prefetch_lease_ms
         # If the verdict cannot be read and it won, the lease passes and the batch is
         # dead-lettered.
@@ -771,6 +766,13 @@ class PeekLockReceives:
 
 def _first(view: QueueView, now_ms: int) -> IndexEntry | None:
     return view.state.peek_first(now_ms)
+
+
+def _batch_from(view: QueueView, first: IndexEntry, limit: int) -> list[IndexEntry]:
+    """``first`` and the candidates after it in receive order, ``limit`` in all: what one
+    LOCK or PREFETCH of a batch names."""
+    return [first] + [e for e in islice(view.state.candidates(_now_ms(), start=first), limit)
+                      if e.offset != first.offset][:limit - 1]
 
 
 def _hold(view: QueueView, action: ReceiptAction, offsets: tuple[int, ...], lease_ms: int,

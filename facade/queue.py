@@ -500,8 +500,11 @@ class MessageQueue(PeekLockReceives):
         try:
             transaction.enlist_receives(self, locked)
         except TransactionUsage:
-            for message in locked:  # ended meanwhile (another thread): give the messages back
-                self.abandon(message)
+            # Ended meanwhile (another thread): give the messages back, one RELEASE per lock.
+            for message, exc in self._release_aborted(
+                    list(locked), "its transaction ended before the receive joined it"):
+                log.warning("message %s stays locked in %s until its lease passes (%s)",
+                            message.id, self.format_name, exc)
             raise
         return [unlocked(message) for message in locked]
 
