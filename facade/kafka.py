@@ -48,6 +48,7 @@ from facade.topics import QUEUE_REGISTRY_TOPIC
 from facade.topicsettings import MAX_MESSAGE_BYTES, topic_config
 
 __all__ = [
+    "NO_LINGER",
     "KafkaRecord",
     "KafkaSession",
     "PendingRecord",
@@ -1323,6 +1324,13 @@ def produce_and_wait(producer: RecordProducer, topic: str, value: bytes | None, 
                          operation=operation).wait(timeout)
 
 
+#: Seconds one poll may block while :meth:`PendingRecord.wait` waits for its record.
+WAIT_POLL_SLICE = 0.005
+#: librdkafka settings of a producer whose records are waited for as they are written (one
+#: record, or one batch handed over whole): lingering would only add to every wait.
+NO_LINGER = {"linger.ms": 0}
+
+
 class PendingRecord:
     """A record handed to a producer whose acknowledgment has not been waited for yet
     (see :func:`produce_async`); the caller may do other work before :meth:`wait`."""
@@ -1339,7 +1347,9 @@ class PendingRecord:
         self._outcome.append((err, msg))
 
     def wait(self, timeout: float = 30.0) -> int:
-        """Wait for the broker's verdict on the record.
+        """Wait for the broker's verdict on this record only (other records of the producer,
+        of this thread or another, are not waited for). The producer's ``linger.ms`` delays the
+        verdict: producers whose records are waited for one batch at a time use 0.
 
         Args:
             timeout (float): seconds.
@@ -1351,10 +1361,18 @@ class PendingRecord:
             BrokerUnavailable: not acknowledged within ``timeout`` seconds.
             BrokerError (or a more specific MessageQueueError): the broker rejected the record.
         """
-        if not self._outcome and self._producer.flush(timeout) and not self._outcome:
-            raise BrokerUnavailable(f"{self._operation} to {self._topic!r} not acknowledged "
-                                    f"within {timeout:g} s",
-                                    hint="check that the Kafka broker is running")
+        deadline = time.monotonic() + timeout
+        while not self._outcome:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BrokerUnavailable(f"{self._operation} to {self._topic!r} not acknowledged "
+                                        f"within {timeout:g} s",
+                                        hint="check that the Kafka broker is running")
+            # Not flush(): it waits for every record in the producer, and on a producer that
+            # several threads write to (the queue manager's system copies: every receiver's
+            # journal copies), for the records the others keep adding meanwhile. Another
+            # thread's poll may serve this record's report, so one poll waits only a slice.
+            self._producer.poll(min(left, WAIT_POLL_SLICE))
         err, msg = self._outcome[0]
         if err is not None:
             raise kafka_error_to_queue_error(err, self._operation, self._topic)

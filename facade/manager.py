@@ -42,7 +42,7 @@ from facade.formatnames import (
     parse_queue_reference,
 )
 from facade.kafka import KafkaSession as BrokerSession
-from facade.kafka import TransactionalProducer, produce_async, stop_reading
+from facade.kafka import NO_LINGER, TransactionalProducer, produce_async, stop_reading
 from facade.kafkaseam import KafkaSession, RecordProducer
 from facade.message import Delivery, Message, MessageClass
 from facade.principal import resolve_principal
@@ -699,10 +699,11 @@ class QueueManager:
     # -- producers -----------------------------------------------------------------------------
 
     def producer(self, delivery: Delivery) -> RecordProducer:
-        """The shared producer for a delivery mode (created on first use)."""
+        """The shared producer for a delivery mode (created on first use): it writes system
+        copies (journal, dead-letter, acknowledgments), whose writers wait for each batch."""
         with self._lock:
             if delivery not in self._producers:
-                self._producers[delivery] = self.session.producer(delivery)
+                self._producers[delivery] = self.session.producer(delivery, extra=NO_LINGER)
             return self._producers[delivery]
 
     def begin_transaction(self, *, lease: float = TRANSACTION_LEASE) -> MessageQueueTransaction:

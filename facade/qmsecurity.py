@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from facade.acl import EVERYONE, AccessRight, ObjectKind, SecurityDescriptor
 from facade.errors import BrokerUnavailable, InvalidParameter, MessageQueueError
-from facade.kafka import produce_and_wait
+from facade.kafka import NO_LINGER, produce_and_wait
 from facade.message import Delivery
 from facade.topics import QUEUE_MANAGER_SECURITY_TOPIC
 
@@ -175,7 +175,8 @@ class QueueManagerSecurity:
         self._ensure_topic()
         with self._lock:
             if self._producer is None:
-                self._producer = self.manager.session.producer(Delivery.RECOVERABLE)
+                self._producer = self.manager.session.producer(Delivery.RECOVERABLE,
+                                                               extra=NO_LINGER)
             producer = self._producer
         produce_and_wait(producer, QUEUE_MANAGER_SECURITY_TOPIC, value,
                          key=self.manager.name.encode(), operation="write queue manager security")

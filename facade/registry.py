@@ -42,7 +42,7 @@ from typing import Any, Callable, TypeVar
 from facade.acl import EVERYONE, AccessControlEntry, AccessRight, SecurityDescriptor
 from facade.errors import BrokerUnavailable, EnvelopeError, InvalidParameter, MessageQueueError
 from facade.formatnames import parse_path_name
-from facade.kafka import produce_and_wait
+from facade.kafka import NO_LINGER, produce_and_wait
 from facade.kafkaseam import KafkaRecord, KafkaSession, RecordProducer
 from facade.message import Delivery
 from facade.topics import QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_REGISTRY_TOPIC, QueueTopics
@@ -616,7 +616,7 @@ class Registry:
     def _write(self, topic: str, key: str, value: bytes | None) -> None:
         with self._lock:
             if self._producer is None:
-                self._producer = self._session.producer(Delivery.RECOVERABLE)
+                self._producer = self._session.producer(Delivery.RECOVERABLE, extra=NO_LINGER)
             producer = self._producer
         produce_and_wait(producer, topic, value, key=key.encode(), operation="write registry")
 

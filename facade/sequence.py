@@ -59,7 +59,7 @@ import uuid
 from typing import Any, Protocol
 
 from facade.errors import BrokerError, MessageQueueError, QueueNotFound
-from facade.kafka import PendingRecord, produce_async
+from facade.kafka import NO_LINGER, PendingRecord, produce_async
 from facade.kafkaseam import KafkaSession
 from facade.message import Delivery, MessageId
 from facade.topics import id_block_topic
@@ -173,7 +173,8 @@ class KafkaBlockSource:
             # Records not delivered within the timeout are dropped, not sent after the caller
             # has given up on them (which would only waste a block).
             self._producer = self._session.producer(
-                Delivery.RECOVERABLE, extra={"message.timeout.ms": int(self._timeout * 1000)})
+                Delivery.RECOVERABLE,
+                extra={**NO_LINGER, "message.timeout.ms": int(self._timeout * 1000)})
         value = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
                             "time": time.time()}).encode()
         pending = produce_async(self._producer, self.topic, value, key=self._key,
