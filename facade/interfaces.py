@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from facade.destination import Destination
     from facade.directory import Directory
     from facade.formatnames import FormatName, QueuePath, SystemQueue
-    from facade.kafkaseam import KafkaSession
+    from facade.envelope import EncodedRecord
+    from facade.kafkaseam import KafkaRecord, KafkaSession
     from facade.message import Message, MessageId
     from facade.registry import Registry
 
@@ -102,6 +103,21 @@ class SystemQueueWriter(Protocol):
 
         Raises:
             BrokerUnavailable, BrokerError: a copy was not acknowledged (others may be).
+        """
+        ...
+
+    def encode_system_copy(self, message: Message) -> EncodedRecord:
+        """``message`` in the record form a system copy is written in (encrypted again for
+        this queue manager if private)."""
+        ...
+
+    def write_system_records(self, records: Sequence[tuple[str, EncodedRecord | KafkaRecord]],
+                             timeout: float = 30.0) -> None:
+        """Write ``records`` (topic, record: encoded, or a stored one written again), in
+        order, and wait once for the broker (seconds).
+
+        Raises:
+            BrokerUnavailable, BrokerError: a record was not acknowledged (others may be).
         """
         ...
 

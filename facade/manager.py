@@ -20,7 +20,7 @@ from facade.acl import AccessRight, ObjectKind, SecurityDescriptor
 from facade.authorization import QueueAccess
 from facade.config import KmqConfig
 from facade.destination import Destination
-from facade.envelope import encode_message
+from facade.envelope import EncodedRecord, encode_message
 from facade.errors import (
     DirectoryObjectNotFound,
     InvalidParameter,
@@ -43,7 +43,7 @@ from facade.formatnames import (
 )
 from facade.kafka import KafkaSession as BrokerSession
 from facade.kafka import NO_LINGER, TransactionalProducer, produce_async, stop_reading
-from facade.kafkaseam import KafkaSession, RecordProducer
+from facade.kafkaseam import KafkaRecord, KafkaSession, RecordProducer
 from facade.message import Delivery, Message, MessageClass
 from facade.principal import resolve_principal
 from facade.qmsecurity import QueueManagerSecurity
@@ -662,9 +662,30 @@ class QueueManager:
             BrokerError: the broker rejected a copy. Copies before and after it may be
                 written: a copy written again keeps its id, so queue views drop the duplicate.
         """
+        self.write_system_records([(topic, self.encode_system_copy(m)) for topic, m in copies],
+                                  timeout)
+
+    def encode_system_copy(self, message: Message) -> EncodedRecord:
+        """``message`` as the record a system copy is written as: a private message encrypted
+        again for this queue manager (:meth:`MessageProtection.for_storage`), then encoded.
+
+        Raises:
+            InvalidParameter: the message is not valid (see :meth:`Message.validate`).
+        """
+        return encode_message(self.protection.for_storage(message))
+
+    def write_system_records(self, records: Sequence[tuple[str, EncodedRecord | KafkaRecord]],
+                             timeout: float = 30.0) -> None:
+        """Write system copies already in record form, each ``(topic, record)``: encoded
+        copies, or a stored record written again unchanged (a journal copy, see
+        :func:`facade.sending.stored_record_is_kept_copy`), as :meth:`write_system_copies`
+        does: ``acks=all``, in order, one wait.
+
+        Raises:
+            BrokerUnavailable: a record was not acknowledged within ``timeout`` seconds.
+            BrokerError: the broker rejected a record (others may be written).
+        """
         producer = self.producer(Delivery.RECOVERABLE)
-        records = [(topic, encode_message(self.protection.for_storage(m)))
-                   for topic, m in copies]
         pending = [produce_async(producer, topic, r.value, key=r.key, headers=r.headers,
                                  operation="write system queue") for topic, r in records]
         for record in pending:

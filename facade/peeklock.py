@@ -48,6 +48,7 @@ from facade.message import Message, MessageClass
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
 from facade.receipts import ReceiptAction
+from facade.sending import stored_record_is_kept_copy
 from facade.timeouts import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, lease_to_ms
 
 if TYPE_CHECKING:
@@ -141,6 +142,9 @@ class _Batch:
     margin_ms: int
     waiting: list[Message]  # not handed out yet, in receive order
     handed: list[int] = field(default_factory=list)  # offsets handed out (or dead-lettered)
+    #: By offset, the records of waiting messages that are their journal copy as they are
+    #: (facade.sending.stored_record_is_kept_copy).
+    stored: dict[int, Any] = field(default_factory=dict)
     completing: PendingClaim | None = None  # COMPLETED for ``handed``, verdict not read yet
     releasing: PendingClaim | None = None  # RELEASE for the waiting ones, verdict not read yet
 
@@ -179,8 +183,9 @@ class PeekLockReceives:
                        ) -> list[Message]: ...
         def _take_held(self, view: QueueView, limit: int) -> list[Message]: ...
         def _pick_head(self, view: QueueView, now_ms: int) -> IndexEntry | None: ...
-        def _deliver(self, message: Message) -> Message: ...
-        def _deliver_many(self, messages: list[Message]) -> list[Message]: ...
+        def _deliver(self, message: Message, stored: Any | None = None) -> Message: ...
+        def _deliver_many(self, messages: list[Message],
+                          stored: dict[int, Any] | None = None) -> list[Message]: ...
         _ready: list[Message]
         def _message(self, record: Any, lookup_id: int) -> Message: ...
         def _send_poison_to_dead_letter(self, record: Any, reason: str) -> None: ...
@@ -517,9 +522,11 @@ class PeekLockReceives:
             return []
         taken = batch.waiting[:limit]
         del batch.waiting[:limit]
-        batch.handed.extend(cast(int, m.lookup_id) for m in taken)
+        offsets = [cast(int, m.lookup_id) for m in taken]
+        batch.handed.extend(offsets)
+        stored = {o: batch.stored.pop(o) for o in offsets if o in batch.stored}
         try:
-            return self._deliver_many(taken)
+            return self._deliver_many(taken, stored)
         finally:
             if not batch.waiting:
                 self._finish_batch()
@@ -553,7 +560,10 @@ class PeekLockReceives:
                 self._send_poison_to_dead_letter(records[offset], str(exc))
                 batch.handed.append(offset)  # completed with the batch
                 continue
-            message.abort_count += outcome.abort_count(offset)
+            aborts = outcome.abort_count(offset)
+            message.abort_count += aborts
+            if not aborts and stored_record_is_kept_copy(message):
+                batch.stored[offset] = records[offset]
             batch.waiting.append(message)
         self._batch = batch
         if not batch.waiting:
@@ -571,9 +581,11 @@ class PeekLockReceives:
         once the batch is used up, complete it at once so no handed-out message is left to the
         lease."""
         message = batch.waiting.pop(0)
-        batch.handed.append(message.lookup_id)  # type: ignore[arg-type]
+        offset = cast(int, message.lookup_id)
+        batch.handed.append(offset)
         try:
-            return self._deliver(message)  # an output failing holds it for the next receive
+            # An output failing holds it for the next receive.
+            return self._deliver(message, batch.stored.pop(offset, None))
         finally:
             if not batch.waiting:
                 self._finish_batch()

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from facade.acl import AccessRight
 from facade.authorization import receive_right
@@ -57,7 +57,12 @@ from facade.queueview import PendingClaim, QueueView
 from facade.transmission import SendTracker
 from facade.transaction import MessageQueueTransaction, check_transaction
 from facade.receipts import ReceiptAction
-from facade.sending import SendCopies, acknowledgment_requested, stamp_sent
+from facade.sending import (
+    SendCopies,
+    acknowledgment_requested,
+    stamp_sent,
+    stored_record_is_kept_copy,
+)
 from facade.receiving import dead_letter_unreceivable, message_of, write_receive_outputs
 from facade.resolution import elements_of, is_dynamic, needs_directory
 from facade.timeouts import receive_timeout
@@ -133,6 +138,9 @@ class MessageQueue(PeekLockReceives):
         self._unsettled: list[tuple[tuple[tuple[IndexEntry, Any], ...], PendingClaim]] = []
         #: Messages this handle won whose receive outputs (journal copy) are still to write.
         self._undelivered: list[Message] = []
+        #: By lookup id, the records of undelivered messages that are their journal copy as
+        #: they are (see stored_record_is_kept_copy): written again, not encoded again.
+        self._stored: dict[int, Any] = {}
         #: Messages this handle won, outputs written, not handed out yet (a batch receive
         #: raised part-way). The next receive returns these first.
         self._ready: list[Message] = []
@@ -1162,18 +1170,27 @@ class MessageQueue(PeekLockReceives):
                 message = self._decoded(record, entry.offset)
             if isinstance(message, EnvelopeError):
                 self._send_poison_to_dead_letter(record, str(message))
-            else:
-                message.abort_count += outcome.abort_count(entry.offset)
-                messages.append(message)
+                continue
+            aborts = outcome.abort_count(entry.offset)
+            message.abort_count += aborts
+            if not aborts and stored_record_is_kept_copy(message):
+                self._stored[entry.offset] = record  # it joins _undelivered right away
+            messages.append(message)
         return messages
 
-    def _deliver(self, message: Message) -> Message:
-        """Write one won message's receive outputs and hand it out (held if an output fails)."""
-        return self._deliver_many([message])[0]
+    def _deliver(self, message: Message, stored: Any | None = None) -> Message:
+        """Write one won message's receive outputs and hand it out (held if an output fails);
+        ``stored``: its record, if that is its journal copy as it is."""
+        return self._deliver_many([message], None if stored is None else
+                                  {cast(int, message.lookup_id): stored})[0]
 
-    def _deliver_many(self, messages: list[Message]) -> list[Message]:
+    def _deliver_many(self, messages: list[Message],
+                      stored: dict[int, Any] | None = None) -> list[Message]:
         """Write won messages' receive outputs together and hand them out (held if an output
-        fails; messages held from an earlier failure go first)."""
+        fails; messages held from an earlier failure go first). ``stored``: by lookup id, the
+        records that are their message's journal copy as they are."""
+        if stored:
+            self._stored.update(stored)
         self._undelivered.extend(messages)
         return self._deliver_all(len(messages))
 
@@ -1190,12 +1207,16 @@ class MessageQueue(PeekLockReceives):
         del self._ready[:limit]
         batch = self._undelivered[:max(limit - len(handed), 0)]
         if batch:
+            stored = {m.lookup_id: self._stored[m.lookup_id] for m in batch
+                      if m.lookup_id in self._stored}
             try:
-                write_receive_outputs(self.manager, batch, self._single())
+                write_receive_outputs(self.manager, batch, self._single(), stored)
             except MessageQueueError:
                 self._ready[:0] = handed
                 raise
             del self._undelivered[:len(batch)]
+            for lookup_id in stored:
+                del self._stored[lookup_id]
             handed.extend(batch)
         return handed
 
@@ -1253,6 +1274,7 @@ class MessageQueue(PeekLockReceives):
         """
         problems = [] if self._view is None else self._resolve_unsettled(self._view, closing=True)
         held, self._ready, self._undelivered = self._ready + self._undelivered, [], []
+        self._stored.clear()
         for message in held:
             reason = ("received by a handle whose receive failed and that was closed before "
                       "handing the message out")

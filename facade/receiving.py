@@ -18,7 +18,7 @@ written by one piece of code:
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from facade.envelope import decode_message
@@ -28,6 +28,7 @@ from facade.protection import MessageRejected, ProtectionLevel
 
 if TYPE_CHECKING:
     from facade.destination import Destination
+    from facade.kafkaseam import KafkaRecord
     from facade.queuehost import QueueHost
 
 __all__ = ["dead_letter_unreceivable", "message_of", "write_receive_outputs"]
@@ -90,9 +91,13 @@ def dead_letter_unreceivable(host: QueueHost, record: Any, reason: str,
 
 
 def write_receive_outputs(host: QueueHost, messages: Sequence[Message],
-                          destination: Destination) -> None:
+                          destination: Destination,
+                          stored: Mapping[int, KafkaRecord] | None = None) -> None:
     """Write the outputs of receiving ``messages`` from ``destination`` together: their journal
     copies (PROPID_Q_JOURNAL) with one broker wait, then their ACK_RECEIVEs (when asked for).
+
+    ``stored``: by lookup id, records that are their message's journal copy unchanged (see
+    :func:`facade.sending.stored_record_is_kept_copy`); they are written as they are.
 
     Raises:
         MessageQueueError: a journal copy was not acknowledged: hand none of them out (a copy
@@ -102,5 +107,5 @@ def write_receive_outputs(host: QueueHost, messages: Sequence[Message],
     if not messages:
         return
     outputs = host.outputs
-    outputs.journal_removed_many(list(messages), destination)
+    outputs.journal_removed_many(list(messages), destination, stored)
     outputs.acknowledge_many(messages, MessageClass.ACK_RECEIVE, destination)

@@ -43,6 +43,7 @@ from facade.message import (
     Message,
     MessageClass,
     MessageId,
+    PrivacyLevel,
 )
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "kept_copy",
     "source_journal_copy",
     "stamp_acknowledgment",
+    "stored_record_is_kept_copy",
     "stamp_sent",
 ]
 
@@ -151,6 +153,24 @@ def kept_copy(message: Message, **changes: Any) -> Message:
                                    **changes)
     # Not checked twice: every received message of a journaled queue pays for a check (~5 us).
     return message.stamped(time_to_be_received=None, properties=properties)
+
+
+def stored_record_is_kept_copy(message: Message) -> bool:
+    """Whether the record a received ``message`` was stored as can be written, unchanged, as
+    its journal copy, instead of :func:`kept_copy` encoded again (about 20 us per message).
+
+    True when a kept copy would encode the same message: no time-to-be-received to move into
+    :data:`ORIGINAL_TTBR_PROPERTY`, and no private body that
+    :meth:`facade.protection.MessageProtection.for_storage` encrypts again. The caller must
+    also know that the receive added nothing to the envelope: no abort count from released
+    locks. Such a copy keeps the stored envelope's ``arrived_time`` (null as sent) where an
+    encoded copy carries the time the original reached its queue; no kmq reader (Spark's
+    included) reads that field: a message's arrival is the timestamp of the record read.
+
+    Args:
+        message (Message): as decoded from its record and accepted for hand-out.
+    """
+    return message.time_to_be_received is None and message.privacy_level is PrivacyLevel.NONE
 
 
 def source_journal_copy(sent: Message) -> Message | None:

@@ -27,10 +27,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
-from facade.envelope import encode_message
+from facade.envelope import EncodedRecord
 from facade.errors import MessageQueueError, UnsupportedFormatNameOperation
 from facade.formatnames import SystemQueue, parse_queue_reference
 from facade.topics import QueueTopics
@@ -46,6 +46,7 @@ from facade.sending import (
 
 if TYPE_CHECKING:
     from facade.destination import Destination
+    from facade.kafkaseam import KafkaRecord
     from facade.queueview import QueueView
     from facade.interfaces import OutputsHost
 
@@ -184,9 +185,17 @@ class SystemOutputs:
         """
         return self.journal_removed_many([message], queue) == 1
 
-    def journal_removed_many(self, messages: list[Message], queue: Destination) -> int:
+    def journal_removed_many(self, messages: list[Message], queue: Destination,
+                             stored: Mapping[int, KafkaRecord] | None = None) -> int:
         """Copy messages removed from ``queue`` together (one batch of receives) to the queue's
         journal, if journaling is on, waiting once for the broker (PROPID_Q_JOURNAL).
+
+        Args:
+            messages (list[Message]): the messages removed, in order.
+            queue (Destination): the queue they were removed from.
+            stored (Mapping[int, KafkaRecord] | None): by lookup id, the records of messages
+                whose stored record is their journal copy as it is (the receiver checked
+                :func:`facade.sending.stored_record_is_kept_copy`); the others are encoded.
 
         Returns:
             int: copies written.
@@ -200,26 +209,38 @@ class SystemOutputs:
         if not messages or properties is None or not properties.journal \
                 or queue.topics.data != properties.data_topic:
             return 0
+        stored = stored or {}
         if properties.journal_quota_kb is not None or len(messages) == 1:
-            return sum(self._journal_one(message, queue) for message in messages)
+            return sum(self._journal_one(message, queue, stored) for message in messages)
         journal = queue.topics.journal().data
-        self.manager.write_system_copies([(journal, kept_copy(message)) for message in messages])
+        self.manager.write_system_records([(journal, self._journal_record(message, stored))
+                                           for message in messages])
         return len(messages)
 
-    def _journal_one(self, message: Message, queue: Destination) -> bool:
+    def _journal_record(self, message: Message,
+                        stored: Mapping[int, KafkaRecord]) -> EncodedRecord | KafkaRecord:
+        """A removed message's journal copy in record form: its stored record where that is
+        the copy, else :func:`kept_copy` encoded (encrypted again if private)."""
+        record = stored.get(message.lookup_id) if message.lookup_id is not None else None
+        if record is not None:
+            return record
+        return self.manager.encode_system_copy(kept_copy(message))
+
+    def _journal_one(self, message: Message, queue: Destination,
+                     stored: Mapping[int, KafkaRecord]) -> bool:
         """One journal copy, checked against the journal quota first."""
         properties = queue.properties
         assert properties is not None  # journal_removed_many checked it
-        copy = kept_copy(message)
+        record = self._journal_record(message, stored)
         journal = queue.topics.journal()
         if properties.journal_quota_kb is not None and self._journal_full(
-                journal, properties.journal_quota_kb, len(encode_message(copy).value)):
+                journal, properties.journal_quota_kb, len(record.value or b"")):
             # MSMQ stops journaling when PROPID_Q_JOURNAL_QUOTA is reached; the receive itself
             # is not affected.
             log.warning("journal of %s is at its quota of %d KB: message %s not journaled",
                         queue.format_name, properties.journal_quota_kb, message.id)
             return False
-        self.manager.write_system_copy(journal.data, copy)
+        self.manager.write_system_records([(journal.data, record)])
         return True
 
     def _journal_full(self, journal: QueueTopics, quota_kb: int, size: int) -> bool:

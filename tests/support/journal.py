@@ -19,11 +19,11 @@ def fail_next_journal_write(qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -
     real = outputs.journal_removed_many
     failed: list[int] = []
 
-    def journal_removed_many(messages, destination):  # type: ignore[no-untyped-def]
+    def journal_removed_many(messages, destination, stored=None):  # type: ignore[no-untyped-def]
         if not failed:
             failed.append(len(messages))
             raise BrokerUnavailable("simulated: journal copies not acknowledged")
-        return real(messages, destination)
+        return real(messages, destination, stored)
 
     monkeypatch.setattr(outputs, "journal_removed_many", journal_removed_many)
     return failed
