@@ -48,7 +48,7 @@ from facade.message import Message, MessageClass
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
 from facade.receipts import ReceiptAction
-from facade.sending import stored_record_is_kept_copy
+from facade.receiving import count_aborts
 from facade.timeouts import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, lease_to_ms
 
 if TYPE_CHECKING:
@@ -560,10 +560,9 @@ class PeekLockReceives:
                 self._send_poison_to_dead_letter(records[offset], str(exc))
                 batch.handed.append(offset)  # completed with the batch
                 continue
-            aborts = outcome.abort_count(offset)
-            message.abort_count += aborts
-            if not aborts and stored_record_is_kept_copy(message):
-                batch.stored[offset] = records[offset]
+            stored = count_aborts(message, outcome.abort_count(offset), records[offset])
+            if stored is not None:
+                batch.stored[offset] = stored
             batch.waiting.append(message)
         self._batch = batch
         if not batch.waiting:

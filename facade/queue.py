@@ -57,13 +57,13 @@ from facade.queueview import PendingClaim, QueueView
 from facade.transmission import SendTracker
 from facade.transaction import MessageQueueTransaction, check_transaction
 from facade.receipts import ReceiptAction
-from facade.sending import (
-    SendCopies,
-    acknowledgment_requested,
-    stamp_sent,
-    stored_record_is_kept_copy,
+from facade.sending import SendCopies, acknowledgment_requested, stamp_sent
+from facade.receiving import (
+    count_aborts,
+    dead_letter_unreceivable,
+    message_of,
+    write_receive_outputs,
 )
-from facade.receiving import dead_letter_unreceivable, message_of, write_receive_outputs
 from facade.resolution import elements_of, is_dynamic, needs_directory
 from facade.timeouts import receive_timeout
 
@@ -1171,10 +1171,9 @@ class MessageQueue(PeekLockReceives):
             if isinstance(message, EnvelopeError):
                 self._send_poison_to_dead_letter(record, str(message))
                 continue
-            aborts = outcome.abort_count(entry.offset)
-            message.abort_count += aborts
-            if not aborts and stored_record_is_kept_copy(message):
-                self._stored[entry.offset] = record  # it joins _undelivered right away
+            stored = count_aborts(message, outcome.abort_count(entry.offset), record)
+            if stored is not None:
+                self._stored[entry.offset] = stored  # it joins _undelivered right away
             messages.append(message)
         return messages
 

@@ -25,13 +25,14 @@ from facade.envelope import decode_message
 from facade.errors import EnvelopeError
 from facade.message import Message, MessageClass
 from facade.protection import MessageRejected, ProtectionLevel
+from facade.sending import stored_record_is_kept_copy
 
 if TYPE_CHECKING:
     from facade.destination import Destination
     from facade.kafkaseam import KafkaRecord
     from facade.queuehost import QueueHost
 
-__all__ = ["dead_letter_unreceivable", "message_of", "write_receive_outputs"]
+__all__ = ["count_aborts", "dead_letter_unreceivable", "message_of", "write_receive_outputs"]
 
 
 def message_of(host: QueueHost, record: Any, lookup_id: int, destination: Destination,
@@ -88,6 +89,19 @@ def dead_letter_unreceivable(host: QueueHost, record: Any, reason: str,
         pass  # a poison record: dead-lettered as such below
     where = f"{record.topic}@{record.partition}:{record.offset}"
     host.dead_letter(host.poison_message(record.value, reason, destination, where))
+
+
+def count_aborts(message: Message, aborts: int, record: Any) -> Any | None:
+    """Add ``aborts`` (releases of peek-locks on it, PROPID_M_ABORT_COUNT) to a won message's
+    abort count.
+
+    Returns:
+        KafkaRecord | None: ``record``, the one the message was decoded from, when it is still
+        the message's journal copy as stored (nothing added, and
+        :func:`facade.sending.stored_record_is_kept_copy`); else None (encode the copy).
+    """
+    message.abort_count += aborts
+    return record if not aborts and stored_record_is_kept_copy(message) else None
 
 
 def write_receive_outputs(host: QueueHost, messages: Sequence[Message],
