@@ -123,7 +123,9 @@ def cpu_parts(count: int, rounds: int, home: Path) -> dict[str, float]:
 
 def _outgoing_row_us(home: Path, message: Message, count: int, rounds: int) -> float:
     """Microseconds per row of storing rows :data:`BATCH` to a commit in a real outgoing
-    queue (SQLite, ``synchronous=FULL``: one fsync per commit) under ``home``."""
+    queue (SQLite, ``synchronous=FULL``: one fsync per commit) under ``home``. Removing the
+    rows is not timed: kmq removes acknowledged rows on its poller thread, many per
+    transaction."""
     record = encode_message(message)
     row = ("floors", record.key, record.value, list(record.headers), str(message.id),
            2 ** 62)
@@ -132,11 +134,14 @@ def _outgoing_row_us(home: Path, message: Message, count: int, rounds: int) -> f
         batches = max(count // BATCH, 1)
         best = float("inf")
         for _ in range(rounds):
-            start = time.perf_counter()
+            stored: list[int] = []
+            elapsed = 0.0
             for _ in range(batches):
-                rows = outgoing.put_copies([row] * BATCH, "floors", 0)
-                outgoing.remove_many(rows)
-            best = min(best, (time.perf_counter() - start) / (batches * BATCH) * 1e6)
+                start = time.perf_counter()
+                stored += outgoing.put_copies([row] * BATCH, "floors", 0)
+                elapsed += time.perf_counter() - start
+            outgoing.remove_many(stored)
+            best = min(best, elapsed / (batches * BATCH) * 1e6)
         return best
     finally:
         outgoing.close()
