@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kmq-installed
 
-.PHONY: test test-unit demo install system-deps clean
+.PHONY: test test-unit demo install system-deps kafka clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,9 +18,15 @@ install: $(STAMP)
 system-deps:
 	@bash deploy/install-system-deps.sh
 
-# Everything: unit tests, the type check (mypy), and the integration tests that start a broker
-# and slapd.
-test: install system-deps
+# Apache Kafka's jars (deploy/kafka/pom.xml), resolved from Maven Central by Maven into kmq's jar
+# cache (~/.cache/kmq/jars) once; `kmq dev up`, the tests, the demo and the bench start the
+# broker from there. Needs a JDK 17+ and mvn.
+kafka: install
+	$(PY) -c "from facade.localkafka import KAFKA_POM; from facade.mavenjars import find_java, resolve_jars; find_java(); print('Kafka jars:', resolve_jars(KAFKA_POM))"
+
+# Everything: unit tests, the type check (mypy), and the integration tests that start Apache
+# Kafka and slapd.
+test: install system-deps kafka
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Fast: no broker, no slapd (tests that start one are marked integration by tests/conftest.py);
@@ -28,7 +34,7 @@ test: install system-deps
 test-unit: install
 	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
 
-demo: install
+demo: install kafka
 	$(VENV)/bin/kmq demo $(DEMO_ARGS)
 
 clean:

@@ -13,7 +13,7 @@ parent allocated while filling the queue counts:
   200,000, received with ``receive_many(100)``) and ``--pending`` pending ones (default 1,000).
   The child times a handle from creation to its first peek (target: under 1 s).
 
-Broker: ``KMQ_BOOTSTRAP_SERVERS``, else a private Tansu broker started for the run. Not part of
+Broker: ``KMQ_BOOTSTRAP_SERVERS``, else a private Apache Kafka node started for the run (``facade.localkafka``). Not part of
 the test run.
 
     .venv/bin/python benchmarks/state_bench.py memory
@@ -152,10 +152,11 @@ def main() -> None:
     bootstrap = os.environ.get("KMQ_BOOTSTRAP_SERVERS")
     with tempfile.TemporaryDirectory(prefix="state-bench-") as work:
         if not bootstrap:
-            from facade.devstack import start_tansu
+            from facade.localkafka import LocalKafka
 
-            record, broker = start_tansu(Path(work) / "broker.log")
-            bootstrap = record.bootstrap_servers
+            broker = LocalKafka(Path(work) / "kafka")
+            broker.start()
+            bootstrap = broker.bootstrap_servers
         try:
             qm_name = f"sb-{uuid.uuid4().hex[:8]}"
             config = _config(bootstrap, Path(work), qm_name)
@@ -181,8 +182,7 @@ def main() -> None:
                 print("memory slope", json.dumps(_slope(*results)))
         finally:
             if broker is not None:
-                broker.terminate()
-                broker.wait(10)
+                broker.stop(hard=True)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from facade.config import DirectorySettings, KmqConfig
 from facade.errors import ConfigurationError
 from facade.benchnames import DEFAULT_SCENARIOS
+from facade.devstack import DevStack
 from facade.kafka import client_logging, resolve_bootstrap_servers
 from facade.manager import QueueManager
 from facade.envelope import envelope_record, envelope_writer
@@ -196,22 +197,16 @@ def describe_machine() -> dict[str, Any]:
     }
 
 
-def describe_broker(bootstrap_servers: str) -> dict[str, Any]:
-    """The broker's cluster id and size; the Tansu version when it is the local Tansu."""
+def describe_broker(bootstrap_servers: str, config: KmqConfig | None = None) -> dict[str, Any]:
+    """The broker's cluster id and size; for the dev stack's cluster (``kmq dev up``), also
+    ``kind`` (``apache-kafka``), ``version`` and its nodes' start-up time."""
     admin = AdminClient({**client_logging(), "bootstrap.servers": bootstrap_servers, "allow.auto.create.topics": False})
     metadata = admin.list_topics(timeout=10)
     info: dict[str, Any] = {"bootstrap_servers": bootstrap_servers,
                             "cluster_id": metadata.cluster_id, "brokers": len(metadata.brokers)}
-    if str(metadata.cluster_id).startswith("tansu"):
-        info["kind"] = "tansu (memory storage)"
-        try:
-            from facade.devstack import find_tansu_binary
-
-            out = subprocess.run([str(find_tansu_binary()), "--version"], capture_output=True,
-                                 text=True, timeout=10, check=False)
-            info["version"] = out.stdout.strip() or None
-        except (ConfigurationError, OSError, subprocess.SubprocessError):
-            info["version"] = None
+    local = DevStack(config).running_broker() if config is not None else None
+    if local is not None and local.cluster_id == metadata.cluster_id:
+        info.update(kind="apache-kafka", version=local.version, ready_seconds=local.ready_seconds)
     return info
 
 
@@ -899,7 +894,7 @@ def run_benchmarks(config: KmqConfig | None = None, *, messages: int = 2000, rou
     config = config or KmqConfig.load()
     bootstrap = resolve_bootstrap_servers(config)
     started = time.time()
-    report = BenchReport(messages, rounds, payload, describe_machine(), describe_broker(bootstrap),
+    report = BenchReport(messages, rounds, payload, describe_machine(), describe_broker(bootstrap, config),
                          [], time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)))
     config.home.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-", dir=config.home))

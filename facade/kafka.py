@@ -547,11 +547,10 @@ class KafkaSession:
         """Whether the broker deletes records below an offset (Kafka's DeleteRecords), which kmq
         uses to free what every process has removed (docs/design.md, "Retention").
 
-        Tansu (cluster id ``tansu...``) is not asked: Tansu 0.6 panics on a DeleteRecords
-        request and drops the connection. Other brokers are asked to delete the records of the
-        queue registry below offset 0, which deletes nothing: an answer means they handle the
-        request, an unsupported request or version means they do not. Answered once per
-        session.
+        The broker is asked to delete the records of the queue registry below offset 0, which
+        deletes nothing: an answer means it handles the request, an unsupported request or
+        version means it does not (a Kafka-API broker that is not Apache Kafka may not).
+        Answered once per session.
 
         Returns:
             tuple[bool, str]: whether it is supported, and why not (empty when supported).
@@ -559,17 +558,9 @@ class KafkaSession:
         Raises:
             BrokerUnavailable: the broker did not answer.
         """
-        if self._delete_records is not None:
-            return self._delete_records
-        with map_kafka_errors("read cluster metadata"):
-            cluster_id = str(self.admin.list_topics(timeout=ADMIN_TIMEOUT).cluster_id or "")
-        if cluster_id.startswith("tansu"):
-            answer = (False, "Tansu 0.6 panics on DeleteRecords (its cluster id is "
-                             f"{cluster_id!r}); removed records are kept")
-        else:
-            answer = self._probe_delete_records()
-        self._delete_records = answer
-        return answer
+        if self._delete_records is None:
+            self._delete_records = self._probe_delete_records()
+        return self._delete_records
 
     def _probe_delete_records(self) -> tuple[bool, str]:
         probe = TopicPartition(QUEUE_REGISTRY_TOPIC, 0, 0)  # below offset 0: deletes nothing
@@ -1056,12 +1047,56 @@ class TopicReader:
             BrokerUnavailable: no answer within ``timeout`` seconds.
         """
         ends = {}
+        deadline = time.monotonic() + timeout
         with map_kafka_errors("read end offsets"):
             for topic in topics:
-                _low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, 0), timeout=timeout, cached=False)
+                while True:
+                    try:
+                        _low, high = self._consumer.get_watermark_offsets(
+                            TopicPartition(topic, 0), timeout=max(deadline - time.monotonic(), 0.1),
+                            cached=False)
+                        break
+                    except KafkaException as exc:
+                        if time.monotonic() > deadline or not self._worth_retrying(exc, topic, deadline):
+                            raise
+                        time.sleep(0.05)
                 ends[topic] = max(high, 0)
         return ends
+
+    def _worth_retrying(self, exc: KafkaException, topic: str, deadline: float) -> bool:
+        """Whether an offsets query that failed with ``exc`` may succeed if asked again.
+
+        A new topic's leader, or one that just moved, answers NOT_LEADER until the brokers have
+        the metadata (Kafka's clients retry those). librdkafka's "unknown partition" only says
+        that its metadata cache lacks the topic: the cluster is asked. A topic it knows is
+        retried; one it says does not exist is :class:`QueueNotFound`; no answer is
+        :class:`BrokerUnavailable`, never "not found".
+
+        Raises:
+            QueueNotFound: the cluster answered that ``topic`` does not exist.
+            BrokerUnavailable: the cluster did not answer.
+        """
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if error is None:
+            return False
+        if error.code() in (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE):
+            return True
+        if error.code() not in _NOT_FOUND:
+            return False
+        servers = self._base.get("bootstrap.servers")
+        try:
+            metadata = self._consumer.list_topics(topic, timeout=max(deadline - time.monotonic(), 1.0))
+        except KafkaException as down:
+            raise BrokerUnavailable(
+                f"read end offsets (topic {topic!r}) failed: the Kafka cluster at {servers} did "
+                f"not answer ({down.args[0].str() if down.args else down})",
+                hint="check that the Kafka brokers are running and reachable") from down
+        found = metadata.topics.get(topic)
+        if found is None or (found.error is not None
+                             and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            raise QueueNotFound(f"topic {topic!r} does not exist on the Kafka cluster at {servers}",
+                                queue=topic, hint="create the queue first (kmq queue create)") from exc
+        return True
 
     @_in_use
     def watermarks(self, topics: Sequence[str], timeout: float = 10.0) -> dict[str, tuple[int, int]]:

