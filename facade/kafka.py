@@ -504,7 +504,34 @@ class KafkaSession:
                     raise
         if created and replicas < self.replication_factor:
             self._warn_less_durable(created[0], replicas, min_insync)
+        self._wait_for_leaders(created)
         return created
+
+    def _wait_for_leaders(self, topics: Sequence[str]) -> None:
+        """Wait until the brokers' metadata shows each new topic with a leader.
+
+        CreateTopics returns once the KRaft controller has committed the topic; the brokers'
+        metadata caches learn of it a moment later. Until then a read of the topic fails as
+        "unknown partition", which a caller must not take for a missing queue.
+
+        Raises:
+            BrokerUnavailable: a topic had no leader within :data:`ADMIN_TIMEOUT` seconds.
+        """
+        deadline = time.monotonic() + ADMIN_TIMEOUT
+        waiting = list(topics)
+        while waiting:
+            with map_kafka_errors("read topic metadata", waiting[0]):
+                metadata = self.admin.list_topics(topic=waiting[0], timeout=ADMIN_TIMEOUT)
+            found = metadata.topics.get(waiting[0])
+            if found is not None and found.error is None and all(
+                    partition.leader >= 0 for partition in found.partitions.values()):
+                waiting.pop(0)
+                continue
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(
+                    f"topic {waiting[0]!r} was created but had no leader within "
+                    f"{ADMIN_TIMEOUT:g} s", hint="check the Kafka brokers' logs")
+            time.sleep(0.02)
 
     def _warn_less_durable(self, topic: str, replicas: int, min_insync: int) -> None:
         """Log once per process and cluster that topics get fewer replicas than configured."""

@@ -235,11 +235,11 @@ class QueueView:
         lasted :data:`GAP_PATIENCE` seconds (then it is real).
 
         Kafka's log has no holes below the high watermark but transaction markers (kmq's queue
-        topics are not compacted). Tansu 0.6, though, sometimes hands a tailing consumer a record
-        before an earlier one written concurrently is visible, and the consumer moves past it for
-        good: a view that missed a receipt would let two receivers win one message, and one that
-        missed a data record would never deliver it (found by ``tests/faults`` and the two-
-        receiver test). Re-reading from the gap gets the late record once it is visible.
+        topics are not compacted), so on Kafka a rewind only ever skips markers. It stays as a
+        guard because the cost of a missed record is high: a view that missed a receipt would let
+        two receivers win one message, and one that missed a data record would never deliver it
+        (``tests/faults/test_offset_gaps.py`` shows a broker that exposes such a gap).
+        Re-reading from the gap gets the late record once it is visible.
 
         Offsets below the topic's log start are gone for good (deleted): a data gap there is
         real at once; receipts missing there were deleted by retention while this view lagged
@@ -446,9 +446,7 @@ class QueueView:
 
         In a view that has only received so far, the receipts topic is not fetched from here
         on while its claims go uncontended (each receipt lands right after the last one the
-        view applied): a receiver alone on its queue then reads no receipts at all. Fetching a
-        partition while appending to it also doubles the append's latency on some brokers
-        (Tansu 0.6, ``docs/performance.md``). A claim that finds other receipts before its own
+        view applied): a receiver alone on its queue then reads no receipts at all. A claim that finds other receipts before its own
         fetches and reads them; the first peek, cursor move, lookup, count or purge resumes
         fetching for good. While the view knows of a lock that holds messages it does not pause:
         a RELEASE puts messages back, and a paused view would not see it before its next

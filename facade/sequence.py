@@ -40,8 +40,8 @@ What follows from that:
   hands out the blocks of its first life again. A process that sees the offsets go backwards
   refuses the block (``BrokerError``), but processes that start afterwards cannot tell. So the
   topic is queue-manager state like the registries: keep it as long as the queue manager's
-  GUID is in use. (A broker that loses all its data, as Tansu with memory storage does on a
-  restart, loses the queue-manager registry too, and the next ``open()`` registers a new GUID.)
+  GUID is in use. (A cluster that loses all its data loses the queue-manager registry too, and
+  the next ``open()`` registers a new GUID.)
 * **No local file.** Earlier versions kept a counter file ``$KMQ_HOME/<qm>.sequence``; it gave
   each host its own counter (so hosts sharing a name collided), and a corrupt or truncated
   file restarted it at 0. A leftover file is never read.

@@ -24,9 +24,10 @@ Kafka this way:
   their lease: the messages come back for the next receiver.
 
 What needs the broker: a Kafka transaction that fails or is cut off *during* commit is aborted
-by the broker, and real Kafka hides aborted records from read_committed readers. Tansu 0.6 shows
-them (``docs/infrastructure`` notes), so on Tansu a crash in the middle of a commit can leave part
-of a transaction visible; aborts before commit are safe there too because nothing was written.
+by the broker (after ``transaction.timeout.ms``, or at once when a producer with the same
+``transactional.id`` starts), and Kafka hides aborted records from read_committed readers, which
+every kmq reader is. A broker that showed them would make a crash in the middle of a commit
+leave part of a transaction visible.
 """
 
 from __future__ import annotations

@@ -841,8 +841,8 @@ class KmqStreamWriter(DataSourceStreamWriter):
         checkpoint is deleted, the query never restarted) leaves what it produced delivered,
         and a new query sending the same input again duplicates it: at-least-once in that
         corner. ``transactional`` narrows it to whole partitions: a failed task's records stay
-        invisible to read_committed readers on a broker that hides aborted transactions (Kafka;
-        not Tansu 0.6), but partitions that committed stay visible.
+        invisible to read_committed readers (Kafka hides aborted transactions), but partitions
+        that committed stay visible.
         """
         log.warning("kmq micro-batch %d aborted after %d of %d partitions: their messages are "
                     "delivered; the replay of this batch resends them with the same ids",

@@ -154,11 +154,6 @@ def spark_report(sources: ReportSources) -> Report:
     writing the files is done by the caller (:func:`make_chart`, :func:`write_report`).
     ``KMQ_DEMO_REPORT=python`` selects the Python report instead (faster, for tests).
 
-    On Tansu, mind its limit: journals, the admin queue, the dead-letter queue and receipts
-    topics are written one record per produce request, and Tansu 0.6 reads such a topic fast up
-    to about 4,000 records and crawls past that. The demo keeps every topic under about 3,300
-    records (queues of 2,500 entries, few acknowledgments), so each can be read in a second.
-
     Args:
         sources (ReportSources): the run's queues and configuration; the broker is still up.
 

@@ -235,8 +235,9 @@ def _teardown(environment: DemoEnvironment, topology: Topology) -> list[str]:
 
     A broker the demo started goes away with everything on it, and so does an embedded
     directory in its temporary home: nothing to delete then. Otherwise a fresh queue manager
-    deletes the queues, alias and list: deleting topics while the run's many Kafka clients
-    still hold them in their metadata caches has crashed librdkafka (2.16) on Tansu.
+    deletes the queues, alias and list, after the run's own Kafka clients are closed: a topic
+    deleted under a client that still fetches it is a librdkafka crash risk (see
+    ``facade.kafka.TopicReader``, "Resting").
 
     Returns:
         list[str]: what could not be deleted, with the reason.

@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 _SENDER_PROPERTY = "debian.maintainer"
 
 
-#: Seconds the report's streaming query may run: on Tansu it took 345 s for the whole corpus on
-#: a loaded 2-core machine (long journals read slowly), so leave a wide margin.
+#: Seconds the report's streaming query may run: a wide margin over what the whole corpus takes
+#: on a loaded 2-core machine (docs/performance.md).
 REPORT_TIMEOUT = 1800.0
 
 

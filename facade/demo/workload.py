@@ -106,12 +106,9 @@ __all__ = [
 
 log = logging.getLogger("kmq.demo")
 
-# How often each route and acknowledgment is taken. On Tansu (the embedded default) every
-# topic must stay under about 4,000 record batches: past that its in-memory storage makes each
-# fetch crawl (measured with Tansu 0.6: a reader following a topic written one record at a time
-# sees a flat latency up to 4,000 records, nine times it at 4,400, and stalls of seconds beyond;
-# reading 6,000 such records from the start did not finish in 2 minutes). The admin queue gets
-# one record per acknowledgment, so acknowledgments are asked for sparingly.
+# How often each route and acknowledgment is taken. The admin queue gets one record per
+# acknowledgment, so acknowledgments are asked for sparingly: the demo shows each kind without
+# making the acknowledgment traffic the bulk of the run.
 #: Every HELD_EVERY-th entry (at offset HELD_OFFSET) is held: short TTBR, nobody receives it.
 HELD_EVERY, HELD_OFFSET = 100, 25
 #: Time-to-be-received of held entries, seconds.
@@ -772,10 +769,9 @@ class ReceiverPool:
     """A few worker threads that run drains in the order given, each until it ends; the
     drains of one queue are next to each other, so their workers compete on it together.
 
-    Why a pool and not a thread per drain: every open queue view polls the broker for new
-    records every few milliseconds (``fetch.wait.max.ms=2``), which on Tansu costs about 7 % of
-    a core per view even when idle. With a dozen views the broker saturates on polling alone
-    and receipts come back late; a handful of busy views is what a 2-core machine sustains.
+    Why a pool and not a thread per drain: each open queue view is a Kafka consumer fetching in
+    the background, and each receiving thread holds the GIL while it works; a handful of busy
+    views is what a 2-core machine sustains, more only add fetches and contention.
 
     Args:
         drains (list[QueueDrain]): in the order workers should take them (a drain whose

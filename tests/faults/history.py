@@ -12,10 +12,7 @@ observed, each receiver the test killed. :meth:`History.verdict` then proves, ag
   - *at-most-once receive*: a receiver killed with SIGKILL may lose the messages it had claimed
     but not yet recorded. Each killed receiver excuses at most ``in_flight`` messages (1 for a
     receiver taking one message at a time). When the receipts log says who claimed a message
-    (:meth:`History.claimed`), only a message claimed by a killed receiver is excused;
-  - *lost with the broker*: messages the broker had acknowledged before a restart of a broker
-    that keeps nothing (Tansu's memory storage) are lost by the broker, not by kmq; the test
-    marks them with :meth:`History.lost_with_broker` (and only for a non-persistent broker).
+    (:meth:`History.claimed`), only a message claimed by a killed receiver is excused.
 
   EXPRESS sends without ``wait`` promise at most once: they are never counted as lost.
 * **No duplicates.** No message is received twice from one queue, by one receiver or by two
@@ -38,7 +35,6 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,7 +119,7 @@ class Verdict:
 
     Attributes:
         lost (list[str]): acknowledged sends neither received, dead-lettered nor NACKed, and not
-            excused by the at-most-once or lost-with-the-broker rules.
+            excused by the at-most-once rule.
         duplicates (dict[str, int]): ``key@queue`` received more than once, with the count.
         phantoms (list[str]): received but never sent, or sent after a refusal.
         out_of_order (list[str]): per-receiver order violations.
@@ -170,7 +166,6 @@ class History:
         self.nacks: dict[tuple[str, str], str] = {}
         self.killed: dict[str, int] = {}
         self.claims: dict[tuple[str, str], str] | None = None
-        self.broker_losses: set[tuple[str, str]] = set()
 
     # -- recording (in the test process) -------------------------------------------------------
 
@@ -205,10 +200,6 @@ class History:
     def claimed(self, claims: dict[tuple[str, str], str]) -> None:
         """Who won each ``(key, queue)`` per the receipts log (its receiver id)."""
         self.claims = dict(claims)
-
-    def lost_with_broker(self, keys: Iterable[tuple[str, str]]) -> None:
-        """Messages the broker acknowledged before it restarted without its data."""
-        self.broker_losses.update(keys)
 
     def load(self, directory: Path) -> History:
         """Merge every ``*.jsonl`` file written by :class:`Recorder` under ``directory``."""
@@ -264,10 +255,6 @@ class History:
         for send in sorted(missing, key=lambda s: s.t):
             key_queue = (send.key, send.queue)
             name = f"{send.key}@{send.queue}"
-            if key_queue in self.broker_losses:
-                v.excused[name] = "lost with the broker: acknowledged before a restart of a " \
-                                  "broker that keeps no data"
-                continue
             if self.claims is not None:
                 claimant = self.claims.get(key_queue)
                 if claimant is not None and allowance.get(claimant, 0) > 0:

@@ -92,14 +92,6 @@ def test_without_the_receipts_log_kills_excuse_a_count() -> None:
     assert len(v.excused) == 1 and len(v.lost) == 1
 
 
-def test_lost_with_the_broker_is_excused_only_when_marked() -> None:
-    h = History()
-    _sent(h, 2)
-    h.lost_with_broker([("s:0", "q")])
-    v = h.verdict()
-    assert list(v.excused) == ["s:0@q"] and v.lost == ["s:1@q"]
-
-
 def test_phantoms_refusals_and_attempts() -> None:
     h = History()
     h.send("s:0", "q", outcome=ATTEMPTED)   # sender killed before recording the outcome
