@@ -191,13 +191,16 @@ def refusal(error: Any) -> Refusal | None:
     return _REFUSALS.get(error.code())
 
 
-def kafka_error_to_queue_error(error: KafkaError, operation: str, topic: str | None = None) -> MessageQueueError:
+def kafka_error_to_queue_error(error: KafkaError, operation: str, topic: str | None = None,
+                               servers: str | None = None) -> MessageQueueError:
     """Translate one ``KafkaError`` into the most specific kmq error.
 
     Args:
         error (KafkaError): what librdkafka reported.
         operation (str): what kmq was doing, for the message ("send to queue", "create queue").
         topic (str | None): the topic concerned.
+        servers (str | None): the ``bootstrap.servers`` of the client that failed, named in a
+            :class:`BrokerUnavailable` so that an outage reads as one.
 
     Returns:
         MessageQueueError: BrokerUnavailable, QueueNotFound, QueueExists, AccessDenied or
@@ -207,7 +210,9 @@ def kafka_error_to_queue_error(error: KafkaError, operation: str, topic: str | N
     where = f" (topic {topic!r})" if topic else ""
     text = f"{operation}{where} failed: {error.str()}"
     if code in _UNAVAILABLE:
-        return BrokerUnavailable(text, hint="check that the Kafka broker is running and reachable")
+        at = f" at {servers}" if servers else ""
+        return BrokerUnavailable(text, hint=f"check that the Kafka brokers{at} are running and "
+                                            "reachable")
     if code in _NOT_FOUND:
         return QueueNotFound(text, queue=topic, hint="create the queue first (kmq queue create)")
     if code == KafkaError.TOPIC_ALREADY_EXISTS:
@@ -218,19 +223,22 @@ def kafka_error_to_queue_error(error: KafkaError, operation: str, topic: str | N
 
 
 @contextmanager
-def map_kafka_errors(operation: str, topic: str | None = None) -> Iterator[None]:
-    """Re-raise ``KafkaException`` as the matching :class:`MessageQueueError`, chained."""
+def map_kafka_errors(operation: str, topic: str | None = None,
+                     servers: str | None = None) -> Iterator[None]:
+    """Re-raise ``KafkaException`` as the matching :class:`MessageQueueError`, chained
+    (``servers``: see :func:`kafka_error_to_queue_error`)."""
     try:
         yield
     except KafkaException as exc:
-        raise _queue_error(exc, operation, topic) from exc
+        raise _queue_error(exc, operation, topic, servers) from exc
 
 
-def _queue_error(exc: KafkaException, operation: str, topic: str | None) -> MessageQueueError:
+def _queue_error(exc: KafkaException, operation: str, topic: str | None,
+                 servers: str | None = None) -> MessageQueueError:
     error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
     if error is None:
         return BrokerError(f"{operation} failed: {exc}")
-    return kafka_error_to_queue_error(error, operation, topic)
+    return kafka_error_to_queue_error(error, operation, topic, servers)
 
 
 def produce(producer: Producer, topic: str, value: bytes, key: bytes | None,
@@ -401,7 +409,7 @@ class KafkaSession:
                  extra: Mapping[str, Any] | None = None) -> Producer:
         """A new producer for ``delivery`` (see :meth:`producer_config`); ``extra`` adds
         librdkafka settings such as ``message.timeout.ms`` (TTRQ)."""
-        with map_kafka_errors("create producer"):
+        with map_kafka_errors("create producer", servers=self.bootstrap_servers):
             return Producer(self.producer_config(delivery, transactional_id, extra))
 
     def reader(self, extra: Mapping[str, Any] | None = None) -> TopicReader:
@@ -496,7 +504,7 @@ class KafkaSession:
         created = []
         for name, future in self.admin.create_topics(new, request_timeout=ADMIN_TIMEOUT).items():
             try:
-                with map_kafka_errors("create topic", name):
+                with map_kafka_errors("create topic", name, servers=self.bootstrap_servers):
                     future.result(ADMIN_TIMEOUT)
                 created.append(name)
             except QueueExists:
@@ -520,7 +528,7 @@ class KafkaSession:
         deadline = time.monotonic() + ADMIN_TIMEOUT
         waiting = list(topics)
         while waiting:
-            with map_kafka_errors("read topic metadata", waiting[0]):
+            with map_kafka_errors("read topic metadata", waiting[0], servers=self.bootstrap_servers):
                 metadata = self.admin.list_topics(topic=waiting[0], timeout=ADMIN_TIMEOUT)
             found = metadata.topics.get(waiting[0])
             if found is not None and found.error is None and all(
@@ -567,7 +575,7 @@ class KafkaSession:
         Raises:
             BrokerUnavailable: no metadata within the admin timeout.
         """
-        with map_kafka_errors("read cluster metadata"):
+        with map_kafka_errors("read cluster metadata", servers=self.bootstrap_servers):
             return len(self.admin.list_topics(timeout=ADMIN_TIMEOUT).brokers)
 
     def delete_records_support(self) -> tuple[bool, str]:
@@ -601,10 +609,14 @@ class KafkaSession:
                                               KafkaError.UNSUPPORTED_VERSION,
                                               KafkaError.INVALID_REQUEST):
                 return (False, f"the broker refuses DeleteRecords ({error.name()})")
+            if code == KafkaError.POLICY_VIOLATION:
+                # Kafka refuses DeleteRecords on a compacted topic (the registry is one): the
+                # request is implemented, which is all the probe asks.
+                return (True, "")
             if code in (KafkaError._NOENT, KafkaError.UNKNOWN_TOPIC_OR_PART):
                 return (False, f"not probed: {QUEUE_REGISTRY_TOPIC} does not exist yet "
                                "(open a queue manager first)")
-            with map_kafka_errors("probe DeleteRecords"):
+            with map_kafka_errors("probe DeleteRecords", servers=self.bootstrap_servers):
                 raise
         return (True, "")
 
@@ -619,7 +631,7 @@ class KafkaSession:
             BrokerUnavailable, AccessDenied, BrokerError: as mapped from Kafka.
         """
         part = TopicPartition(topic, 0, before)
-        with map_kafka_errors("delete records", topic):
+        with map_kafka_errors("delete records", topic, servers=self.bootstrap_servers):
             result = self.admin.delete_records([part], request_timeout=ADMIN_TIMEOUT)[part]
             return int(result.result(ADMIN_TIMEOUT).low_watermark)
 
@@ -637,7 +649,7 @@ class KafkaSession:
             BrokerUnavailable, AccessDenied, BrokerError: as mapped from Kafka (e.g. no
                 DescribeConfigs right on a topic).
         """
-        with map_kafka_errors("describe topics"):
+        with map_kafka_errors("describe topics", servers=self.bootstrap_servers):
             topics = self.admin.list_topics(timeout=ADMIN_TIMEOUT).topics
         wanted = sorted(topics if names is None else set(names) & set(topics))
         configs = self.topic_configs(wanted)
@@ -668,7 +680,7 @@ class KafkaSession:
         result = {}
         futures = self.admin.describe_configs(resources, request_timeout=ADMIN_TIMEOUT)
         for resource, future in futures.items():
-            with map_kafka_errors("describe topic configs", resource.name):
+            with map_kafka_errors("describe topic configs", resource.name, servers=self.bootstrap_servers):
                 entries = future.result(ADMIN_TIMEOUT)
             result[resource.name] = {key: entry.value for key, entry in entries.items()
                                      if entry.value is not None}
@@ -695,7 +707,7 @@ class KafkaSession:
         future = self.admin.create_topics([new], validate_only=True,
                                           request_timeout=ADMIN_TIMEOUT)[probe]
         try:
-            with map_kafka_errors("validate a topic config", probe):
+            with map_kafka_errors("validate a topic config", probe, servers=self.bootstrap_servers):
                 future.result(ADMIN_TIMEOUT)
         except (BrokerUnavailable, AccessDenied):
             raise
@@ -708,25 +720,41 @@ class KafkaSession:
         return False
 
     def delete_topics(self, names: Iterable[str]) -> None:
-        """Delete topics; topics that do not exist are ignored."""
+        """Delete topics; topics that do not exist are ignored.
+
+        Returns once the brokers' metadata no longer lists them: DeleteTopics returns when the
+        KRaft controller has committed the deletion, and until the brokers apply it a produce
+        to the topic still succeeds (and is deleted with it) and creating it again fails.
+
+        Raises:
+            BrokerUnavailable: a topic was still listed :data:`ADMIN_TIMEOUT` seconds later.
+        """
         names = list(names)
         if not names:
             return
         for name, future in self.admin.delete_topics(names, request_timeout=ADMIN_TIMEOUT).items():
             try:
-                with map_kafka_errors("delete topic", name):
+                with map_kafka_errors("delete topic", name, servers=self.bootstrap_servers):
                     future.result(ADMIN_TIMEOUT)
             except QueueNotFound:
                 pass
+        deadline = time.monotonic() + ADMIN_TIMEOUT
+        for name in names:
+            while self.topic_exists(name):
+                if time.monotonic() > deadline:
+                    raise BrokerUnavailable(
+                        f"topic {name!r} was deleted but the brokers still list it after "
+                        f"{ADMIN_TIMEOUT:g} s", hint="check the Kafka brokers' logs")
+                time.sleep(0.02)
 
     def list_topics(self) -> set[str]:
         """Names of every topic in the cluster."""
-        with map_kafka_errors("list topics"):
+        with map_kafka_errors("list topics", servers=self.bootstrap_servers):
             return set(self.admin.list_topics(timeout=ADMIN_TIMEOUT).topics)
 
     def topic_exists(self, name: str) -> bool:
         """True if ``name`` exists (one metadata request for that topic only)."""
-        with map_kafka_errors("describe topic", name):
+        with map_kafka_errors("describe topic", name, servers=self.bootstrap_servers):
             metadata = self.admin.list_topics(topic=name, timeout=ADMIN_TIMEOUT)
         topic = metadata.topics.get(name)
         return topic is not None and topic.error is None
@@ -771,6 +799,8 @@ class TopicReader:
 
     def __init__(self, base: Mapping[str, Any]):
         self._base = base
+        #: Kafka ``bootstrap.servers``, named in errors of an outage.
+        self.bootstrap_servers = str(base.get("bootstrap.servers", ""))
         self._wait_ms = TAIL_FETCH_WAIT_MS
         self._consumer = self._new_consumer()
         #: Per assigned topic: the offset of the next record to hand out (< 0: the log start).
@@ -830,7 +860,7 @@ class TopicReader:
 
     def _assign(self, positions: Mapping[str, int]) -> None:
         parts = [TopicPartition(t, 0, o if o >= 0 else OFFSET_BEGINNING) for t, o in positions.items()]
-        with map_kafka_errors("assign topics"):
+        with map_kafka_errors("assign topics", servers=self.bootstrap_servers):
             self._consumer.assign(parts)
 
     @_in_use
@@ -842,7 +872,7 @@ class TopicReader:
             BrokerUnavailable, BrokerError: as mapped from Kafka.
         """
         waited = 0.0
-        with map_kafka_errors("read topics"):
+        with map_kafka_errors("read topics", servers=self.bootstrap_servers):
             # consume() waits for max_records or the whole timeout; a receive waiting for one
             # receipt must wake on the first record, so drain what is there, then block in poll().
             batch = self._consumer.consume(max_records, 0)
@@ -863,7 +893,8 @@ class TopicReader:
                     self._stable_end[cast(str, msg.topic())] = cast(int, msg.offset())
                     at_end = True
                     continue
-                raise kafka_error_to_queue_error(error, "read topic", msg.topic())
+                raise kafka_error_to_queue_error(error, "read topic", msg.topic(),
+                                                 self.bootstrap_servers)
             _, timestamp = msg.timestamp()
             # A consumed record without an error has all three (the stubs allow None).
             topic, offset = cast(str, msg.topic()), cast(int, msg.offset())
@@ -958,7 +989,7 @@ class TopicReader:
         """Per topic, the next offset to read: the consumer's position, which also moves past
         transaction markers, or (before the consumer hands out anything) the offset assigned or
         the last record handed out + 1; < 0 means the log start."""
-        with map_kafka_errors("read positions"):
+        with map_kafka_errors("read positions", servers=self.bootstrap_servers):
             parts = self._consumer.position([TopicPartition(t, 0) for t in topics])
         return {part.topic: max(part.offset, self._next.get(part.topic, -1)) for part in parts}
 
@@ -991,7 +1022,7 @@ class TopicReader:
         Raises:
             BrokerError: the partition is not assigned to this reader.
         """
-        with map_kafka_errors("seek", topic):
+        with map_kafka_errors("seek", topic, servers=self.bootstrap_servers):
             self._consumer.seek(TopicPartition(topic, 0, offset))
         self._next[topic] = offset
 
@@ -1002,7 +1033,7 @@ class TopicReader:
         Raises:
             BrokerError: the partition is not assigned to this reader.
         """
-        with self._state_lock, map_kafka_errors("pause", topic):
+        with self._state_lock, map_kafka_errors("pause", topic, servers=self.bootstrap_servers):
             if topic not in self._rested:
                 self._consumer.pause([TopicPartition(topic, 0)])
             self._paused.add(topic)
@@ -1014,7 +1045,7 @@ class TopicReader:
         Raises:
             BrokerError: the partition is not assigned to this reader.
         """
-        with self._state_lock, map_kafka_errors("resume", topic):
+        with self._state_lock, map_kafka_errors("resume", topic, servers=self.bootstrap_servers):
             if topic not in self._rested:
                 self._consumer.resume([TopicPartition(topic, 0)])
             self._paused.discard(topic)
@@ -1036,7 +1067,7 @@ class TopicReader:
         high < 0 while no fetch response is known. ``floors`` raises a topic's end to at least
         the given offset (an end offset queried from the broker)."""
         lagging = {}
-        with map_kafka_errors("read positions"):
+        with map_kafka_errors("read positions", servers=self.bootstrap_servers):
             for topic, position in self._positions(topics).items():
                 low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0),
                                                                  cached=True)
@@ -1056,7 +1087,7 @@ class TopicReader:
     def log_start(self, topic: str) -> int:
         """The log start offset of ``topic`` (partition 0) from the latest fetch response, 0
         while none is known: records below it were deleted."""
-        with map_kafka_errors("read positions", topic):
+        with map_kafka_errors("read positions", topic, servers=self.bootstrap_servers):
             low, _high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0),
                                                               cached=True)
         return max(low, 0)
@@ -1075,7 +1106,7 @@ class TopicReader:
         """
         ends = {}
         deadline = time.monotonic() + timeout
-        with map_kafka_errors("read end offsets"):
+        with map_kafka_errors("read end offsets", servers=self.bootstrap_servers):
             for topic in topics:
                 while True:
                     try:
@@ -1110,7 +1141,7 @@ class TopicReader:
             return True
         if error.code() not in _NOT_FOUND:
             return False
-        servers = self._base.get("bootstrap.servers")
+        servers = self.bootstrap_servers
         try:
             metadata = self._consumer.list_topics(topic, timeout=max(deadline - time.monotonic(), 1.0))
         except KafkaException as down:
@@ -1156,7 +1187,7 @@ class TopicReader:
                 raise BrokerUnavailable(f"no fetch response for {', '.join(sorted(set(hints) - set(found)))} "
                                         f"within {timeout:g} s", hint="check that the Kafka broker is running")
             self.poll(0.01)
-            with map_kafka_errors("read end offsets"):
+            with map_kafka_errors("read end offsets", servers=self.bootstrap_servers):
                 for topic in hints.keys() - found.keys():
                     low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0), cached=True)
                     if high >= 0:
@@ -1266,7 +1297,7 @@ class TopicReader:
 
     def _topic_exists(self, topic: str) -> bool:
         """One metadata request for ``topic`` (never creates it: auto-creation is off)."""
-        with map_kafka_errors("describe topic", topic):
+        with map_kafka_errors("describe topic", topic, servers=self.bootstrap_servers):
             found = self._consumer.list_topics(topic=topic, timeout=ADMIN_TIMEOUT).topics.get(topic)
         return found is not None and found.error is None
 

@@ -78,6 +78,8 @@ log = logging.getLogger("kmq.queue")
 
 #: Seconds between polls while a receive or peek waits for a message.
 _WAIT_SLICE = 0.05
+#: Seconds between tries of a waiting receive while the broker does not answer.
+_OUTAGE_RETRY = 0.5
 #: ``kmq.reason`` of a poison record found by its headers (a POISON claim's own reason, e.g. the
 #: decode error a peek met, takes precedence).
 _BAD_HEADERS = "record headers are not a kmq envelope's"
@@ -465,7 +467,10 @@ class MessageQueue(PeekLockReceives):
             InvalidParameter: ``timeout`` is negative, NaN or infinite, or ``lease`` is not
                 seconds in (0, 604800].
             BrokerUnavailable: the broker did not answer; nothing was lost (see above; a
-                lock whose verdict was not read is released when its lease passes).
+                lock whose verdict was not read is released when its lease passes). A receive
+                that is waiting for a message rides out an outage shorter than ``timeout``
+                and raises this, naming the bootstrap servers, only if the broker is still
+                away when ``timeout`` ends.
             TransactionUsage: ``transaction`` on a nontransactional queue, or one that is
                 committed or aborted already.
         """
@@ -1017,6 +1022,7 @@ class MessageQueue(PeekLockReceives):
         # A peek must reflect other receivers' removals; a receive learns of them from its claim.
         receipts = not remove
         view.refresh(0, receipts=receipts)
+        outage: BrokerUnavailable | None = None
         while True:
             self._dead_letter_poison(view)
             self._expire(view)
@@ -1029,11 +1035,31 @@ class MessageQueue(PeekLockReceives):
                 continue
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
+                if outage is not None:
+                    raise BrokerUnavailable(
+                        f"{outage.message}; the Kafka cluster at "
+                        f"{self.manager.session.bootstrap_servers} did not answer before the "
+                        f"receive's timeout ({timeout:g} s) ended", queue=self.format_name,
+                        hint="check that the Kafka brokers are running and reachable") from outage
                 raise ReceiveTimeout(f"no {what} in {self.format_name!r} within {timeout:g} s",
                                      queue=self.format_name,
                                      hint="wait longer (timeout in seconds, None waits forever)")
-            view.refresh(_WAIT_SLICE if remaining is None else min(_WAIT_SLICE, remaining),
-                         receipts=receipts)
+            try:
+                view.refresh(_WAIT_SLICE if remaining is None else min(_WAIT_SLICE, remaining),
+                             receipts=receipts)
+            except BrokerUnavailable as exc:
+                # Nothing is claimed while waiting, so a broker outage costs nothing but time:
+                # wait it out within the caller's timeout, as an MSMQ receive waits out a
+                # restart of its queue manager, and raise the outage (not a timeout) at the end.
+                if outage is None:
+                    log.warning("waiting receive on %s: %s; retrying until the broker answers "
+                                "or the timeout ends", self.format_name, exc)
+                outage = exc
+                time.sleep(_OUTAGE_RETRY if remaining is None else min(_OUTAGE_RETRY, remaining))
+                continue
+            if outage is not None:
+                log.warning("waiting receive on %s: the broker answers again", self.format_name)
+                outage = None
 
     def _by(self, find: Callable[[Any], IndexEntry | None], remove: bool,
             timeout: float | None, what: str) -> Message:

@@ -622,7 +622,30 @@ class Registry:
 
     def _refresh(self, *, force: bool) -> None:
         """Apply the registry records written since the last refresh, up to the end offsets
-        the broker reports now (so a record acknowledged before this call is always seen)."""
+        the broker reports now (so a record acknowledged before this call is always seen).
+
+        A refresh that is not forced (a lookup that hit, :meth:`generation`) serves the view
+        it has while the broker does not answer, as it does between refreshes: a RECOVERABLE
+        send to a queue this process already knows is then kept in the outgoing queue, as
+        MSMQ keeps it while the network is down, instead of failing on a registry read. A
+        forced refresh (a miss, a listing, a write's check) raises.
+
+        Raises:
+            BrokerUnavailable: ``force``, or no view was ever read, and the broker did not
+                answer.
+        """
+        if force or self._refreshed == float("-inf"):
+            self._read_to_end(force)
+            return
+        try:
+            self._read_to_end(force)
+        except BrokerUnavailable as exc:
+            log.warning("queue registry not refreshed, the broker does not answer (%s): "
+                        "serving the view it has; trying again in %g s", exc, REFRESH_INTERVAL)
+            with self._lock:
+                self._refreshed = time.monotonic()  # the next try after REFRESH_INTERVAL
+
+    def _read_to_end(self, force: bool) -> None:
         with self._lock:
             if not force and time.monotonic() - self._refreshed < REFRESH_INTERVAL:
                 return

@@ -147,8 +147,12 @@ def test_allocators_in_two_processes_never_hand_out_the_same_id(broker: BrokerEn
 def test_a_block_needed_while_the_broker_is_down_fails_the_send_clearly(
         kmq_home: Path, tmp_path: Path) -> None:
     private = PrivateBroker(tmp_path)
-    qm = QueueManager.open(KmqConfig.load(bootstrap_servers=private.bootstrap_servers,
-                                          queue_manager=f"qm-down-{uuid.uuid4().hex[:8]}"))
+    try:
+        qm = QueueManager.open(KmqConfig.load(bootstrap_servers=private.bootstrap_servers,
+                                              queue_manager=f"qm-down-{uuid.uuid4().hex[:8]}"))
+    except BaseException:
+        private.close()
+        raise
     try:
         queue = qm.create_queue(r".\private$\down")
         queue.send(Message(body=b"before"), wait=True)
@@ -168,6 +172,6 @@ def test_a_block_needed_while_the_broker_is_down_fails_the_send_clearly(
         assert id_block_topic(qm.name) in str(caught.value)
         assert [s.record.message_id for s in qm.transmitter.outgoing.pending()] == [str(kept.id)]
     finally:
-        private.stop()
+        private.close()
         qm.transmitter._stop.set()   # as in test_ttrq: no broker to flush to on close
         qm.transmitter.outgoing.close()

@@ -92,7 +92,11 @@ def test_unreachable_broker_keeps_recoverable_messages_in_the_outgoing_queue(kmq
     broker = PrivateBroker(tmp_path)
     config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers,
                             queue_manager=f"qm-{uuid.uuid4().hex[:8]}")
-    qm = QueueManager.open(config)
+    try:
+        qm = QueueManager.open(config)
+    except BaseException:
+        broker.close()
+        raise
     try:
         q = qm.create_queue(r".\private$\offline")
         broker.stop(hard=True)

@@ -9,8 +9,10 @@ DeleteRecords, topic configs, durability across restarts): none skips for a miss
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import weakref
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -123,6 +125,7 @@ class PrivateBroker:
     def __init__(self, root: Path, brokers: int = 1, scram_users: dict[str, str] | None = None):
         self.root = Path(root)
         self.cluster = LocalKafka(self.root / "kafka", brokers, scram_users)
+        _STARTED.add(self)
         self.cluster.start()
         self.bootstrap_servers = self.cluster.bootstrap_servers
 
@@ -151,3 +154,14 @@ class PrivateBroker:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+#: Every PrivateBroker of this process: a test that fails before it stops its broker must not
+#: leave a JVM running (and taking CPU) for the rest of the session.
+_STARTED: weakref.WeakSet[PrivateBroker] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for broker in list(_STARTED):
+        broker.cluster.stop(hard=True)
