@@ -21,7 +21,9 @@
 
 Journals and dead-letter queues hand a message that does not verify or
 decrypt out as it is, with ``authenticated`` False: they are read for inspection, and refusing
-there would put the message straight back.
+there would put the message straight back. Whether a reader of a dead-letter queue or the
+machine journal gets a body decrypted at all is decided before :meth:`accept`, by the reader's
+rights on the queue the copy was sent to (``facade.receiving.body_refusal``).
 
 **Protection levels** (seed 004): sender and receiver each ask for none < authentication <
 authentication + integrity < authentication + integrity + privacy, and a message is returned
@@ -69,7 +71,7 @@ if TYPE_CHECKING:
     from facade.registry import QueueProperties
 
 __all__ = ["CouldNotEncrypt", "MessageProtection", "MessageRejected", "ProtectionLevel",
-           "achieved_level", "check_protection", "protection_settings"]
+           "achieved_level", "check_protection", "is_encrypted", "protection_settings"]
 
 log = logging.getLogger("kmq.protection")
 
@@ -134,6 +136,14 @@ class MessageRejected(EnvelopeError):
         self.stored = message
         self.message_class = message_class
         self.reason = reason
+
+
+def is_encrypted(message: Message) -> bool:
+    """Whether ``message``'s body is encrypted as it was stored (PROPID_M_PRIV_LEVEL set and its
+    key material still attached): a copy that did not decrypt, or that its reader may not read
+    in clear (``facade.receiving.body_refusal``). A decrypted message drops the key material."""
+    return message.privacy_level is not PrivacyLevel.NONE and bool(
+        message.destination_symmetric_key)
 
 
 def check_protection(message: Message) -> None:
@@ -276,7 +286,7 @@ class MessageProtection:
     def for_storage(self, message: Message) -> Message:
         """A decrypted private message encrypted again for this queue manager, before the system
         writes it to a journal, dead-letter queue or subqueue; other messages unchanged."""
-        if message.privacy_level is PrivacyLevel.NONE or message.destination_symmetric_key:
+        if message.privacy_level is PrivacyLevel.NONE or is_encrypted(message):
             return message
         body, key = self._sealer.seal(message.body, public_bytes(self._own().public_key()),
                                       message.encryption_algorithm, _sealed_id(message),

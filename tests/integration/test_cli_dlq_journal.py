@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from facade.acl import AccessRight
 from facade.cli import app
 from facade.config import KmqConfig
 from facade.manager import QueueManager
-from facade.message import JournalLevel, Message
+from facade.message import JournalLevel, Message, PrivacyLevel
 from tests.support.kafka import BrokerEndpoint
 
 pytestmark = pytest.mark.integration
@@ -36,10 +37,11 @@ def cli_qm(broker: BrokerEndpoint, kmq_home: Path,
         yield manager
 
 
-def _run(*args: str) -> dict | list:
-    result = CliRunner().invoke(app, [*args, "--json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+def _run(*args: str, principal: str | None = None, code: int = 0) -> dict | list:
+    env = None if principal is None else {"KMQ_PRINCIPAL": principal}
+    result = CliRunner().invoke(app, [*args, "--json"], env=env)
+    assert result.exit_code == code, result.output
+    return json.loads(result.stdout)
 
 
 def _fails(*args: str, code: str) -> str:
@@ -152,3 +154,51 @@ def test_errors_exit_1_with_one_line_and_usage_errors_exit_2(cli_qm: QueueManage
                  ["queue", "set", missing], ["dlq", "show", "not-a-number"],
                  ["queue", "set", missing, "--quota-kb", "-1"]):
         assert CliRunner().invoke(app, args).exit_code == 2, args
+
+
+SECRET = b"the vault code is 0451"
+PRIVATE = dict(privacy_level=PrivacyLevel.BODY_AES,
+               journal=JournalLevel.DEADLETTER | JournalLevel.JOURNAL)
+
+
+def _expire_to_dead_letter(queue, **fields) -> Message:
+    """Send an encrypted message to ``queue`` and let it expire into the dead-letter queue."""
+    sent = queue.send(Message(body=SECRET, time_to_be_received=0.2, **PRIVATE, **fields),
+                      wait=True)
+    time.sleep(0.5)
+    assert queue.expire_due() == 1
+    return sent
+
+
+def test_dead_letters_are_decrypted_only_for_readers_of_their_queue(
+        cli_qm: QueueManager) -> None:
+    owner = cli_qm.config.principal
+    queue = cli_qm.create_queue(r".\private$\sealed-ttbr")  # MSMQ's default list: no peek
+    sent = _expire_to_dead_letter(queue)
+    dead_letters = f"MACHINE={cli_qm.guid};DEADLETTER"
+    listed = _run("dlq", "list", principal="mallory")  # Everyone may peek at the DLQ
+    assert [row["id"] for row in listed] == [str(sent.id)]
+    lookup_id = str(listed[0]["lookup_id"])
+
+    for shown in (_run("dlq", "show", lookup_id, principal="mallory"),
+                  _run("peek", dead_letters, principal="mallory")):
+        assert shown["id"] == str(sent.id)
+        assert SECRET.decode() not in shown["body"] and shown["body_size"] != len(SECRET)
+        reason = shown["body_encrypted"]
+        assert "mallory" in reason and "PEEK_MESSAGE" in reason
+        assert queue.destinations[0].format_name in reason
+    table = CliRunner().invoke(app, ["dlq", "show", lookup_id], env={"KMQ_PRINCIPAL": "mallory"})
+    assert table.exit_code == 0 and "PEEK_MESSAGE" in table.output
+
+    config = KmqConfig.load(bootstrap_servers=cli_qm.config.bootstrap_servers,
+                            queue_manager=cli_qm.name, principal="mallory")
+    with QueueManager.open(config) as mallory:  # the facade keeps it encrypted too
+        stored = mallory.open_queue(dead_letters).peek_by_lookup_id(int(lookup_id))
+        assert SECRET not in stored.body and stored.destination_symmetric_key
+        assert stored.privacy_level is PrivacyLevel.BODY_AES
+
+    shown = _run("dlq", "show", lookup_id, principal=owner)
+    assert shown["body"] == SECRET.decode() and shown["body_encrypted"] is None
+    security = cli_qm.queue_security(queue.format_name).grant("bob", AccessRight.PEEK_MESSAGE)
+    cli_qm.set_queue_security(queue.format_name, security)
+    assert _run("dlq", "show", lookup_id, principal="bob")["body"] == SECRET.decode()
