@@ -18,9 +18,10 @@ from typer.testing import CliRunner
 from facade.acl import AccessRight
 from facade.cli import app
 from facade.config import KmqConfig
+from facade.formatnames import SystemQueue
 from facade.manager import QueueManager
 from facade.message import JournalLevel, Message, PrivacyLevel
-from tests.support.kafka import BrokerEndpoint
+from tests.support.kafka import BrokerEndpoint, raw_values
 
 pytestmark = pytest.mark.integration
 
@@ -170,6 +171,32 @@ def _expire_to_dead_letter(queue, **fields) -> Message:
     return sent
 
 
+def _nowhere_in_clear(qm: QueueManager, topics: list[str]) -> None:
+    for topic in topics:
+        values = raw_values(qm.config.bootstrap_servers, topic)
+        assert values and not any(SECRET in value for value in values), topic
+
+
+def test_moved_and_requeued_encrypted_messages_stay_encrypted(cli_qm: QueueManager) -> None:
+    source = cli_qm.create_queue(r".\private$\sealed-source", journal=True)
+    target = cli_qm.create_queue(r".\private$\sealed-target")
+    source.send(Message(body=SECRET, label="move me", **PRIVATE), wait=True)
+    lookup_id = source.peek(timeout=10).lookup_id
+    _run("queue", "move", source.format_name, str(lookup_id), "--to", target.format_name)
+    _expire_to_dead_letter(source, label="requeue me")
+    dead_letter = _run("dlq", "list")[0]
+    _run("dlq", "requeue", str(dead_letter["lookup_id"]), "--no-ttbr")
+
+    for queue, label in ((target, "move me"), (source, "requeue me")):
+        received = queue.receive(timeout=10)  # a permitted receiver reads it in clear
+        assert (received.label, received.body) == (label, SECRET)
+        assert received.privacy_level is PrivacyLevel.BODY_AES
+    topics = source.destinations[0].topics
+    _nowhere_in_clear(cli_qm, [target.destinations[0].topics.data, topics.data,
+                               topics.journal().data, cli_qm.dead_letter_topic,
+                               cli_qm.system_topic(SystemQueue.JOURNAL)])
+
+
 def test_dead_letters_are_decrypted_only_for_readers_of_their_queue(
         cli_qm: QueueManager) -> None:
     owner = cli_qm.config.principal
@@ -202,3 +229,20 @@ def test_dead_letters_are_decrypted_only_for_readers_of_their_queue(
     security = cli_qm.queue_security(queue.format_name).grant("bob", AccessRight.PEEK_MESSAGE)
     cli_qm.set_queue_security(queue.format_name, security)
     assert _run("dlq", "show", lookup_id, principal="bob")["body"] == SECRET.decode()
+
+
+def test_a_dead_letter_whose_body_stays_encrypted_is_not_requeued(
+        cli_qm: QueueManager) -> None:
+    """The queue manager's owner may receive from the dead-letter queue, but not read a queue
+    whose owner refuses it: the dead letter is not sent on as unreadable bytes, it stays."""
+    config = KmqConfig.load(bootstrap_servers=cli_qm.config.bootstrap_servers,
+                            queue_manager=cli_qm.name, principal="alice")
+    with QueueManager.open(config) as alice:
+        queue = alice.create_queue(r".\private$\alices")
+        sent = _expire_to_dead_letter(queue)
+        lookup_id = str(_run("dlq", "list")[0]["lookup_id"])
+        refused = _run("dlq", "requeue", lookup_id, principal=cli_qm.config.principal, code=1)
+        assert refused["error"]["code"] == "MQ_ERROR_ACCESS_DENIED"
+        assert "PEEK_MESSAGE" in refused["error"]["message"]
+        assert [row["id"] for row in _run("dlq", "list")] == [str(sent.id)]
+        assert _run("dlq", "show", lookup_id, principal="alice")["body"] == SECRET.decode()
