@@ -9,8 +9,10 @@
   the local queue manager's own key, or the public key another one published in the directory.
   No key: :class:`CouldNotEncrypt` (MSMQ's NACK_COULD_NOT_ENCRYPT) and nothing is sent.
 - **arrival** (each receive, peek or system action decodes through :meth:`accept`): the body is
-  decrypted (NACK_BAD_ENCRYPTION if it cannot be), the signature verified and the certificate
-  checked in the directory against the sender id (NACK_BAD_SIGNATURE), then the queue's own
+  decrypted (NACK_BAD_ENCRYPTION if it cannot be), the signature verified, the signed destination
+  (PROPID_M_DEST_FORMAT_NAME) resolved again to check that it reaches the queue read, and the
+  certificate checked in the directory against the sender id (NACK_BAD_SIGNATURE: a signed
+  message copied into another queue's topic is not authentic there), then the queue's own
   demands: PROPID_Q_AUTHENTICATE (only authenticated messages, else NACK_BAD_SIGNATURE) and
   PROPID_Q_PRIV_LEVEL (NONE: clear text only, BODY: encrypted only, else NACK_BAD_ENCRYPTION).
   A refused message is never handed out: it is dead-lettered (in its encrypted form) when its
@@ -67,8 +69,9 @@ if TYPE_CHECKING:
     from facade.config import KmqConfig
     from facade.destination import Destination
     from facade.directory import Directory
-    from facade.systemoutputs import SystemOutputs
     from facade.registry import QueueProperties
+    from facade.resolution import Resolver
+    from facade.systemoutputs import SystemOutputs
 
 __all__ = ["CouldNotEncrypt", "MessageProtection", "MessageRejected", "ProtectionLevel",
            "achieved_level", "check_protection", "is_encrypted", "protection_settings"]
@@ -209,6 +212,11 @@ class ProtectionHost(Protocol):
         """The directory (certificates, published keys)."""
         ...
 
+    @property
+    def resolver(self) -> Resolver:
+        """Resolves the destination a signed message names (PROPID_M_DEST_FORMAT_NAME)."""
+        ...
+
 
 class MessageProtection:
     """One queue manager's signing, encryption and arrival checks (see the module docstring).
@@ -303,11 +311,13 @@ class MessageProtection:
             message (Message): as decoded from its record.
             required (ProtectionLevel): the receiver's protection level (seed 004); not applied
                 to journals and dead-letter queues.
-            properties (QueueProperties | None): the queue's properties; None for journals and
-                dead-letter queues (read for inspection: nothing is refused there).
+            properties (QueueProperties | None): the queue read (for its subqueues too); None
+                for journals and dead-letter queues (read for inspection: nothing is refused
+                there, and a signed copy is checked against the queue it was sent to).
 
         Returns:
-            Message: clear body, ``authenticated`` True when the signature verified.
+            Message: clear body, ``authenticated`` True when the signature verified and its
+            signed destination reaches the queue.
 
         Raises:
             MessageRejected: the message must not be handed out (never for system queues).
@@ -321,7 +331,7 @@ class MessageProtection:
             raise
         if message.auth_level is not AuthLevel.NONE:
             try:
-                self._verify(clear)
+                self._verify(clear, properties)
             except SignatureError as exc:
                 if properties is None:
                     return clear  # inspection: readable, not authenticated
@@ -356,7 +366,7 @@ class MessageProtection:
                             rejected.message_class)
         outputs.acknowledge(stored, rejected.message_class, destination, reason=rejected.reason)
 
-    def _verify(self, message: Message) -> None:
+    def _verify(self, message: Message, properties: QueueProperties | None) -> None:
         der = message.sender_certificate
         if not der:
             raise SignatureError("the message asks for authentication but carries no certificate")
@@ -371,9 +381,44 @@ class MessageProtection:
         if not certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc:
             raise SignatureError(f"the certificate of {sender!r} is outside its validity period")
         verify(message, certificate, key)
+        self._check_destination(message, properties)
         if not self._is_registered(sender, der):
             raise SignatureError(f"the certificate is not registered to sender {sender!r} in the "
                                  "directory (never registered, or revoked)")
+
+    def _check_destination(self, message: Message, properties: QueueProperties | None) -> None:
+        """The signature binds the destination the sender named (PROPID_M_DEST_FORMAT_NAME): a
+        signed message is authentic only in a queue that name reaches (the queue itself, a
+        list or multiple-element name holding it, an alias of it), so a copy of it put into
+        another queue's topic is not.
+
+        Args:
+            message (Message): the verified message.
+            properties (QueueProperties | None): the queue read (its journal and subqueues
+                are its own copies); None for a journal or dead-letter queue, whose copy is
+                checked against the queue it was sent to (PROPID_M_DEST_QUEUE).
+
+        Raises:
+            SignatureError: the name does not reach that queue, or cannot be resolved here.
+        """
+        if properties is not None:
+            here, where = frozenset((properties.data_topic,)), properties.path_name
+        elif message.destination_queue:
+            here, where = None, message.destination_queue
+        else:
+            return  # a machine-journal copy of a send: kept at the sender, in no queue
+        signed_for = message.destination_format_name or ""
+        resolver, sender = self.manager.resolver, message.source_machine_id
+        try:
+            reached = resolver.reached_topics(signed_for, sender)
+            if here is None:
+                here = resolver.reached_topics(where, sender)
+        except MessageQueueError as exc:
+            raise SignatureError(f"the destination it was signed for, {signed_for!r}, does not "
+                                 f"resolve here: {exc}") from None
+        if not here <= reached:
+            raise SignatureError(f"it was signed for {signed_for!r}, which does not reach "
+                                 f"{where}: a copy of a message sent to another queue")
 
     def _certificate(self, der: bytes) -> tuple[x509.Certificate, Any]:
         """The parsed certificate and its public key (kept per process)."""
