@@ -172,12 +172,42 @@ class QueueAccess:
                     self.principal, rights, destination.format_name)
             return
         properties = self.current(destination.properties)
+        if rights & ~self._granted_on(properties):
+            properties.security.require(self.principal, rights, destination.format_name)
+
+    def refusal_unless_any(self, destination: Destination,
+                           rights: AccessRight) -> AccessDenied | None:
+        """Why the caller may do none of what ``rights`` allow on a queue: None when it has at
+        least one of them (a queue's journal and subqueues share the queue's descriptor).
+
+        Args:
+            destination (Destination): a queue with a registry record.
+            rights (AccessRight): the rights any one of which suffices.
+
+        Returns:
+            AccessDenied | None: the refusal (MQ_ERROR_ACCESS_DENIED), naming the principal,
+            the rights and the queue, its hint whom to ask for which right; None if allowed.
+        """
+        if destination.properties is None:
+            return AccessDenied(f"{destination.format_name} is a system queue: it has no access "
+                                "list of its own that could allow this",
+                                queue=destination.format_name)
+        properties = self.current(destination.properties)
+        if rights & self._granted_on(properties):
+            return None
+        names = " or ".join(rights.names())
+        return AccessDenied(f"{self.principal!r} has no {names} on {destination.format_name}",
+                            queue=destination.format_name,
+                            hint=f"ask the owner ({properties.security.owner}) to grant {names} "
+                                 f"to {self.principal}")
+
+    def _granted_on(self, properties: QueueProperties) -> AccessRight:
+        """The caller's rights on the queue of ``properties`` (the registry's current record)."""
         known = self._granted.get(properties.path_name)
         if known is None or known[0] is not properties:
             known = (properties, properties.security.granted(self.principal))
             self._granted[properties.path_name] = known
-        if rights & ~known[1]:
-            properties.security.require(self.principal, rights, destination.format_name)
+        return known[1]
 
     def require_queue(self, properties: QueueProperties, rights: AccessRight) -> None:
         """:meth:`require` for a queue known by its record (administration calls).

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import ipaddress
 import threading
 import uuid
 import weakref
@@ -53,7 +52,7 @@ from facade.registry import (
     QueueProperties,
     Registry,
 )
-from facade.resolution import Resolver
+from facade.resolution import Resolver, is_local_address
 from facade.transmission import Transmitter
 from facade.sequence import MessageIdAllocator
 from facade.systemoutputs import SystemOutputs
@@ -569,14 +568,11 @@ class QueueManager:
         if fn.is_url or fn.protocol not in (DirectProtocol.OS, DirectProtocol.TCP):
             raise UnsupportedFormatNameOperation(
                 f"{str(fn)!r}: only DIRECT=OS: and DIRECT=TCP: are supported", queue=str(fn))
-        machine = fn.address
-        if fn.protocol is DirectProtocol.TCP:
-            if not ipaddress.ip_address(fn.address).is_loopback:
-                raise QueueNotFound(f"no queue manager is known at TCP address {fn.address}",
-                                    queue=str(fn), hint="use DIRECT=OS:<queue manager name>")
-            machine = self.name
-        if machine in (".", "localhost"):
-            machine = self.name
+        local = is_local_address(fn)
+        if fn.protocol is DirectProtocol.TCP and not local:
+            raise QueueNotFound(f"no queue manager is known at TCP address {fn.address}",
+                                queue=str(fn), hint="use DIRECT=OS:<queue manager name>")
+        machine = self.name if local else fn.address
         if fn.system_queue is not None:
             return self._system(fn.system_queue, machine)
         path = QueuePath(machine, fn.queue_name, private=fn.private, journal=fn.journal,

@@ -9,8 +9,10 @@
   the local queue manager's own key, or the public key another one published in the directory.
   No key: :class:`CouldNotEncrypt` (MSMQ's NACK_COULD_NOT_ENCRYPT) and nothing is sent.
 - **arrival** (each receive, peek or system action decodes through :meth:`accept`): the body is
-  decrypted (NACK_BAD_ENCRYPTION if it cannot be), the signature verified and the certificate
-  checked in the directory against the sender id (NACK_BAD_SIGNATURE), then the queue's own
+  decrypted (NACK_BAD_ENCRYPTION if it cannot be), the signature verified, the signed destination
+  (PROPID_M_DEST_FORMAT_NAME) resolved again to check that it reaches the queue read, and the
+  certificate checked in the directory against the sender id (NACK_BAD_SIGNATURE: a signed
+  message copied into another queue's topic is not authentic there), then the queue's own
   demands: PROPID_Q_AUTHENTICATE (only authenticated messages, else NACK_BAD_SIGNATURE) and
   PROPID_Q_PRIV_LEVEL (NONE: clear text only, BODY: encrypted only, else NACK_BAD_ENCRYPTION).
   A refused message is never handed out: it is dead-lettered (in its encrypted form) when its
@@ -21,7 +23,9 @@
 
 Journals and dead-letter queues hand a message that does not verify or
 decrypt out as it is, with ``authenticated`` False: they are read for inspection, and refusing
-there would put the message straight back.
+there would put the message straight back. Whether a reader of a dead-letter queue or the
+machine journal gets a body decrypted at all is decided before :meth:`accept`, by the reader's
+rights on the queue the copy was sent to (``facade.receiving.body_refusal``).
 
 **Protection levels** (seed 004): sender and receiver each ask for none < authentication <
 authentication + integrity < authentication + integrity + privacy, and a message is returned
@@ -65,11 +69,12 @@ if TYPE_CHECKING:
     from facade.config import KmqConfig
     from facade.destination import Destination
     from facade.directory import Directory
-    from facade.systemoutputs import SystemOutputs
     from facade.registry import QueueProperties
+    from facade.resolution import Resolver
+    from facade.systemoutputs import SystemOutputs
 
 __all__ = ["CouldNotEncrypt", "MessageProtection", "MessageRejected", "ProtectionLevel",
-           "achieved_level", "check_protection", "protection_settings"]
+           "achieved_level", "check_protection", "is_encrypted", "protection_settings"]
 
 log = logging.getLogger("kmq.protection")
 
@@ -136,6 +141,14 @@ class MessageRejected(EnvelopeError):
         self.reason = reason
 
 
+def is_encrypted(message: Message) -> bool:
+    """Whether ``message``'s body is encrypted as it was stored (PROPID_M_PRIV_LEVEL set and its
+    key material still attached): a copy that did not decrypt, or that its reader may not read
+    in clear (``facade.receiving.body_refusal``). A decrypted message drops the key material."""
+    return message.privacy_level is not PrivacyLevel.NONE and bool(
+        message.destination_symmetric_key)
+
+
 def check_protection(message: Message) -> None:
     """Refuse security properties kmq does not implement, or that only the queue manager sets.
 
@@ -197,6 +210,11 @@ class ProtectionHost(Protocol):
     @property
     def directory(self) -> Directory:
         """The directory (certificates, published keys)."""
+        ...
+
+    @property
+    def resolver(self) -> Resolver:
+        """Resolves the destination a signed message names (PROPID_M_DEST_FORMAT_NAME)."""
         ...
 
 
@@ -276,7 +294,7 @@ class MessageProtection:
     def for_storage(self, message: Message) -> Message:
         """A decrypted private message encrypted again for this queue manager, before the system
         writes it to a journal, dead-letter queue or subqueue; other messages unchanged."""
-        if message.privacy_level is PrivacyLevel.NONE or message.destination_symmetric_key:
+        if message.privacy_level is PrivacyLevel.NONE or is_encrypted(message):
             return message
         body, key = self._sealer.seal(message.body, public_bytes(self._own().public_key()),
                                       message.encryption_algorithm, _sealed_id(message),
@@ -293,11 +311,13 @@ class MessageProtection:
             message (Message): as decoded from its record.
             required (ProtectionLevel): the receiver's protection level (seed 004); not applied
                 to journals and dead-letter queues.
-            properties (QueueProperties | None): the queue's properties; None for journals and
-                dead-letter queues (read for inspection: nothing is refused there).
+            properties (QueueProperties | None): the queue read (for its subqueues too); None
+                for journals and dead-letter queues (read for inspection: nothing is refused
+                there, and a signed copy is checked against the queue it was sent to).
 
         Returns:
-            Message: clear body, ``authenticated`` True when the signature verified.
+            Message: clear body, ``authenticated`` True when the signature verified and its
+            signed destination reaches the queue.
 
         Raises:
             MessageRejected: the message must not be handed out (never for system queues).
@@ -311,7 +331,7 @@ class MessageProtection:
             raise
         if message.auth_level is not AuthLevel.NONE:
             try:
-                self._verify(clear)
+                self._verify(clear, properties)
             except SignatureError as exc:
                 if properties is None:
                     return clear  # inspection: readable, not authenticated
@@ -346,7 +366,7 @@ class MessageProtection:
                             rejected.message_class)
         outputs.acknowledge(stored, rejected.message_class, destination, reason=rejected.reason)
 
-    def _verify(self, message: Message) -> None:
+    def _verify(self, message: Message, properties: QueueProperties | None) -> None:
         der = message.sender_certificate
         if not der:
             raise SignatureError("the message asks for authentication but carries no certificate")
@@ -361,9 +381,44 @@ class MessageProtection:
         if not certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc:
             raise SignatureError(f"the certificate of {sender!r} is outside its validity period")
         verify(message, certificate, key)
+        self._check_destination(message, properties)
         if not self._is_registered(sender, der):
             raise SignatureError(f"the certificate is not registered to sender {sender!r} in the "
                                  "directory (never registered, or revoked)")
+
+    def _check_destination(self, message: Message, properties: QueueProperties | None) -> None:
+        """The signature binds the destination the sender named (PROPID_M_DEST_FORMAT_NAME): a
+        signed message is authentic only in a queue that name reaches (the queue itself, a
+        list or multiple-element name holding it, an alias of it), so a copy of it put into
+        another queue's topic is not.
+
+        Args:
+            message (Message): the verified message.
+            properties (QueueProperties | None): the queue read (its journal and subqueues
+                are its own copies); None for a journal or dead-letter queue, whose copy is
+                checked against the queue it was sent to (PROPID_M_DEST_QUEUE).
+
+        Raises:
+            SignatureError: the name does not reach that queue, or cannot be resolved here.
+        """
+        if properties is not None:
+            here, where = frozenset((properties.data_topic,)), properties.path_name
+        elif message.destination_queue:
+            here, where = None, message.destination_queue
+        else:
+            return  # a machine-journal copy of a send: kept at the sender, in no queue
+        signed_for = message.destination_format_name or ""
+        resolver, sender = self.manager.resolver, message.source_machine_id
+        try:
+            reached = resolver.reached_topics(signed_for, sender)
+            if here is None:
+                here = resolver.reached_topics(where, sender)
+        except MessageQueueError as exc:
+            raise SignatureError(f"the destination it was signed for, {signed_for!r}, does not "
+                                 f"resolve here: {exc}") from None
+        if not here <= reached:
+            raise SignatureError(f"it was signed for {signed_for!r}, which does not reach "
+                                 f"{where}: a copy of a message sent to another queue")
 
     def _certificate(self, der: bytes) -> tuple[x509.Certificate, Any]:
         """The parsed certificate and its public key (kept per process)."""

@@ -7,7 +7,9 @@ written by one piece of code:
 
 1. :func:`message_of`: the record decoded (``EnvelopeError``: poison), its receive-side state
    set (lookup id, arrival time), then decrypted and verified for hand-out
-   (``MessageRejected``: refused by the queue's or the receiver's protection rules);
+   (``MessageRejected``: refused by the queue's or the receiver's protection rules); a copy in a
+   dead-letter queue or the machine journal is decrypted only for a caller who may read the
+   queue it was sent to (:func:`body_refusal`);
 2. :func:`dead_letter_unreceivable`: a won record that cannot be handed out goes to the
    dead-letter queue, never lost: a refused message with its NACK (NACK_BAD_SIGNATURE, ...), a
    poison record wrapped as NACK_RECEIVE_REJECTED;
@@ -21,9 +23,18 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from facade.acl import AccessRight
 from facade.envelope import decode_message
-from facade.errors import EnvelopeError
-from facade.message import Message, MessageClass
+from facade.errors import (
+    AccessDenied,
+    DirectoryUnavailable,
+    EnvelopeError,
+    FormatNameError,
+    QueueNotFound,
+    UnsupportedFormatNameOperation,
+)
+from facade.formatnames import parse_queue_reference
+from facade.message import Message, MessageClass, PrivacyLevel
 from facade.protection import MessageRejected, ProtectionLevel
 from facade.sending import stored_record_is_kept_copy
 
@@ -32,7 +43,11 @@ if TYPE_CHECKING:
     from facade.kafkaseam import KafkaRecord
     from facade.queuehost import QueueHost
 
-__all__ = ["count_aborts", "dead_letter_unreceivable", "message_of", "write_receive_outputs"]
+__all__ = ["body_refusal", "count_aborts", "dead_letter_unreceivable", "message_of",
+           "write_receive_outputs"]
+
+#: Either one lets a caller read a kept copy's body in clear: peek or receive on its queue.
+_READS_BODY = AccessRight.PEEK_MESSAGE | AccessRight.DELETE_MESSAGE
 
 
 def message_of(host: QueueHost, record: Any, lookup_id: int, destination: Destination,
@@ -46,17 +61,21 @@ def message_of(host: QueueHost, record: Any, lookup_id: int, destination: Destin
             timestamp_ms).
         lookup_id (int): the record's offset (MSMQ lookup id).
         destination (Destination): the queue read; journals and dead-letter queues
-            (``read_only``) are read for inspection and never refuse a message.
+            (``read_only``) are read for inspection and never refuse a message; in a
+            dead-letter queue or the machine journal an encrypted body stays encrypted unless
+            the caller may read the queue it was sent to (:func:`body_refusal`).
         required (ProtectionLevel): the receiver's protection level (seed 004).
         refuse (bool): False when the message was handed out as stored already (Spark's
             receive mode, ``docs/spark.md``): the protection rules can no longer refuse it,
             so it is judged as a journal copy is (decrypted where possible, never refused).
 
     Returns:
-        Message: decrypted, ``authenticated`` set, ``lookup_id`` and ``arrived_time`` set.
+        Message: decrypted (where the caller may read the body), ``authenticated`` set,
+        ``lookup_id`` and ``arrived_time`` set.
 
     Raises:
         EnvelopeError: the value is not a kmq envelope (poison).
+        BrokerUnavailable: the registry could not be read (a kept copy's queue).
         MessageRejected: the protection rules refuse it (an EnvelopeError too).
     """
     message = decode_message(record.value, record.headers, topic=record.topic,
@@ -64,9 +83,52 @@ def message_of(host: QueueHost, record: Any, lookup_id: int, destination: Destin
     message.lookup_id = lookup_id
     message.arrived_time = dt.datetime.fromtimestamp(record.timestamp_ms / 1000, dt.timezone.utc)
     # Decrypted and verified here, so every receive, peek and system action sees the same.
-    judged = refuse and not destination.read_only
-    return host.protection.accept(
-        message, destination.properties if judged else None, required)
+    if refuse and not destination.read_only:
+        return host.protection.accept(message, destination.properties, required)
+    if destination.system_of is not None and message.privacy_level is not PrivacyLevel.NONE \
+            and body_refusal(host, message) is not None:
+        return message  # as stored, still encrypted: body_refusal says why
+    return host.protection.accept(message, None, required)
+
+
+def body_refusal(host: QueueHost, message: Message) -> AccessDenied | None:
+    """Why the caller may not read in clear the body of an encrypted copy that the system
+    keeps in a dead-letter queue or the machine journal; None when it may.
+
+    Those queues are guarded by their queue manager's descriptor (Everyone may peek by
+    default), and the queue manager's key decrypts every copy in them. So a body is shown
+    decrypted there only to a principal with PEEK_MESSAGE or DELETE_MESSAGE (peek or receive)
+    on the queue the copy was sent to (PROPID_M_DEST_QUEUE), who could have read it in that
+    queue; anyone else gets the copy as stored, still encrypted.
+
+    Args:
+        host (QueueHost): the queue manager (resolution, the caller's rights).
+        message (Message): the copy as decoded from its record.
+
+    Returns:
+        AccessDenied | None: the refusal (MQ_ERROR_ACCESS_DENIED), naming the principal, the
+        rights and the queue, or why no queue's access list can allow it (the copy names no
+        queue, or one that does not resolve any more); None when the caller may read it.
+
+    Raises:
+        BrokerUnavailable: the registry could not be read to resolve the queue.
+    """
+    name = message.destination_queue
+    if not name:
+        return AccessDenied("the copy names no queue it was sent to (PROPID_M_DEST_QUEUE): no "
+                            "queue's access list allows reading its body")
+    try:
+        queue = host.resolve(parse_queue_reference(name))
+    except (FormatNameError, QueueNotFound, UnsupportedFormatNameOperation,
+            DirectoryUnavailable) as exc:
+        return AccessDenied(f"the queue the copy was sent to, {name!r}, does not resolve "
+                            f"({exc.message}): no queue's access list allows reading its body",
+                            queue=name)
+    refusal = host.access.refusal_unless_any(queue, _READS_BODY)
+    if refusal is None:
+        return None
+    return AccessDenied(f"{refusal.message}, the queue the copy was sent to", queue=name,
+                        hint=refusal.hint)
 
 
 def dead_letter_unreceivable(host: QueueHost, record: Any, reason: str,

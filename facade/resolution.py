@@ -13,20 +13,33 @@ list (its membership is read at send time):
 Offline (workgroup mode, or the directory is unreachable) a name that needs the directory fails
 as a whole: :meth:`Resolver.destinations` resolves every element before anything is sent, so
 nothing is sent to the other elements either.
+
+A received message names, in its signed PROPID_M_DEST_FORMAT_NAME, what its sender sent it to;
+:meth:`Resolver.reached_topics` resolves that name again on the receiving side, as the sender's
+queue manager resolved it (``.`` is the sender's computer), so the arrival checks can tell a
+message sent to a queue from a copy of one sent elsewhere (:mod:`facade.protection`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 import operator
+import uuid
 from typing import TYPE_CHECKING
 
-from facade.errors import InvalidParameter
+from facade.errors import InvalidParameter, QueueNotFound, UnsupportedFormatNameOperation
 from facade.formatnames import (
+    DirectFormatName,
+    DirectProtocol,
     DistributionListFormatName,
     FormatName,
+    MultipleElementFormatName,
     PublicFormatName,
     QueuePath,
+    Suffix,
     parse_format_name,
+    parse_queue_reference,
 )
 
 if TYPE_CHECKING:
@@ -35,7 +48,7 @@ if TYPE_CHECKING:
     from facade.directory.objects import PublicQueueEntry
     from facade.interfaces import ResolverHost
 
-__all__ = ["Resolver", "elements_of", "is_dynamic"]
+__all__ = ["Resolver", "elements_of", "is_dynamic", "is_local_address", "sent_from"]
 
 #: Parsed recipient names and public-queue destinations a Resolver keeps.
 _MAX_CACHED = 1024
@@ -54,6 +67,47 @@ def is_dynamic(reference: FormatName | QueuePath) -> bool:
 def needs_directory(reference: FormatName | QueuePath) -> bool:
     """True for PUBLIC= and DL= names, and multiple-element names holding one."""
     return not isinstance(reference, QueuePath) and reference.requires_directory
+
+
+def _is_local(element: FormatName | QueuePath) -> bool:
+    if isinstance(element, QueuePath):
+        return element.is_local
+    return isinstance(element, DirectFormatName) and is_local_address(element)
+
+
+def is_local_address(fn: DirectFormatName) -> bool:
+    """True when a ``DIRECT=`` name points at the computer that resolves it: ``OS:.``,
+    ``OS:localhost`` or a loopback ``TCP:`` address."""
+    if fn.protocol is DirectProtocol.TCP:
+        return ipaddress.ip_address(fn.address).is_loopback
+    return fn.protocol is DirectProtocol.OS and fn.address in (".", "localhost")
+
+
+def sent_from(reference: FormatName | QueuePath, machine: str) -> FormatName | QueuePath:
+    """``reference`` as queue manager ``machine`` resolved it when it sent to it: the local
+    computer it names (a ``.`` path name, ``DIRECT=OS:.``, ``DIRECT=OS:localhost`` or a
+    loopback ``DIRECT=TCP:`` address, in any element) is ``machine``.
+
+    Args:
+        reference: a parsed path name or format name.
+        machine (str): the sending queue manager's name (MSMQ's computer name).
+
+    Raises:
+        FormatNameError: ``machine`` is not a valid computer name (in a path name).
+    """
+    if isinstance(reference, QueuePath):
+        return reference.with_machine(machine) if reference.is_local else reference
+    if isinstance(reference, MultipleElementFormatName):
+        return MultipleElementFormatName(tuple(_direct_from(element, machine)
+                                               for element in reference.elements))
+    return _direct_from(reference, machine)
+
+
+def _direct_from(element: FormatName, machine: str) -> FormatName:
+    if isinstance(element, DirectFormatName) and is_local_address(element):
+        # Resolution normalises the computer name as it does any DIRECT=OS: address.
+        return dataclasses.replace(element, protocol=DirectProtocol.OS, address=machine)
+    return element
 
 
 class Resolver:
@@ -75,6 +129,11 @@ class Resolver:
         #: generation, the queues they resolved to): a list sent to again with the same
         #: expansion and an unchanged registry resolves to the same queues.
         self._lists: dict[tuple[str, bool], tuple[list[Recipient], int, list[Destination]]] = {}
+        #: (format name, sending queue manager) -> (registry generation, the data topics it
+        #: reaches): every signed message received names its destination again.
+        self._reached: dict[tuple[str, uuid.UUID | None], tuple[int, frozenset[str]]] = {}
+        #: Queue manager GUID -> name (a GUID names one queue manager for good).
+        self._machines: dict[uuid.UUID, str] = {}
 
     def destinations(self, reference: FormatName | QueuePath, *,
                      for_send: bool) -> list[Destination]:
@@ -106,6 +165,62 @@ class Resolver:
                     seen.add(destination.topics.data)
                     resolved.append(destination)
         return resolved
+
+    def reached_topics(self, format_name: str, sender: uuid.UUID | None) -> frozenset[str]:
+        """The data topics of the queues a message sent to ``format_name`` by queue manager
+        ``sender`` went to, resolved now as the sender resolved it (``.`` is the sender's
+        computer; a list is expanded again, so a member removed since the send is no longer
+        reached). A message's signed PROPID_M_DEST_FORMAT_NAME is checked against the queue
+        it is read from with this.
+
+        Args:
+            format_name (str): the name sent to (PROPID_M_DEST_FORMAT_NAME): a path name, a
+                queue's format name, ``DL=`` or a multiple-element name.
+            sender (uuid.UUID | None): the sending queue manager (PROPID_M_SRC_MACHINE_ID);
+                needed only when the name is relative to it.
+
+        Returns:
+            frozenset[str]: the data topics (a list may reach none).
+
+        Raises:
+            FormatNameError: ``format_name`` is no path name or format name.
+            UnsupportedFormatNameOperation: it names a journal, subqueue or system queue, or a
+                kind of name kmq cannot send to (nothing sent reaches those).
+            QueueNotFound: a queue is not registered (any more), or the name is relative to a
+                sending queue manager that is not registered (or not given).
+            DirectoryUnavailable, DirectoryObjectNotFound: a ``PUBLIC=`` or ``DL=`` element
+                and the directory cannot answer for it.
+        """
+        key = (format_name, sender)
+        generation = self.manager.registry.generation()
+        known = self._reached.get(key)
+        if known is not None and known[0] == generation:
+            return known[1]
+        reference = parse_queue_reference(format_name)
+        for element in elements_of(reference):
+            if element.is_read_only or element.suffix is Suffix.SUBQUEUE:
+                raise UnsupportedFormatNameOperation(
+                    f"{format_name!r} names a journal, subqueue or system queue: no message is "
+                    "sent there", queue=format_name)
+        if any(_is_local(element) for element in elements_of(reference)):
+            reference = sent_from(reference, self._machine(sender, format_name))
+        reached = frozenset(d.topics.data for d in self.destinations(reference, for_send=False))
+        if not is_dynamic(reference):  # a list's expansion is cached by _distribution_list
+            if len(self._reached) >= _MAX_CACHED:
+                self._reached.clear()
+            self._reached[key] = (generation, reached)
+        return reached
+
+    def _machine(self, guid: uuid.UUID | None, format_name: str) -> str:
+        """The name of the queue manager with ``guid`` (the sender of a relative name)."""
+        if guid is not None and guid not in self._machines:
+            self._machines.update((uuid.UUID(record.guid), record.name)
+                                  for record in self.manager.registry.queue_managers().values())
+        if guid is None or guid not in self._machines:
+            raise QueueNotFound(f"{format_name!r} is relative to the queue manager that sent "
+                                f"it, and no queue manager with GUID {guid} is registered",
+                                queue=format_name)
+        return self._machines[guid]
 
     def _element(self, element: FormatName | QueuePath, for_send: bool) -> list[Destination]:
         if isinstance(element, PublicFormatName):

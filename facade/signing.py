@@ -10,7 +10,8 @@ directory that the certificate is registered to the sender id.
 Signed fields: the message id (so a signature cannot be replayed on another message), class,
 correlation id, priority, delivery, acknowledgment level, journal level, app-specific value,
 label, body type, body (clear text), extension, admin, response and dead-letter queues, the
-format name the sender used, time-to-reach-queue, sent time, not-before,
+format name the sender used (so :mod:`facade.protection` can refuse a signed message read from a
+queue that name does not reach), time-to-reach-queue, sent time, not-before,
 source machine, sender id and its type, transaction id and markers, the security levels and
 algorithms, and the application properties (not the ``kmq.*`` ones the queue manager adds).
 Not signed: what changes on the way (this copy's queue, arrival time, lookup id, abort and move

@@ -19,8 +19,9 @@ from facade.cli._output import emit
 from facade.errors import ReceiveTimeout
 from facade.message import AuthLevel, Message, MessageId, PrivacyLevel
 
-__all__ = ["QUEUE_COLUMNS", "ROW_COLUMNS", "emit_listing", "message_detail", "message_row",
-           "messages_listing", "original_ttbr", "peek_messages"]
+__all__ = ["QUEUE_COLUMNS", "ROW_COLUMNS", "emit_listing", "encrypted_because",
+           "message_detail", "message_row", "messages_listing", "original_ttbr",
+           "peek_messages"]
 
 #: (key in a row dict, name shown) of a dead-letter or journal listing, after the ids.
 ROW_COLUMNS = (
@@ -121,7 +122,32 @@ def _shown(key: str, value: Any) -> str:
     return str(value)
 
 
-def message_detail(message: Message) -> dict[str, Any]:
+def encrypted_because(manager: Any, message: Message) -> str | None:
+    """Why a message's body is shown still encrypted, for the reader: the right it lacks on
+    the queue a dead letter or machine-journal copy was sent to
+    (:func:`facade.receiving.body_refusal`), or that it does not decrypt with this queue
+    manager's key; None when the body is clear text (never encrypted, or decrypted).
+
+    Args:
+        manager (QueueManager): the opened queue manager the message was read with.
+        message (Message): the message as peeked or received.
+
+    Raises:
+        BrokerUnavailable: the registry could not be read to resolve the copy's queue.
+    """
+    from facade.protection import is_encrypted
+    from facade.receiving import body_refusal
+
+    if not is_encrypted(message):
+        return None
+    refusal = body_refusal(manager, message)
+    if refusal is not None:
+        return f"the body stays encrypted: {refusal}"
+    return (f"the body stays encrypted: it does not decrypt with the key of queue manager "
+            f"{manager.name} (encrypted for another queue manager, or damaged)")
+
+
+def message_detail(message: Message, body_encrypted: str | None = None) -> dict[str, Any]:
     """Every property of a message as JSON-friendly values.
 
     The body is decoded as UTF-8 (invalid bytes replaced) with its size in ``body_size``; other
@@ -134,6 +160,8 @@ def message_detail(message: Message) -> dict[str, Any]:
     * A journal or dead-letter copy does not expire, so it has no time-to-be-received of its
       own: ``time_to_be_received`` is the original message's (kept by the copy in the
       ``kmq.time_to_be_received`` property), not a blank.
+    * ``body_encrypted`` is ``body_encrypted`` (from :func:`encrypted_because`): why the body
+      shown is ciphertext, or None.
     """
     detail: dict[str, Any] = {}
     for f in dataclasses.fields(message):
@@ -141,6 +169,7 @@ def message_detail(message: Message) -> dict[str, Any]:
         if f.name == "body":
             detail["body"] = value.decode("utf-8", "replace")
             detail["body_size"] = len(value)
+            detail["body_encrypted"] = body_encrypted
         else:
             detail[f.name] = _plain(value)
     if message.auth_level == AuthLevel.NONE and message.signature is None:

@@ -9,6 +9,13 @@ delivery, journal level, application-specific number, extension and application 
 the original's (a dead-letter or journal copy's time-to-be-received is the original message's,
 restored; it counts again from the new send). The original's removal is a receive, so its
 queue's journal copy and an ACK_RECEIVE (when asked for) are written as for any receive.
+
+An encrypted original stays encrypted: the copy keeps its privacy level and encryption
+algorithm, so the send encrypts it for the target queue's queue manager and every copy the
+system keeps of it (journals, dead-letter queue) is encrypted too. The copy is not signed: the
+original's signature names its id and destination, and whoever moves it is not its sender. A
+body the caller cannot read in clear (a dead letter of a queue it may not read, or one that
+does not decrypt) is not moved: its ciphertext would arrive as the copy's body.
 """
 
 from __future__ import annotations
@@ -17,12 +24,12 @@ from typing import Any
 
 __all__ = ["transfer"]
 
-#: What a sender sets; everything else (id, class, times, destination, security) is the
+#: What a sender sets; everything else (id, class, times, destination, signature) is the
 #: queue manager's to assign, or the dead-letter queue's annotation.
 _SENDER_PROPERTIES = ("body", "label", "body_type", "correlation_id", "priority", "delivery",
                       "acknowledge", "admin_queue", "response_queue", "time_to_reach_queue",
                       "time_to_be_received", "journal", "app_specific", "extension",
-                      "properties")
+                      "properties", "privacy_level", "encryption_algorithm")
 
 
 def _sender_properties(original: Any, keep_ttbr: bool) -> dict[str, Any]:
@@ -59,6 +66,12 @@ def transfer(manager: Any, source: str, lookup_id: int, target: str,
 
     Raises:
         MessageNotFound: no such message in ``source`` (nothing sent).
+        AccessDenied: its body is encrypted and the caller may not read it in clear: a dead
+            letter of a queue on which it has no PEEK_MESSAGE or DELETE_MESSAGE (nothing sent).
+        EncryptionError: its body is encrypted and does not decrypt with this queue manager's
+            key (nothing sent).
+        CouldNotEncrypt: no encryption key is known for ``target``'s queue manager (nothing
+            sent).
         MessageAlreadyReceived: it was removed before the copy was sent (nothing sent), or after
             (the copy was sent: the message says so and names the copy's id).
         MessageQueueError: the copy could not be sent (the original stays) or ``target`` is
@@ -69,6 +82,7 @@ def transfer(manager: Any, source: str, lookup_id: int, target: str,
 
     queue = manager.open_queue(source)
     original = queue.peek_by_lookup_id(lookup_id)
+    _require_clear_body(manager, original, source)
     copy = Message(**_sender_properties(original, keep_ttbr))
     sent = manager.open_queue(target).send(copy, wait=True)
     try:
@@ -80,3 +94,27 @@ def transfer(manager: Any, source: str, lookup_id: int, target: str,
             queue=source, hint="check who else reads the queue") from exc
     return {"id": str(original.id), "lookup_id": lookup_id, "from": source, "to": target,
             "new_id": str(sent.id)}
+
+
+def _require_clear_body(manager: Any, original: Any, source: str) -> None:
+    """Raise unless ``original``'s body, as peeked, is clear text (or was never encrypted).
+
+    Raises:
+        AccessDenied: the caller may not read it in clear (:func:`facade.receiving.body_refusal`).
+        EncryptionError: it does not decrypt with this queue manager's key.
+    """
+    from facade.encryption import EncryptionError
+    from facade.errors import AccessDenied
+    from facade.protection import is_encrypted
+    from facade.receiving import body_refusal
+
+    if not is_encrypted(original):
+        return
+    what = f"message {original.id} of {source} is not moved: its body is encrypted"
+    refusal = body_refusal(manager, original)
+    if refusal is not None:
+        raise AccessDenied(f"{what} and {refusal.message}", queue=source, hint=refusal.hint)
+    raise EncryptionError(f"{what} and does not decrypt with the key of queue manager "
+                          f"{manager.name} (encrypted for another queue manager, or damaged)",
+                          queue=source, hint="read it on the queue manager it was encrypted "
+                                             "for, or delete it")

@@ -58,14 +58,19 @@ def show(lookup_id: int = LookupIdArg,
          transactional: bool = TransactionalOption, as_json: bool = JsonOption) -> None:
     """Show one dead-letter message in full (every property; body as UTF-8 and its size).
 
+    An encrypted body is shown decrypted only to a principal who may peek at or receive from
+    the queue the message was sent to; anyone else sees it encrypted, and body_encrypted says
+    which right is missing.
+
     Example: kmq dlq show 3
     """
-    from facade.cli._messages import message_detail
+    from facade.cli._messages import encrypted_because, message_detail
     from facade.manager import QueueManager
 
     with fail_on_errors(as_json), QueueManager.open(lease_ids=False) as qm:
         fn = dead_letter_format_name(qm, transactional)
-        data = message_detail(qm.open_queue(fn).peek_by_lookup_id(lookup_id))
+        message = qm.open_queue(fn).peek_by_lookup_id(lookup_id)
+        data = message_detail(message, encrypted_because(qm, message))
     emit(data, as_json, lambda d: key_value_table(f"{fn} lookup id {lookup_id}", d))
 
 

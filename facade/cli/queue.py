@@ -372,9 +372,10 @@ def send(queue: str = QueueArg,
     emit({"id": str(sent.id), "queue": queue}, as_json, lambda d: f"sent {d['id']}")
 
 
-def _message_dict(m: Message) -> dict:
+def _message_dict(m: Message, body_encrypted: str | None) -> dict:
     """A received or peeked message as printed. A journal or dead-letter copy shows the
-    time-to-be-received of the message it was made from (its own is none: it never expires)."""
+    time-to-be-received of the message it was made from (its own is none: it never expires);
+    ``body_encrypted`` says why its body is shown encrypted (None: clear text)."""
     from facade.cli._messages import original_ttbr
 
     def name(value: Any) -> Any:
@@ -391,7 +392,8 @@ def _message_dict(m: Message) -> dict:
             "app_specific": m.app_specific,
             "sent_time": m.sent_time.isoformat() if m.sent_time else None,
             "arrived_time": m.arrived_time.isoformat() if m.arrived_time else None,
-            "body_size": len(m.body), "body": m.body.decode("utf-8", "replace")}
+            "body_size": len(m.body), "body": m.body.decode("utf-8", "replace"),
+            "body_encrypted": body_encrypted}
 
 
 TimeoutOption = seconds_option(5.0, "--timeout", help="Seconds to wait for a message")
@@ -419,6 +421,8 @@ def _selected(handle: Any, remove: bool, timeout: float, message_id: Any,
 
 def _first_message(queue: str, timeout: float, as_json: bool, remove: bool,
                    selectors: tuple[str | None, str | None, int | None]) -> None:
+    from facade.cli._messages import encrypted_because
+
     message_id, correlation_id, lookup_id = selectors
     if sum(s is not None for s in selectors) > 1:
         raise typer.BadParameter("give at most one of --id, --correlation-id, --lookup-id",
@@ -429,8 +433,9 @@ def _first_message(queue: str, timeout: float, as_json: bool, remove: bool,
     with _manager(as_json) as qm:
         handle = qm.open_queue(resolve_queue_name(qm, queue))
         message = _selected(handle, remove, timeout, message_id, correlation_id, lookup_id)
+        data = _message_dict(message, encrypted_because(qm, message))
     title = "message received" if remove else "message peeked"
-    emit(_message_dict(message), as_json, lambda d: key_value_table(title, d))
+    emit(data, as_json, lambda d: key_value_table(title, d))
 
 
 def receive(queue: str = QueueArg, timeout: float = TimeoutOption,

@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from facade.acl import AccessRight
 from facade.cli import app
 from facade.config import KmqConfig
+from facade.formatnames import SystemQueue
 from facade.manager import QueueManager
-from facade.message import JournalLevel, Message
-from tests.support.kafka import BrokerEndpoint
+from facade.message import JournalLevel, Message, PrivacyLevel
+from tests.support.kafka import BrokerEndpoint, raw_values
 
 pytestmark = pytest.mark.integration
 
@@ -36,10 +38,11 @@ def cli_qm(broker: BrokerEndpoint, kmq_home: Path,
         yield manager
 
 
-def _run(*args: str) -> dict | list:
-    result = CliRunner().invoke(app, [*args, "--json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+def _run(*args: str, principal: str | None = None, code: int = 0) -> dict | list:
+    env = None if principal is None else {"KMQ_PRINCIPAL": principal}
+    result = CliRunner().invoke(app, [*args, "--json"], env=env)
+    assert result.exit_code == code, result.output
+    return json.loads(result.stdout)
 
 
 def _fails(*args: str, code: str) -> str:
@@ -152,3 +155,94 @@ def test_errors_exit_1_with_one_line_and_usage_errors_exit_2(cli_qm: QueueManage
                  ["queue", "set", missing], ["dlq", "show", "not-a-number"],
                  ["queue", "set", missing, "--quota-kb", "-1"]):
         assert CliRunner().invoke(app, args).exit_code == 2, args
+
+
+SECRET = b"the vault code is 0451"
+PRIVATE = dict(privacy_level=PrivacyLevel.BODY_AES,
+               journal=JournalLevel.DEADLETTER | JournalLevel.JOURNAL)
+
+
+def _expire_to_dead_letter(queue, **fields) -> Message:
+    """Send an encrypted message to ``queue`` and let it expire into the dead-letter queue."""
+    sent = queue.send(Message(body=SECRET, time_to_be_received=0.2, **PRIVATE, **fields),
+                      wait=True)
+    time.sleep(0.5)
+    assert queue.expire_due() == 1
+    return sent
+
+
+def _nowhere_in_clear(qm: QueueManager, topics: list[str]) -> None:
+    for topic in topics:
+        values = raw_values(qm.config.bootstrap_servers, topic)
+        assert values and not any(SECRET in value for value in values), topic
+
+
+def test_moved_and_requeued_encrypted_messages_stay_encrypted(cli_qm: QueueManager) -> None:
+    source = cli_qm.create_queue(r".\private$\sealed-source", journal=True)
+    target = cli_qm.create_queue(r".\private$\sealed-target")
+    source.send(Message(body=SECRET, label="move me", **PRIVATE), wait=True)
+    lookup_id = source.peek(timeout=10).lookup_id
+    _run("queue", "move", source.format_name, str(lookup_id), "--to", target.format_name)
+    _expire_to_dead_letter(source, label="requeue me")
+    dead_letter = _run("dlq", "list")[0]
+    _run("dlq", "requeue", str(dead_letter["lookup_id"]), "--no-ttbr")
+
+    for queue, label in ((target, "move me"), (source, "requeue me")):
+        received = queue.receive(timeout=10)  # a permitted receiver reads it in clear
+        assert (received.label, received.body) == (label, SECRET)
+        assert received.privacy_level is PrivacyLevel.BODY_AES
+    topics = source.destinations[0].topics
+    _nowhere_in_clear(cli_qm, [target.destinations[0].topics.data, topics.data,
+                               topics.journal().data, cli_qm.dead_letter_topic,
+                               cli_qm.system_topic(SystemQueue.JOURNAL)])
+
+
+def test_dead_letters_are_decrypted_only_for_readers_of_their_queue(
+        cli_qm: QueueManager) -> None:
+    owner = cli_qm.config.principal
+    queue = cli_qm.create_queue(r".\private$\sealed-ttbr")  # MSMQ's default list: no peek
+    sent = _expire_to_dead_letter(queue)
+    dead_letters = f"MACHINE={cli_qm.guid};DEADLETTER"
+    listed = _run("dlq", "list", principal="mallory")  # Everyone may peek at the DLQ
+    assert [row["id"] for row in listed] == [str(sent.id)]
+    lookup_id = str(listed[0]["lookup_id"])
+
+    for shown in (_run("dlq", "show", lookup_id, principal="mallory"),
+                  _run("peek", dead_letters, principal="mallory")):
+        assert shown["id"] == str(sent.id)
+        assert SECRET.decode() not in shown["body"] and shown["body_size"] != len(SECRET)
+        reason = shown["body_encrypted"]
+        assert "mallory" in reason and "PEEK_MESSAGE" in reason
+        assert queue.destinations[0].format_name in reason
+    table = CliRunner().invoke(app, ["dlq", "show", lookup_id], env={"KMQ_PRINCIPAL": "mallory"})
+    assert table.exit_code == 0 and "PEEK_MESSAGE" in table.output
+
+    config = KmqConfig.load(bootstrap_servers=cli_qm.config.bootstrap_servers,
+                            queue_manager=cli_qm.name, principal="mallory")
+    with QueueManager.open(config) as mallory:  # the facade keeps it encrypted too
+        stored = mallory.open_queue(dead_letters).peek_by_lookup_id(int(lookup_id))
+        assert SECRET not in stored.body and stored.destination_symmetric_key
+        assert stored.privacy_level is PrivacyLevel.BODY_AES
+
+    shown = _run("dlq", "show", lookup_id, principal=owner)
+    assert shown["body"] == SECRET.decode() and shown["body_encrypted"] is None
+    security = cli_qm.queue_security(queue.format_name).grant("bob", AccessRight.PEEK_MESSAGE)
+    cli_qm.set_queue_security(queue.format_name, security)
+    assert _run("dlq", "show", lookup_id, principal="bob")["body"] == SECRET.decode()
+
+
+def test_a_dead_letter_whose_body_stays_encrypted_is_not_requeued(
+        cli_qm: QueueManager) -> None:
+    """The queue manager's owner may receive from the dead-letter queue, but not read a queue
+    whose owner refuses it: the dead letter is not sent on as unreadable bytes, it stays."""
+    config = KmqConfig.load(bootstrap_servers=cli_qm.config.bootstrap_servers,
+                            queue_manager=cli_qm.name, principal="alice")
+    with QueueManager.open(config) as alice:
+        queue = alice.create_queue(r".\private$\alices")
+        sent = _expire_to_dead_letter(queue)
+        lookup_id = str(_run("dlq", "list")[0]["lookup_id"])
+        refused = _run("dlq", "requeue", lookup_id, principal=cli_qm.config.principal, code=1)
+        assert refused["error"]["code"] == "MQ_ERROR_ACCESS_DENIED"
+        assert "PEEK_MESSAGE" in refused["error"]["message"]
+        assert [row["id"] for row in _run("dlq", "list")] == [str(sent.id)]
+        assert _run("dlq", "show", lookup_id, principal="alice")["body"] == SECRET.decode()

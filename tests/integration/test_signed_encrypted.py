@@ -392,3 +392,110 @@ def test_signed_and_encrypted_with_each_directory_kind(broker: BrokerEndpoint, k
                            privacy_level=PrivacyLevel.BODY_AES), wait=True)
         received = queue.receive(timeout=10)
         assert received.body == SECRET and received.authenticated
+
+
+# --- the destination a signature binds -------------------------------------------------------
+
+
+def _copy_records(bootstrap: str, source: str, target: str) -> None:
+    """Append the records of ``source`` (partition 0) to ``target``, key, value and headers
+    byte for byte: what anyone who may write a queue's topic can do without kmq."""
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"copy-{uuid.uuid4()}",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "allow.auto.create.topics": False})
+    try:
+        consumer.assign([TopicPartition(source, 0, 0)])
+        while True:
+            record = consumer.poll(10)
+            assert record is not None, f"{source}: no end of partition"
+            if record.error() is not None and record.error().code() == KafkaError._PARTITION_EOF:
+                break
+            assert record.error() is None, record.error()
+            producer.produce(target, value=record.value(), key=record.key(),
+                             headers=record.headers())
+        assert producer.flush(30) == 0
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("authenticate, how", [
+    (True, "byte-for-byte"),
+    (True, "destination-queue-rewritten"),
+    (False, "byte-for-byte"),
+])
+def test_a_signed_message_copied_to_another_queue_fails_authentication(
+        qm: QueueManager, broker: BrokerEndpoint, authenticate: bool, how: str) -> None:
+    """The signature covers the destination the sender named: a copy in any other queue is a
+    bad signature there (NACK_BAD_SIGNATURE, dead-lettered), never an authenticated message."""
+    _register(qm)
+    signed_for, admin = _queues(qm, "signed-for", authenticate=True)
+    copied_to = qm.create_queue(r".\private$\copied-to", authenticate=authenticate)
+    message = _asking_for_nack(admin, body=SECRET, auth_level=AuthLevel.ALWAYS)
+    if how == "byte-for-byte":
+        sent = signed_for.send(message, wait=True)
+        _copy_records(broker.bootstrap_servers, signed_for.destinations[0].topics.data,
+                      copied_to.destinations[0].topics.data)
+    else:  # PROPID_M_DEST_QUEUE is not signed: pointing it at the queue changes nothing
+        sent = _forge(qm, signed_for, message, lambda m: m.stamped(
+            destination_queue=copied_to.destinations[0].format_name))
+        qm.write_system_copy(copied_to.destinations[0].topics.data, sent)
+    dead = _expect_rejected(qm, copied_to, admin, sent.id, MessageClass.NACK_BAD_SIGNATURE)
+    assert dead.destination_format_name == signed_for.format_name
+    assert "signed for" in dead.properties["kmq.reason"]
+    original = signed_for.receive(timeout=10)  # where it was sent, it is still authenticated
+    assert original.id == sent.id and original.authenticated and original.body == SECRET
+
+
+def test_every_name_that_reaches_a_queue_keeps_its_signature(qm: QueueManager,
+                                                            broker: BrokerEndpoint) -> None:
+    """Path names, DIRECT=, PRIVATE=, PUBLIC=, multiple-element names and lists (through an
+    alias) reach the queue they name; journal, subqueue and dead-letter copies are read there
+    as authenticated, and so is a name relative to the sender read by another queue manager."""
+    _register(qm)
+    tag = uuid.uuid4().hex[:8]
+    private = qm.create_queue(rf".\private$\reached-{tag}", authenticate=True, journal=True)
+    public = qm.create_queue(rf".\reached-{tag}", authenticate=True)
+    other, _ = _queues(qm, f"other-{tag}")
+    private_fn = private.destinations[0].format_name
+    number = f"{int(uuid.UUID(private.properties.instance).hex[:8], 16):08x}"
+    directory = qm.directory
+    directory.create_alias(f"alias-{tag}", private_fn)
+    dl = directory.create_distribution_list(f"list-{tag}")
+    directory.add_member(f"dl:list-{tag}", f"alias:alias-{tag}")
+    directory.add_member(f"dl:list-{tag}", f"PUBLIC={public.properties.instance}")
+    to_private = [rf".\private$\reached-{tag}", private_fn, f"PRIVATE={qm.guid}\\{number}",
+                  f"{private_fn},{other.destinations[0].format_name}", dl.format_name]
+    to_public = [dl.format_name, f"PUBLIC={public.properties.instance}"]
+    signed = dict(auth_level=AuthLevel.ALWAYS, journal=JournalLevel.DEADLETTER)
+    for name in [*to_private, to_public[-1]]:
+        qm.open_queue(name).send(Message(body=name.encode(), **signed), wait=True)
+    for queue, names in ((private, to_private), (public, to_public)):
+        for name in names:
+            received = queue.receive(timeout=10)
+            assert received.authenticated, name
+            assert received.destination_format_name == name and received.body == name.encode()
+    journal = qm.open_queue(private_fn + ";JOURNAL")
+    assert [m.authenticated for m in (journal.receive(timeout=10) for _ in to_private)] \
+        == [True] * len(to_private)
+
+    moved = private.send(Message(body=b"moved", **signed), wait=True)
+    private.move(private.peek(timeout=10).lookup_id, "retry")
+    in_subqueue = qm.open_queue(private_fn + ";retry").receive(timeout=10)
+    assert in_subqueue.id == moved.id and in_subqueue.authenticated
+
+    rejected = private.send(Message(body=b"rejected", **signed), wait=True)
+    private.mark_rejected(private.peek(timeout=10).lookup_id)
+    dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
+    assert dead.id == rejected.id and dead.authenticated
+
+    # ".\private$\..." meant the sender's queue manager: another one reads it there.
+    relative = qm.open_queue(rf".\private$\reached-{tag}").send(
+        Message(body=b"relative", **signed), wait=True)
+    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers,
+                            queue_manager=f"qm-{uuid.uuid4().hex[:10]}")
+    with QueueManager.open(config) as reader:
+        received = reader.open_queue(private_fn).receive(timeout=10)
+    assert received.id == relative.id and received.authenticated
