@@ -210,7 +210,11 @@ class MessageQueue(PeekLockReceives):
             AccessDenied: a destination's access list refuses the caller WRITE_MESSAGE: that
                 copy was not written, NACK_ACCESS_DENIED went to the admin queue (if asked
                 for) and a dead-letter copy was kept (journal level DEADLETTER); the other
-                copies were sent (``sent`` on the error lists the messages as sent).
+                copies were sent (``sent`` on the error lists the messages as sent). Or the
+                message asks for acknowledgments and its admin queue refuses the caller
+                WRITE_MESSAGE: nothing was sent (the error names the admin queue).
+            QueueNotFound, DirectoryUnavailable: a destination, or the admin queue of a message
+                that asks for acknowledgments, does not resolve; nothing was sent.
         """
         return self._send((message,), wait, timeout, transaction)[0]
 
@@ -252,6 +256,8 @@ class MessageQueue(PeekLockReceives):
             QueueQuotaExceeded: some copies would take their queue past its quota and were not
                 dead-lettered (every other copy was sent); ``sent`` on the error lists the
                 messages as sent.
+            AccessDenied: as for :meth:`send`; an admin queue that refuses the caller refuses
+                the whole batch before anything is sent.
         """
         batch = tuple(messages)
         for message in batch:
@@ -277,6 +283,7 @@ class MessageQueue(PeekLockReceives):
                 raise UnsupportedFormatNameOperation(
                     f"{destination.format_name!r} is a subqueue: messages enter it only by "
                     "being moved", queue=destination.format_name, hint="use MessageQueue.move")
+        self.manager.access.require_admin_queues(messages, self.format_name)
         if isinstance(transaction, MessageQueueTransaction):
             return self._send_in_transaction(messages, destinations, transaction)
         mismatched = [d for d in destinations if _transactional(d)]

@@ -230,8 +230,9 @@ def acknowledgment(original: Message, message_class: MessageClass, format_name: 
     info = AcknowledgmentInfo(
         original_id=original.id, message_class=message_class,
         queues=(AcknowledgedQueue(format_name, guid),), reason=reason,
-        # MSMQ returns the body with negative acknowledgments so the sender can act on it;
-        # not an encrypted one, which must not reach an admin queue in clear text.
+        # MSMQ returns the body with negative acknowledgments so the sender can act on it
+        # (safe: an admin queue is one the sender may write, checked by QueueAccess); not an
+        # encrypted one, which must not reach an admin queue in clear text.
         original_body=(original.body if message_class.is_nack and not original.privacy_level
                        else None),
     )
