@@ -57,7 +57,7 @@ from facade.queueview import PendingClaim, QueueView
 from facade.transmission import SendTracker
 from facade.transaction import MessageQueueTransaction, check_transaction
 from facade.receipts import ReceiptAction
-from facade.sending import SendCopies, acknowledgment_requested, stamp_sent
+from facade.sending import SendCopies, acknowledgment_requested, check_fan_out, stamp_sent
 from facade.receiving import (
     count_aborts,
     dead_letter_unreceivable,
@@ -200,7 +200,9 @@ class MessageQueue(PeekLockReceives):
         Raises:
             UnsupportedFormatNameOperation: a destination is read-only (journal, dead-letter).
             InvalidParameter: a property outside its range, or a security property kmq does
-                not implement (refused, never sent unprotected).
+                not implement (refused, never sent unprotected); or a send to several queues
+                over the queue manager's bounds (``max_send_fanout`` queues, ``max_send_bytes``
+                of body size x queues; :func:`facade.sending.check_fan_out`): nothing was sent.
             TransactionUsage: a copy would be rejected for a transaction mismatch (see
                 ``transaction``) without telling the sender; ``transaction`` is committed or
                 aborted already; or the caller set ``transaction_id`` itself.
@@ -246,7 +248,8 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             InvalidParameter: an element is not a :class:`Message`, or a property is outside its
-                range; nothing was sent.
+                range, or the batch is over the send bounds (as for :meth:`send`: the bodies
+                of the whole batch x queues count); nothing was sent.
             UnsupportedFormatNameOperation: a destination is read-only (journal, dead-letter)
                 or a subqueue; nothing was sent.
             MessageQueueError: the outgoing queue cannot be written; nothing was sent.
@@ -283,6 +286,9 @@ class MessageQueue(PeekLockReceives):
                 raise UnsupportedFormatNameOperation(
                     f"{destination.format_name!r} is a subqueue: messages enter it only by "
                     "being moved", queue=destination.format_name, hint="use MessageQueue.move")
+        config = self.manager.config
+        check_fan_out(messages, len(destinations), self.format_name,
+                      max_queues=config.max_send_fanout, max_bytes=config.max_send_bytes)
         self.manager.access.require_admin_queues(messages, self.format_name)
         if isinstance(transaction, MessageQueueTransaction):
             return self._send_in_transaction(messages, destinations, transaction)
