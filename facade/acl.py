@@ -18,10 +18,13 @@ WRITE_DAC for the owner), with no entry and despite deny entries, so an owner ca
 a descriptor.
 
 Default descriptors (:meth:`SecurityDescriptor.default_for`) follow "Distribution list
-security" (seed 000): everyone may send to a queue or a distribution list ("Send To" is
-``WRITE_MESSAGE``) and may add a queue or alias to a distribution list, but only the owner of a
-distribution list may add it to (or remove it from) another list, or change its member list.
-Changing membership needs the consent of both sides (:func:`may_change_membership`).
+security" (seed 000) but for one right: everyone may send to a queue or a distribution list
+("Send To" is ``WRITE_MESSAGE``); only the owner of a list may change its member list, and only
+the owner of a queue, alias or list holds its Add/Remove Self right (MSMQ gives everyone that
+right on queues and aliases). MSMQ's membership rule is kept as seed 000 states it
+(:func:`may_change_membership`): adding needs both sides' consent, removing either side's; with
+MSMQ's default a stranger could therefore remove any queue from any list, which kmq's default
+does not allow.
 
 Pure Python, no I/O.
 """
@@ -629,8 +632,12 @@ class SecurityDescriptor:
         """The descriptor a new object gets (seed 000, "Distribution list security").
 
         * QUEUE and ALIAS: the owner has FULL_CONTROL; everyone has ``WRITE_MESSAGE |
-          GET_PROPERTIES | GET_PERMISSIONS | ADD_REMOVE_SELF`` (any user may send to it and
-          add it to a distribution list).
+          GET_PROPERTIES | GET_PERMISSIONS`` (any user may send to it). ADD_REMOVE_SELF stays
+          with the owner, unlike MSMQ's default: removal from a list needs only one side's
+          right (:func:`may_change_membership`), so a self right held by everyone would let
+          anyone take the queue out of anyone's list. A queue joins a list its owner does not
+          edit when both owners agree: the list's owner adds it after the queue's owner grants
+          ADD_REMOVE_SELF (to that user, or to Everyone for MSMQ's default).
         * DISTRIBUTION_LIST: the owner has FULL_CONTROL; everyone has ``WRITE_MESSAGE``
           ("Send To") ``| GET_PROPERTIES | GET_PERMISSIONS``: only the owner may add the list
           to another list or change its member list.
@@ -653,10 +660,8 @@ class SecurityDescriptor:
             InvalidParameter: an invalid owner or an unknown kind.
         """
         R = AccessRight
-        if kind in (ObjectKind.QUEUE, ObjectKind.ALIAS):
-            everyone = R.WRITE_MESSAGE | R.GET_PROPERTIES | R.GET_PERMISSIONS | R.ADD_REMOVE_SELF
-        elif kind is ObjectKind.DISTRIBUTION_LIST:
-            everyone = R.SEND_TO | R.GET_PROPERTIES | R.GET_PERMISSIONS
+        if kind in (ObjectKind.QUEUE, ObjectKind.ALIAS, ObjectKind.DISTRIBUTION_LIST):
+            everyone = R.WRITE_MESSAGE | R.GET_PROPERTIES | R.GET_PERMISSIONS  # Send To
         elif kind is ObjectKind.QUEUE_MANAGER:
             everyone = (R.CREATE_QUEUE | R.QUEUE_STATUS | R.TEST | R.GET_PROPERTIES
                         | R.GET_PERMISSIONS | R.PEEK_MESSAGE)
@@ -714,7 +719,8 @@ def may_change_membership(
 
     Membership is bidirectional in MSMQ, so both sides must agree (seed 000): adding member M
     to list D needs ``ADD_REMOVE_ELEMENT`` on D **and** ``ADD_REMOVE_SELF`` on M; removing
-    needs **either** one.
+    needs **either** one. With :meth:`SecurityDescriptor.default_for` only the owners hold
+    these rights, so a stranger can neither add to nor remove from someone else's list.
 
     Args:
         container (SecurityDescriptor): the distribution list's descriptor.

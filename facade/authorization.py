@@ -26,6 +26,11 @@ read the descriptor            GET_PERMISSIONS
 change the access list         CHANGE_PERMISSIONS (owner change: TAKE_OWNERSHIP)
 ============================== =================================================
 
+An acknowledgment is a send to its admin queue (:meth:`QueueAccess.require_admin_queue`): a
+send that asks for acknowledgments needs WRITE_MESSAGE on every queue its admin queue names,
+or it is refused before anything is written (:meth:`QueueAccess.require_admin_queues`), and
+every acknowledgment posted later is checked again for the principal of the process posting it.
+
 A send the access list refuses is not written: the destination's copy gets
 NACK_ACCESS_DENIED on the admin queue (when NEGATIVE_ARRIVAL was asked for) and a dead-letter
 copy (journal level DEADLETTER), and the caller gets :class:`~facade.errors.AccessDenied`
@@ -42,11 +47,13 @@ stopped only by the broker's own ACLs, TLS and SASL (``docs/design.md``, "Securi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from facade.acl import QUEUE_MANAGER_RIGHTS, AccessRight, SecurityDescriptor
 from facade.errors import AccessDenied, InvalidParameter
-from facade.interfaces import RegistryHost
+from facade.formatnames import parse_queue_reference
+from facade.interfaces import QueueResolver, RegistryHost
 from facade.message import Message, MessageClass
 
 if TYPE_CHECKING:
@@ -99,10 +106,11 @@ class RefusedCopy:
     hint: str | None = None
 
 
-class AccessHost(RegistryHost, Protocol):
+class AccessHost(RegistryHost, QueueResolver, Protocol):
     """What :class:`QueueAccess` needs from its queue manager (which passes itself): beside
-    the registry (each queue's current descriptor) and the directory (a public queue's copy of
-    it), the caller, the system outputs and the queue manager's own descriptor."""
+    the registry (each queue's current descriptor), the directory (a public queue's copy of
+    it) and the resolution of admin queues, the caller, the system outputs and the queue
+    manager's own descriptor."""
 
     @property
     def principal(self) -> Principal:
@@ -224,6 +232,64 @@ class QueueAccess:
         if not rights & ~_MANAGED and self.manager.qm_security.allows(AccessRight.MANAGE):
             return
         security.require(self.principal, rights, properties.path_name)
+
+    def require_admin_queue(self, admin_queue: str, destination: Destination) -> None:
+        """Raise unless the caller may post acknowledgments to ``destination``, one of the
+        queues the admin queue (PROPID_M_ADMIN_QUEUE) ``admin_queue`` names.
+
+        MSMQ's queue manager posts acknowledgments; kmq's sending and receiving processes post
+        them themselves, so the admin queue meets the check a send to it meets: WRITE_MESSAGE
+        for the caller's principal.
+
+        Args:
+            admin_queue (str): the admin queue as the message names it (a queue, ``DL=`` or
+                multiple-element format name).
+            destination (Destination): one queue it resolves to.
+
+        Raises:
+            AccessDenied: MQ_ERROR_ACCESS_DENIED naming the admin queue, the refusing queue,
+                WRITE_MESSAGE and the principal; the hint whom to ask.
+        """
+        try:
+            self.require(destination, AccessRight.WRITE_MESSAGE)
+        except AccessDenied as exc:
+            raise AccessDenied(
+                f"admin queue {admin_queue!r} takes no acknowledgments from "
+                f"{self.principal!r}: {exc.message}", queue=admin_queue, hint=exc.hint) from exc
+
+    def require_admin_queues(self, messages: Iterable[Message], format_name: str) -> None:
+        """Refuse a send whose acknowledgments would go where the caller may not write.
+
+        For each distinct admin queue of the messages that ask for an acknowledgment
+        (PROPID_M_ACKNOWLEDGE not NONE), every queue it resolves to (Send To checked on
+        ``DL=`` and ``PUBLIC=`` names, as for a send) must grant the caller WRITE_MESSAGE
+        (:meth:`require_admin_queue`). Called before a send writes anything.
+
+        Args:
+            messages (Iterable[Message]): the messages of one send.
+            format_name (str): what the send is addressed to, for the message.
+
+        Raises:
+            AccessDenied: an admin queue refuses the caller; nothing was sent (the message
+                says so and names the admin queue and the missing right).
+            QueueNotFound, DirectoryObjectNotFound, DirectoryUnavailable,
+                UnsupportedFormatNameOperation: an admin queue does not resolve; nothing was
+                sent.
+        """
+        checked: set[str] = set()
+        for message in messages:
+            admin_queue = message.admin_queue
+            if not admin_queue or not message.acknowledge or admin_queue in checked:
+                continue
+            checked.add(admin_queue)
+            reference = parse_queue_reference(admin_queue)
+            for destination in self.manager.destinations(reference, for_send=True):
+                try:
+                    self.require_admin_queue(admin_queue, destination)
+                except AccessDenied as exc:
+                    raise AccessDenied(f"send to {format_name!r} refused, nothing was sent: "
+                                       f"{exc.message}", queue=admin_queue,
+                                       hint=exc.hint) from exc
 
     def refused_sends(self, destinations: list[Destination]) -> dict[str, AccessDenied]:
         """The destinations whose access list refuses the caller WRITE_MESSAGE.

@@ -44,11 +44,27 @@ Environment variable             ``kmq.toml`` key             Meaning
 ``KMQ_MIN_INSYNC_REPLICAS``      ``min_insync_replicas``      ``min.insync.replicas`` of those
                                                               topics (default 2, or the
                                                               replication factor if smaller)
+``KMQ_MAX_SEND_FANOUT``          ``max_send_fanout``          most queues one send may reach (a
+                                                              distribution list or multiple-
+                                                              element name; default 1000)
+``KMQ_MAX_SEND_BYTES``           ``max_send_bytes``           most bytes one send to several
+                                                              queues may write: message bodies
+                                                              x queues (default 67108864,
+                                                              64 MiB)
 ``KMQ_KAFKA_*``                  ``[kafka]`` table            extra librdkafka properties (TLS,
                                                               SASL; the variables are listed
                                                               in :mod:`facade.kafka_security`,
                                                               which checks them)
 ================================ ============================ ==================================
+
+The two send bounds protect the sending process from a send that multiplies its body: a
+distribution list or multiple-element name writes one copy per queue, all held in the sender's
+memory (and, for recoverable messages, its outgoing queue) until the broker has them. A send
+over either bound is refused with :class:`~facade.errors.InvalidParameter` before anything is
+written (:func:`facade.sending.check_fan_out`); a send to one queue is bounded by the message
+size alone. Defaults: 1000 queues, more than a hand-kept distribution list has; 64 MiB, the
+bodies a sending process may have to hold at once: sixteen of MSMQ's largest (4 MB) bodies, or
+a 64 KiB body sent to 1000 queues, about twice that in the sender's resident memory.
 
 A ``kmq.toml`` is read from ``KMQ_CONFIG`` if set, else ``./kmq.toml``, else
 ``$KMQ_HOME/kmq.toml``. Unknown keys are rejected, so a misspelling is an error, not a silent
@@ -75,6 +91,8 @@ __all__ = [
     "DEFAULT_BASE_DN",
     "DEFAULT_DIRECTORY_TIMEOUT",
     "DEFAULT_HOME",
+    "DEFAULT_MAX_SEND_BYTES",
+    "DEFAULT_MAX_SEND_FANOUT",
     "DEFAULT_MIN_INSYNC_REPLICAS",
     "DEFAULT_REPLICATION_FACTOR",
     "SASL_MECHANISMS",
@@ -93,9 +111,16 @@ DEFAULT_BASE_DN = "dc=kmq,dc=local"
 DEFAULT_REPLICATION_FACTOR = 3
 #: Default ``min.insync.replicas`` of those topics: an ``acks=all`` write is on two brokers.
 DEFAULT_MIN_INSYNC_REPLICAS = 2
+#: Default of the most queues one send may reach (see the module docstring).
+DEFAULT_MAX_SEND_FANOUT = 1000
+#: Default of the most bytes (bodies x queues) one send to several queues may write: 64 MiB.
+DEFAULT_MAX_SEND_BYTES = 64 * 1024 * 1024
 
 _TOP_KEYS = {"bootstrap_servers", "home", "queue_manager", "principal", "directory", "kafka",
-             "replication_factor", "min_insync_replicas"}
+             "replication_factor", "min_insync_replicas", "max_send_fanout", "max_send_bytes"}
+#: The send bounds: (field and ``kmq.toml`` key, environment variable).
+_SEND_BOUNDS = (("max_send_fanout", "KMQ_MAX_SEND_FANOUT"),
+                ("max_send_bytes", "KMQ_MAX_SEND_BYTES"))
 _DIRECTORY_KEYS = {
     "url",
     "base_dn",
@@ -193,10 +218,16 @@ class KmqConfig:
             write (a recoverable message, a receipt) is acknowledged. None (not configured):
             :data:`DEFAULT_MIN_INSYNC_REPLICAS`, or the replication factor if that is smaller;
             :attr:`effective_min_insync_replicas` gives the number.
+        max_send_fanout (int): the most queues one send may reach (a distribution list or
+            multiple-element name), >= 1; a send to more is refused.
+        max_send_bytes (int): the most bytes one send to several queues may write, >= 1: the
+            sum of its message bodies (bytes) times the number of queues; a send over it is
+            refused.
 
     Raises:
-        ConfigurationError: ``replication_factor`` or ``min_insync_replicas`` is not a whole
-            number >= 1, or ``min_insync_replicas`` exceeds ``replication_factor``.
+        ConfigurationError: ``replication_factor``, ``min_insync_replicas``,
+            ``max_send_fanout`` or ``max_send_bytes`` is not a whole number >= 1, or
+            ``min_insync_replicas`` exceeds ``replication_factor``.
     """
 
     bootstrap_servers: str | None = None
@@ -207,10 +238,14 @@ class KmqConfig:
     kafka_options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     replication_factor: int = DEFAULT_REPLICATION_FACTOR
     min_insync_replicas: int | None = None
+    max_send_fanout: int = DEFAULT_MAX_SEND_FANOUT
+    max_send_bytes: int = DEFAULT_MAX_SEND_BYTES
 
     def __post_init__(self) -> None:
         # Also catches keyword overrides of load(), which skip the environment and TOML parsing.
         replication_settings(self.replication_factor, self.min_insync_replicas)
+        for name, _ in _SEND_BOUNDS:
+            _count(getattr(self, name), name, "in the configuration", hint=_SEND_BOUND_HINT)
 
     @property
     def effective_min_insync_replicas(self) -> int:
@@ -227,7 +262,8 @@ class KmqConfig:
             environ (Mapping[str, str] | None): environment to read; default ``os.environ``.
             **overrides: field values that win over everything else (``bootstrap_servers``,
                 ``home``, ``queue_manager``, ``principal``, ``directory``, ``kafka_options``,
-                ``replication_factor``, ``min_insync_replicas``).
+                ``replication_factor``, ``min_insync_replicas``, ``max_send_fanout``,
+                ``max_send_bytes``).
 
         Returns:
             KmqConfig: the resolved configuration.
@@ -360,6 +396,8 @@ def _from_toml(doc: Mapping[str, Any], path: Path | None) -> KmqConfig:
         config = replace(config, queue_manager=_queue_manager_name(doc["queue_manager"], where))
     if "principal" in doc:
         config = replace(config, principal=_principal_name(doc["principal"], where))
+    config = _with_send_bounds(config, {key: doc.get(key) for key, _ in _SEND_BOUNDS},
+                               where)
     return _with_replication(config, doc.get("replication_factor"),
                              doc.get("min_insync_replicas"), _TOML_REPLICATION_NAMES, where)
 
@@ -401,7 +439,10 @@ def _apply_environment(config: KmqConfig, env: Mapping[str, str]) -> KmqConfig:
     kafka_security = kafka_security_from_env(env)
     if kafka_security:
         changes["kafka_options"] = MappingProxyType({**config.kafka_options, **kafka_security})
-    return _with_replication(replace(config, **changes), env.get("KMQ_REPLICATION_FACTOR"),
+    config = _with_send_bounds(replace(config, **changes),
+                               {variable: env.get(variable) for _, variable in _SEND_BOUNDS},
+                               where)
+    return _with_replication(config, env.get("KMQ_REPLICATION_FACTOR"),
                              env.get("KMQ_MIN_INSYNC_REPLICAS"), _ENV_REPLICATION_NAMES, where)
 
 
@@ -422,6 +463,20 @@ def _with_replication(config: KmqConfig, factor: Any, min_insync: Any, names: tu
     return _validated(replace(config, **changes), where)
 
 
+def _with_send_bounds(config: KmqConfig, given: Mapping[str, Any], where: str) -> KmqConfig:
+    """``config`` with the send bounds ``given`` (setting name as written, in the order of
+    :data:`_SEND_BOUNDS` -> value; None or "": keep), each a whole number >= 1."""
+    changes: dict[str, Any] = {}
+    for (field_name, _), (name, value) in zip(_SEND_BOUNDS, given.items(), strict=True):
+        if value is not None and value != "":
+            changes[field_name] = _count(value, name, where, hint=_SEND_BOUND_HINT)
+    return replace(config, **changes) if changes else config
+
+
+_SEND_BOUND_HINT = (f"e.g. max_send_fanout = {DEFAULT_MAX_SEND_FANOUT} (queues) and "
+                    f"max_send_bytes = {DEFAULT_MAX_SEND_BYTES} (bytes), the defaults")
+
+
 def _check_replication(factor: Any, min_insync: Any, names: tuple[str, str], where: str) -> None:
     _count(factor, names[0], where)
     if min_insync is None:
@@ -436,8 +491,9 @@ def _check_replication(factor: Any, min_insync: Any, names: tuple[str, str], whe
         )
 
 
-def _count(value: Any, name: str, where: str) -> int:
-    """A whole number >= 1 from TOML (an int) or the environment (its text)."""
+def _count(value: Any, name: str, where: str, hint: str | None = None) -> int:
+    """A whole number >= 1 from TOML (an int) or the environment (its text); ``hint`` for the
+    error (default: the replication settings')."""
     number: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):  # "= true" is a mistake
         number = value
@@ -446,7 +502,7 @@ def _count(value: Any, name: str, where: str) -> int:
     if number is None or number < 1:
         raise ConfigurationError(
             f"{name} {where} must be a whole number >= 1, not {value!r}",
-            hint="e.g. 3 replicas and min.insync.replicas 2 (the defaults); 1 for a "
+            hint=hint or "e.g. 3 replicas and min.insync.replicas 2 (the defaults); 1 for a "
             "single-broker development cluster",
         )
     return number

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from facade.message import Message, MessageId
     from facade.registry import Registry
 
-__all__ = ["IdAllocator", "OutputsHost", "QueueResolver", "RegistryHost", "ResolverHost",
-           "SystemQueueWriter"]
+__all__ = ["AcknowledgmentGuard", "IdAllocator", "OutputsHost", "QueueResolver", "RegistryHost",
+           "ResolverHost", "SystemQueueWriter"]
 
 
 class IdAllocator(Protocol):
@@ -163,9 +163,29 @@ class ResolverHost(RegistryHost, Protocol):
         ...
 
 
+class AcknowledgmentGuard(Protocol):
+    """Checks that the caller may post acknowledgments to a queue
+    (:class:`facade.authorization.QueueAccess`)."""
+
+    def require_admin_queue(self, admin_queue: str, destination: Destination) -> None:
+        """Raise unless the caller has WRITE_MESSAGE on ``destination``, one of the queues
+        the admin queue ``admin_queue`` names.
+
+        Raises:
+            AccessDenied: the admin queue's access list refuses it (names both).
+        """
+        ...
+
+
 class OutputsHost(QueueResolver, SystemQueueWriter, Protocol):
-    """What :class:`facade.systemoutputs.SystemOutputs` needs: resolution of admin queues, the
-    system-queue writer, message ids and the Kafka session (to read journal sizes)."""
+    """What :class:`facade.systemoutputs.SystemOutputs` needs: resolution of admin queues and
+    the caller's right to write them, the system-queue writer, message ids and the Kafka
+    session (to read journal sizes)."""
+
+    @property
+    def access(self) -> AcknowledgmentGuard:
+        """The access checks of the caller's principal."""
+        ...
 
     @property
     def ids(self) -> IdAllocator:

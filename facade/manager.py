@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 import threading
 import uuid
 import weakref
@@ -21,7 +22,9 @@ from facade.config import KmqConfig
 from facade.destination import Destination
 from facade.envelope import EncodedRecord, encode_message
 from facade.errors import (
+    ConfigurationError,
     DirectoryObjectNotFound,
+    DirectoryUnavailable,
     InvalidParameter,
     QueueExists,
     QueueNotFound,
@@ -43,8 +46,9 @@ from facade.formatnames import (
 from facade.kafka import KafkaSession as BrokerSession
 from facade.kafka import NO_LINGER, TransactionalProducer, produce_async, stop_reading
 from facade.kafkaseam import KafkaRecord, KafkaSession, RecordProducer
+from facade.locality import is_loopback_host
 from facade.message import Delivery, Message, MessageClass
-from facade.principal import resolve_principal
+from facade.principal import PrincipalSource, resolve_principal, unproven_directory_bind
 from facade.qmsecurity import QueueManagerSecurity
 from facade.registry import (
     DEFAULT_RECEIVE_RETRY_COUNT,
@@ -66,6 +70,8 @@ if TYPE_CHECKING:
     from facade.queue import MessageQueue
 
 __all__ = ["Destination", "QueueManager"]
+
+log = logging.getLogger("kmq.manager")
 
 
 class QueueManager:
@@ -151,6 +157,8 @@ class QueueManager:
             session.close()
             raise
         try:
+            # First: an unproven identity must not claim the queue manager's descriptor.
+            manager._prove_principal()
             manager._ensure_system_queues()
             manager.qm_security.claim_if_unset()
             if lease_ids:
@@ -160,6 +168,23 @@ class QueueManager:
             manager.close()
             raise
         return manager
+
+    def _prove_principal(self) -> None:
+        """Bind to the directory now when its bind identity is the principal: only the LDAP
+        server's acceptance proves it (:func:`facade.principal.unproven_directory_bind` says
+        what a failed bind leaves).
+
+        Raises:
+            ConfigurationError: the bind failed and the Kafka cluster is not local.
+        """
+        if self.principal.source is not PrincipalSource.DIRECTORY_BIND:
+            return
+        try:
+            self.directory  # noqa: B018 - opening the LDAP store binds
+        except (DirectoryUnavailable, ConfigurationError) as exc:
+            self.principal = unproven_directory_bind(self.config, self.principal, exc)
+            log.warning("directory bind as %r did not succeed (%s): acting as that name, not "
+                        "authenticated (development mode)", self.principal.name, exc.message)
 
     @property
     def protection(self) -> MessageProtection:

@@ -10,30 +10,33 @@ identity the servers authenticate, in this order:
    Kafka's default ``ssl.principal.mapping.rules`` make of it.
 3. **Directory bind**: an LDAP directory (``ldap://``, ``ldaps://``, ``ldapi://``) bound as
    ``bind_dn`` (simple bind, DIGEST-MD5, PLAIN), or with SASL EXTERNAL the subject DN of
-   ``cert_file``.
+   ``cert_file``. Only a bind the server accepted proves it: the queue manager binds when it
+   opens, and :func:`unproven_directory_bind` says what a failed bind leaves.
 4. **Declared** (local development mode only): ``KMQ_PRINCIPAL`` / ``principal``, default the
    login name, accepted only when every Kafka bootstrap server is on loopback (or the dev
    stack's broker is used). Against any other cluster, opening a queue manager without an
    authenticated identity fails with :class:`~facade.errors.ConfigurationError`.
 
 With an authenticated identity, a ``KMQ_PRINCIPAL`` that names someone else is refused (it
-would otherwise be ignored). kmq trusts the configured credentials because the broker (or the
-directory) refuses a connection whose credentials are wrong; what that does and does not protect
-is in ``docs/design.md``, "Security model".
+would otherwise be ignored). kmq trusts the configured Kafka credentials because the broker
+refuses a connection whose credentials are wrong, and a directory bind only once the LDAP
+server has accepted it; what that does and does not protect is in ``docs/design.md``,
+"Security model".
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
 from facade.config import KmqConfig
-from facade.errors import ConfigurationError
+from facade.errors import ConfigurationError, MessageQueueError
+from facade.locality import is_loopback_server
 
-__all__ = ["Principal", "PrincipalSource", "is_development_mode", "resolve_principal"]
+__all__ = ["Principal", "PrincipalSource", "is_development_mode", "resolve_principal",
+           "unproven_directory_bind"]
 
 
 class PrincipalSource(enum.Enum):
@@ -42,13 +45,17 @@ class PrincipalSource(enum.Enum):
     Attributes:
         KAFKA_SASL: the Kafka client's SASL user name.
         KAFKA_TLS: the subject of the Kafka client's TLS certificate.
-        DIRECTORY_BIND: the LDAP directory's bind identity.
+        DIRECTORY_BIND: the LDAP directory's bind identity, once the server accepted the bind.
+        DIRECTORY_BIND_FAILED: the configured bind identity when the bind did not succeed
+            (development mode only; not proven).
         DECLARED: ``KMQ_PRINCIPAL`` or the login name, not proven (development mode).
     """
 
     KAFKA_SASL = "kafka sasl (authenticated by the broker)"
     KAFKA_TLS = "kafka tls client certificate (authenticated by the broker)"
     DIRECTORY_BIND = "directory bind (authenticated by the LDAP server)"
+    DIRECTORY_BIND_FAILED = ("directory bind DN, not authenticated (the bind did not succeed; "
+                             "development mode)")
     DECLARED = "declared (KMQ_PRINCIPAL or the login name; development mode, not authenticated)"
 
 
@@ -66,8 +73,8 @@ class Principal:
 
     @property
     def authenticated(self) -> bool:
-        """True unless the name was only declared."""
-        return self.source is not PrincipalSource.DECLARED
+        """True when a server proved the name (not for a declared name or a failed bind)."""
+        return self.source not in (PrincipalSource.DECLARED, PrincipalSource.DIRECTORY_BIND_FAILED)
 
 
 def resolve_principal(config: KmqConfig) -> Principal:
@@ -104,22 +111,58 @@ def resolve_principal(config: KmqConfig) -> Principal:
     return found
 
 
+def unproven_directory_bind(config: KmqConfig, principal: Principal,
+                            failure: MessageQueueError) -> Principal:
+    """What a directory-bind principal is when its bind did not succeed.
+
+    :func:`resolve_principal` reads the bind identity from the configuration; only the LDAP
+    server's answer to the bind proves it (MSMQ's caller token comes from a logon, never from a
+    setting). The queue manager binds when it opens and calls this when the bind failed.
+
+    Args:
+        config (KmqConfig): the resolved configuration.
+        principal (Principal): the configured bind identity
+            (:attr:`PrincipalSource.DIRECTORY_BIND`).
+        failure (MessageQueueError): why the bind failed: the server could not be reached
+            (:class:`~facade.errors.DirectoryUnavailable`) or refused the credentials
+            (:class:`~facade.errors.ConfigurationError`).
+
+    Returns:
+        Principal: in the local development mode, the same name with the source
+        :attr:`PrincipalSource.DIRECTORY_BIND_FAILED` (not authenticated, as a declared name
+        is there).
+
+    Raises:
+        ConfigurationError: the Kafka cluster is not local: an identity no server authenticated
+            does not open a queue manager there; the message names the bind DN and the
+            failure.
+    """
+    if not is_development_mode(config):
+        raise ConfigurationError(
+            f"the directory bind as {principal.name!r} did not succeed ({failure.message}); "
+            f"the Kafka cluster {config.bootstrap_servers} is not local, and a queue manager "
+            "opens there only with an identity a server authenticated",
+            hint=failure.hint or "check KMQ_DIRECTORY_URL, KMQ_DIRECTORY_BIND_DN and "
+                                 "KMQ_DIRECTORY_PASSWORD, or authenticate to Kafka (SASL, TLS)"
+        ) from failure
+    return Principal(principal.name, PrincipalSource.DIRECTORY_BIND_FAILED)
+
+
 def is_development_mode(config: KmqConfig) -> bool:
     """Whether kmq runs against a local broker: the dev stack's (no bootstrap servers
-    configured) or one whose every bootstrap server is a loopback address or ``localhost``."""
+    configured) or one whose every bootstrap server is on loopback
+    (:func:`facade.locality.is_loopback_server`: ``localhost``, ``127.0.0.0/8``, ``::1`` or
+    ``::ffff:127.0.0.1``).
+
+    Args:
+        config (KmqConfig): the resolved configuration.
+
+    Returns:
+        bool: True in the local development mode, where a declared principal is accepted.
+    """
     if config.bootstrap_servers is None:
         return True
-    return all(_is_loopback(server) for server in config.bootstrap_servers.split(","))
-
-
-def _is_loopback(server: str) -> bool:
-    host = server.strip().rsplit(":", 1)[0].strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return all(is_loopback_server(server) for server in config.bootstrap_servers.split(","))
 
 
 def _authenticated(config: KmqConfig) -> Principal | None:

@@ -57,7 +57,7 @@ from facade.queueview import PendingClaim, QueueView
 from facade.transmission import SendTracker
 from facade.transaction import MessageQueueTransaction, check_transaction
 from facade.receipts import ReceiptAction
-from facade.sending import SendCopies, acknowledgment_requested, stamp_sent
+from facade.sending import SendCopies, acknowledgment_requested, check_fan_out, stamp_sent
 from facade.receiving import (
     count_aborts,
     dead_letter_unreceivable,
@@ -202,7 +202,9 @@ class MessageQueue(PeekLockReceives):
         Raises:
             UnsupportedFormatNameOperation: a destination is read-only (journal, dead-letter).
             InvalidParameter: a property outside its range, or a security property kmq does
-                not implement (refused, never sent unprotected).
+                not implement (refused, never sent unprotected); or a send to several queues
+                over the queue manager's bounds (``max_send_fanout`` queues, ``max_send_bytes``
+                of body size x queues; :func:`facade.sending.check_fan_out`): nothing was sent.
             TransactionUsage: a copy would be rejected for a transaction mismatch (see
                 ``transaction``) without telling the sender; ``transaction`` is committed or
                 aborted already; or the caller set ``transaction_id`` itself.
@@ -212,7 +214,11 @@ class MessageQueue(PeekLockReceives):
             AccessDenied: a destination's access list refuses the caller WRITE_MESSAGE: that
                 copy was not written, NACK_ACCESS_DENIED went to the admin queue (if asked
                 for) and a dead-letter copy was kept (journal level DEADLETTER); the other
-                copies were sent (``sent`` on the error lists the messages as sent).
+                copies were sent (``sent`` on the error lists the messages as sent). Or the
+                message asks for acknowledgments and its admin queue refuses the caller
+                WRITE_MESSAGE: nothing was sent (the error names the admin queue).
+            QueueNotFound, DirectoryUnavailable: a destination, or the admin queue of a message
+                that asks for acknowledgments, does not resolve; nothing was sent.
         """
         return self._send((message,), wait, timeout, transaction)[0]
 
@@ -244,7 +250,8 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             InvalidParameter: an element is not a :class:`Message`, or a property is outside its
-                range; nothing was sent.
+                range, or the batch is over the send bounds (as for :meth:`send`: the bodies
+                of the whole batch x queues count); nothing was sent.
             UnsupportedFormatNameOperation: a destination is read-only (journal, dead-letter)
                 or a subqueue; nothing was sent.
             MessageQueueError: the outgoing queue cannot be written; nothing was sent.
@@ -254,6 +261,8 @@ class MessageQueue(PeekLockReceives):
             QueueQuotaExceeded: some copies would take their queue past its quota and were not
                 dead-lettered (every other copy was sent); ``sent`` on the error lists the
                 messages as sent.
+            AccessDenied: as for :meth:`send`; an admin queue that refuses the caller refuses
+                the whole batch before anything is sent.
         """
         batch = tuple(messages)
         for message in batch:
@@ -279,6 +288,10 @@ class MessageQueue(PeekLockReceives):
                 raise UnsupportedFormatNameOperation(
                     f"{destination.format_name!r} is a subqueue: messages enter it only by "
                     "being moved", queue=destination.format_name, hint="use MessageQueue.move")
+        config = self.manager.config
+        check_fan_out(messages, len(destinations), self.format_name,
+                      max_queues=config.max_send_fanout, max_bytes=config.max_send_bytes)
+        self.manager.access.require_admin_queues(messages, self.format_name)
         if isinstance(transaction, MessageQueueTransaction):
             return self._send_in_transaction(messages, destinations, transaction)
         mismatched = [d for d in destinations if _transactional(d)]

@@ -23,7 +23,6 @@ message sent to a queue from a copy of one sent elsewhere (:mod:`facade.protecti
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import operator
 import uuid
 from typing import TYPE_CHECKING
@@ -41,6 +40,7 @@ from facade.formatnames import (
     parse_format_name,
     parse_queue_reference,
 )
+from facade.locality import is_loopback_host
 
 if TYPE_CHECKING:
     from facade.destination import Destination
@@ -79,7 +79,7 @@ def is_local_address(fn: DirectFormatName) -> bool:
     """True when a ``DIRECT=`` name points at the computer that resolves it: ``OS:.``,
     ``OS:localhost`` or a loopback ``TCP:`` address."""
     if fn.protocol is DirectProtocol.TCP:
-        return ipaddress.ip_address(fn.address).is_loopback
+        return is_loopback_host(fn.address)
     return fn.protocol is DirectProtocol.OS and fn.address in (".", "localhost")
 
 

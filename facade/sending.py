@@ -5,6 +5,8 @@ A message is sent the same way by the queue handle (:meth:`facade.queue.MessageQ
 what a send makes of it is written once, here, as functions of the message alone (no Kafka, no
 queue manager: each caller writes the results its own way):
 
+0. :func:`check_fan_out`: the bounds of a send to several queues (how many queues, how many
+   bytes its copies add up to), checked before anything is written;
 1. :func:`stamp_sent`: the queue manager's stamps on a sent message: its id, sent time,
    source machine (PROPID_M_SRC_MACHINE_ID) and the format name it was sent to
    (PROPID_M_DEST_FORMAT_NAME), one for every copy;
@@ -35,6 +37,7 @@ from facade.envelope import (
     encode_copies,
     encode_message,
 )
+from facade.errors import InvalidParameter
 from facade.message import (
     AcknowledgedQueue,
     Acknowledgment,
@@ -51,6 +54,7 @@ __all__ = [
     "SendCopies",
     "acknowledgment",
     "acknowledgment_requested",
+    "check_fan_out",
     "kept_copy",
     "source_journal_copy",
     "stamp_acknowledgment",
@@ -61,6 +65,56 @@ __all__ = [
 #: Application property of a journal or dead-letter copy holding the original's
 #: time-to-be-received in seconds (the copy itself has none), so it can be shown and restored.
 ORIGINAL_TTBR_PROPERTY = "kmq.time_to_be_received"
+
+
+def check_fan_out(messages: Iterable[Message], queues: int, format_name: str, *,
+                  max_queues: int, max_bytes: int) -> None:
+    """Refuse a send to several queues that exceeds the queue manager's bounds.
+
+    A distribution list or multiple-element format name gets one copy of every message per
+    queue it resolves to (MSMQ's copies of a list send), and the sender holds them all until
+    the broker has them. The bounds are ``max_send_fanout`` and ``max_send_bytes``
+    (:class:`facade.config.KmqConfig`; ``kmq.toml`` or ``KMQ_MAX_SEND_FANOUT``,
+    ``KMQ_MAX_SEND_BYTES``). A send to one queue is not bounded here (its message size limit
+    applies).
+
+    Args:
+        messages (Iterable[Message]): the messages of one send (``send``: one; ``send_many``:
+            the batch).
+        queues (int): how many queues the send reaches (duplicates removed).
+        format_name (str): what the send is addressed to, for the message.
+        max_queues (int): the most queues one send may reach.
+        max_bytes (int): the most bytes one send may write: the sum of the messages' body
+            sizes (bytes) times ``queues``.
+
+    Raises:
+        InvalidParameter: ``queues`` is over ``max_queues``, or the bytes are over
+            ``max_bytes``; the message gives the size, the bound and the setting, and says
+            that nothing was sent.
+    """
+    if queues <= 1:
+        return
+    if queues > max_queues:
+        raise InvalidParameter(
+            f"send to {format_name!r} refused, nothing was sent: it reaches {queues} queues, "
+            f"over the bound of {max_queues} queues per send (max_send_fanout in kmq.toml, "
+            "KMQ_MAX_SEND_FANOUT)", queue=format_name,
+            hint="send to smaller lists, or raise max_send_fanout (KMQ_MAX_SEND_FANOUT)")
+    body_bytes = sum(len(message.body) for message in messages)
+    total = body_bytes * queues
+    if total > max_bytes:
+        raise InvalidParameter(
+            f"send to {format_name!r} refused, nothing was sent: it would write "
+            f"{_size(total)} ({_size(body_bytes)} of message bodies x {queues} queues), over "
+            f"the bound of {_size(max_bytes)} per send (max_send_bytes in kmq.toml, "
+            "KMQ_MAX_SEND_BYTES)", queue=format_name,
+            hint="send smaller bodies or fewer messages at once, or raise max_send_bytes "
+                 "(KMQ_MAX_SEND_BYTES)")
+
+
+def _size(size: int) -> str:
+    """``size`` bytes as ``"419430400 bytes (400.0 MiB)"``."""
+    return f"{size} bytes ({size / (1024 * 1024):.1f} MiB)"
 
 
 def stamp_sent(message: Message, message_id: MessageId, sent_time: dt.datetime,
@@ -230,8 +284,9 @@ def acknowledgment(original: Message, message_class: MessageClass, format_name: 
     info = AcknowledgmentInfo(
         original_id=original.id, message_class=message_class,
         queues=(AcknowledgedQueue(format_name, guid),), reason=reason,
-        # MSMQ returns the body with negative acknowledgments so the sender can act on it;
-        # not an encrypted one, which must not reach an admin queue in clear text.
+        # MSMQ returns the body with negative acknowledgments so the sender can act on it
+        # (safe: an admin queue is one the sender may write, checked by QueueAccess); not an
+        # encrypted one, which must not reach an admin queue in clear text.
         original_body=(original.body if message_class.is_nack and not original.privacy_level
                        else None),
     )

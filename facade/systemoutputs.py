@@ -14,8 +14,15 @@ MSMQ posts these as side effects of sends and receives:
   journal); a message sent with JOURNAL level JOURNAL is copied to the machine journal (source
   journaling).
 
-An acknowledgment that cannot be delivered (its admin queue was deleted, say) is lost, as in MSMQ:
-it is logged at WARNING and never fails the send or receive that caused it.
+An acknowledgment is a write to its admin queue, made by the process that posts it: every queue
+the admin queue names must grant that process's principal WRITE_MESSAGE, as a send there would
+(the sender's at send time and for arrival acknowledgments, which the sending process posts; the
+receiver's for receive acknowledgments). A send whose admin queue refuses the sender is refused
+before anything is written (:meth:`facade.authorization.QueueAccess.require_admin_queues`).
+
+An acknowledgment that cannot be delivered (its admin queue was deleted, or its access list
+refuses the posting principal since the send) is lost, as in MSMQ: it is logged at WARNING and
+never fails the send or receive that caused it.
 
 What these messages and copies are (an acknowledgment's fields and stamps, a kept copy's
 properties, the machine-journal copy) is :mod:`facade.sending`'s, shared with Spark's sink; this
@@ -128,16 +135,18 @@ class SystemOutputs:
 
         Raises:
             UnsupportedFormatNameOperation: an admin queue cannot be sent to.
+            AccessDenied: an admin queue refuses the caller WRITE_MESSAGE.
             MessageQueueError: ``admin_queue`` does not resolve.
         """
         manager = self.manager
-        ack_id, now = manager.ids.new(), _utcnow()
         destinations = manager.destinations(parse_queue_reference(admin_queue), for_send=True)
         for destination in destinations:
             if destination.read_only or destination.is_subqueue:
                 raise UnsupportedFormatNameOperation(
                     f"admin queue {destination.format_name!r} cannot be sent to",
                     queue=destination.format_name)
+            manager.access.require_admin_queue(admin_queue, destination)
+        ack_id, now = manager.ids.new(), _utcnow()
         copies = stamp_acknowledgment(ack, ack_id, now, manager.guid, admin_queue,
                                       (d.format_name for d in destinations))
         return [(destination.topics.data, copy)

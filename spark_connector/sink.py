@@ -61,7 +61,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
-from facade.config import KmqConfig
+from facade.config import DEFAULT_MAX_SEND_BYTES, KmqConfig
 from facade.envelope import encode_message
 from facade.errors import BrokerUnavailable, InvalidParameter
 from facade.formatnames import SystemQueue
@@ -79,6 +79,7 @@ from facade.propertyspec import SparkInput, specs
 from facade.sending import (
     SendCopies,
     acknowledgment,
+    check_fan_out,
     source_journal_copy,
     stamp_acknowledgment,
     stamp_sent,
@@ -112,6 +113,7 @@ OPTION_ADMIN = "kmq.admin_queues"
 OPTION_WRITE_ID = "kmq.write_id"
 OPTION_TRANSACTIONAL = "kmq.transactional"
 OPTION_FLUSH_TIMEOUT = "kmq.flush_timeout"
+OPTION_MAX_SEND_BYTES = "kmq.max_send_bytes"
 
 #: Seconds a task waits for the broker to acknowledge its records before it fails.
 DEFAULT_FLUSH_TIMEOUT = 120.0
@@ -453,6 +455,8 @@ class _WritePlan:
     transactional: bool
     flush_timeout: float
     write_id: str | None
+    #: The driver's queue manager's max_send_bytes: a row is one send (facade.sending).
+    max_send_bytes: int = DEFAULT_MAX_SEND_BYTES
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], schema: Any, *,
@@ -481,7 +485,8 @@ class _WritePlan:
             admin=admin,
             transactional=options.get(OPTION_TRANSACTIONAL, "false").lower() == "true",
             flush_timeout=float(options.get(OPTION_FLUSH_TIMEOUT) or DEFAULT_FLUSH_TIMEOUT),
-            write_id=write_id)
+            write_id=write_id,
+            max_send_bytes=int(options.get(OPTION_MAX_SEND_BYTES) or DEFAULT_MAX_SEND_BYTES))
 
 
 @dataclass(frozen=True)
@@ -701,6 +706,9 @@ class _PartitionWriter:
             sent = stamp_sent(message, self.scope.message_id(index, message_key),
                               dt.datetime.now(dt.UTC), self.machine_guid,
                               plan.resolution.format_name)
+            # The queue count was checked on the driver; the bytes per row only here.
+            check_fan_out((sent,), len(targets), plan.resolution.format_name,
+                          max_queues=len(targets), max_bytes=plan.max_send_bytes)
         except InvalidParameter as exc:
             raise InvalidParameter(f"{self.scope.where(index)}: {exc.message}",
                                    hint=exc.hint) from exc
@@ -879,7 +887,10 @@ def writer_options(schema: Any, format_name: str, *, config: KmqConfig | None = 
         dict[str, str]: options for ``df.write.format("kmq")`` / ``writeStream``.
 
     Raises:
-        InvalidParameter: schema or defaults invalid (names the column or default).
+        InvalidParameter: schema or defaults invalid (names the column or default), or
+            ``format_name`` reaches more queues than the queue manager's ``max_send_fanout``.
+            A row is one send: a row whose body times the queues exceeds ``max_send_bytes``
+            fails its task (:func:`facade.sending.check_fan_out`).
         FormatNameError, QueueNotFound, AccessDenied, UnsupportedFormatNameOperation,
         DirectoryUnavailable, BrokerUnavailable: as :func:`spark_connector.resolve.resolve`
             (for the format name and for a default ``admin_queue``).
@@ -894,12 +905,15 @@ def writer_options(schema: Any, format_name: str, *, config: KmqConfig | None = 
     elif overrides:
         config = dataclasses.replace(config, **overrides)
     resolution = resolve(format_name, for_send=True, config=config)
+    check_fan_out((), len(resolution.targets), format_name, max_queues=config.max_send_fanout,
+                  max_bytes=config.max_send_bytes)
     options = {
         OPTION_RESOLUTION: resolution.to_json(),
         OPTION_DEFAULTS: _defaults_to_json(defaults),
         OPTION_ADMIN: json.dumps(_admin_resolutions(defaults, schema, config)),
         OPTION_TRANSACTIONAL: "true" if transactional else "false",
         OPTION_FLUSH_TIMEOUT: str(float(flush_timeout)),
+        OPTION_MAX_SEND_BYTES: str(config.max_send_bytes),
     }
     if write_id:
         options[OPTION_WRITE_ID] = write_id

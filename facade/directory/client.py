@@ -546,8 +546,9 @@ class Directory:
         """Add a public queue, queue alias or list to a distribution list.
 
         Both sides must consent (seed 000): the caller needs ADD_REMOVE_ELEMENT on the list and
-        ADD_REMOVE_SELF on the member. Everyone has the latter on queues and aliases; only a
-        list's owner has it on a list.
+        ADD_REMOVE_SELF on the member. By default only each object's owner holds them
+        (:meth:`facade.acl.SecurityDescriptor.default_for`): a queue, alias or list owned by
+        someone else joins after its owner grants ADD_REMOVE_SELF.
 
         Args:
             list_reference (str): the list (name, ``dl:<name>`` or ``DL=<guid>``).
@@ -579,7 +580,9 @@ class Directory:
             return True
 
     def remove_member(self, list_reference: str, member_reference: str) -> bool:
-        """Remove a member from a distribution list; either side's permission suffices.
+        """Remove a member from a distribution list; either side's permission suffices (seed
+        000): ADD_REMOVE_ELEMENT on the list (its owner, by default) or ADD_REMOVE_SELF on the
+        member (the member's owner, by default).
 
         Returns:
             bool: False when it was not a member.

@@ -266,13 +266,37 @@ def test_status_counts_objects(directory: Directory) -> None:
 # -- permissions (seed 000, "Distribution list security") ---------------------------------
 
 
-def test_everyone_may_add_a_queue_or_alias_to_their_own_list(directory: Directory,
-                                                              as_bob: Directory) -> None:
+def test_a_queue_or_alias_joins_another_owners_list_with_its_owners_consent(
+        directory: Directory, as_bob: Directory) -> None:
     q = _queue(directory, "alices")  # owned by alice
     directory.create_alias("alices-alias", r"DIRECT=OS:qm1\private$\a")
     as_bob.create_distribution_list("bobs")
-    assert as_bob.add_member("bobs", q.format_name)
-    assert as_bob.add_member("bobs", "alias:alices-alias")
+    for member in (q.format_name, "alias:alices-alias"):
+        with pytest.raises(AccessDenied, match="ADD_REMOVE_SELF on the member") as refused:
+            as_bob.add_member("bobs", member)
+        assert "(alice)" in (refused.value.hint or "")
+        directory.set_security(member, directory.security(member).grant(
+            "bob", AccessRight.ADD_REMOVE_SELF))
+        assert as_bob.add_member("bobs", member)
+
+
+def test_a_stranger_cannot_remove_a_member_of_someone_elses_list(directory: Directory) -> None:
+    """Seed 000: removing needs the list's element right or the member's self right. Only the
+    owners hold them by default, so a third principal removes nothing."""
+    as_mallory = Directory(directory.store, "mallory", local_machine="qm1")
+    q = _queue(directory, "kept")
+    alias = directory.create_alias("kept-alias", r"DIRECT=OS:qm1\private$\k")
+    directory.create_distribution_list("alices")
+    directory.create_distribution_list("nested")
+    for member in (q.format_name, "alias:kept-alias", "dl:nested"):
+        directory.add_member("alices", member)
+        with pytest.raises(AccessDenied, match="may not remove") as refused:
+            as_mallory.remove_member("alices", member)
+        assert "ADD_REMOVE_ELEMENT on the list alices" in refused.value.message
+        assert "'mallory'" in refused.value.message
+    assert [m.name for m in directory.members("alices")] == [
+        m.name for m in (q, alias, directory.distribution_list("nested"))]
+    assert len(as_mallory.expand("alices")) == 2  # Send To is still everyone's
 
 
 def test_only_the_owner_may_add_a_list_as_a_member(directory: Directory, as_bob: Directory) -> None:
@@ -294,8 +318,11 @@ def test_only_the_owner_may_add_a_list_as_a_member(directory: Directory, as_bob:
 def test_removal_with_only_the_members_consent(directory: Directory, as_bob: Directory) -> None:
     as_bob.create_distribution_list("bobs")
     q = _queue(directory, "mine")
+    directory.set_security(q.format_name, directory.security(q.format_name).grant(
+        "bob", AccessRight.ADD_REMOVE_SELF))
     assert as_bob.add_member("bobs", q.format_name)
-    # Alice cannot change bob's list, but Everyone has ADD_REMOVE_SELF on her queue.
+    # Alice cannot change bob's list, but she owns the queue (ADD_REMOVE_SELF): she may take
+    # it out, as the member's side of the membership.
     assert directory.remove_member("bobs", q.format_name)
 
 

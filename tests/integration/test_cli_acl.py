@@ -27,8 +27,7 @@ def test_show_grant_revoke(cli_qm: str) -> None:
     assert "RECEIVE_MESSAGE" not in shown["effective_rights"]  # decomposed names only
     assert {"DELETE_MESSAGE", "PEEK_MESSAGE", "WRITE_MESSAGE"} <= set(shown["effective_rights"])
     assert {"allow": True, "principal": "Everyone",
-            "rights": ["WRITE_MESSAGE", "GET_PROPERTIES", "GET_PERMISSIONS",
-                       "ADD_REMOVE_SELF"]} in shown["entries"]
+            "rights": ["WRITE_MESSAGE", "GET_PROPERTIES", "GET_PERMISSIONS"]} in shown["entries"]
 
     # bob may send (Everyone) but not receive, until alice grants it
     _run("send", q, "--body", "one", principal="bob")
@@ -51,7 +50,7 @@ def test_show_grant_revoke(cli_qm: str) -> None:
     assert all(e["principal"] != "bob" for e in revoked["entries"])
     # bob is not the owner and the default list lets him read the permissions only
     assert _run("acl", "show", q, principal="bob")["effective_rights"] == [
-        "WRITE_MESSAGE", "GET_PROPERTIES", "GET_PERMISSIONS", "ADD_REMOVE_SELF"]
+        "WRITE_MESSAGE", "GET_PROPERTIES", "GET_PERMISSIONS"]
 
 
 def test_errors(cli_qm: str) -> None:

@@ -148,6 +148,24 @@ def test_seed_000_cycle_expands_to_each_queue_once(cli_env: str) -> None:
     assert _run("queue", "locate", "--transactional") == []
 
 
+def test_a_stranger_cannot_remove_a_queue_from_someone_elses_list(
+        cli_env: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe: ``KMQ_PRINCIPAL=mallory kmq dl remove <alice's list> <her queue>``."""
+    monkeypatch.setenv("KMQ_PRINCIPAL", "alice")
+    victim = _run("queue", "create", "victim", "--public")
+    _run("dl", "create", "alices")
+    _run("dl", "add", "alices", victim["format_name"])
+    monkeypatch.setenv("KMQ_PRINCIPAL", "mallory")
+    output = _fails("dl", "remove", "alices", victim["format_name"])
+    assert "MQ_ERROR_ACCESS_DENIED" in output and "'mallory' may not remove" in output
+    assert "ADD_REMOVE_ELEMENT" in output and "ADD_REMOVE_SELF" in output
+    monkeypatch.setenv("KMQ_PRINCIPAL", "alice")
+    assert [m["format_name"] for m in _run("dl", "members", "alices")] == [
+        victim["format_name"]]
+    assert _run("dl", "remove", "alices", victim["format_name"])["members"] == [
+        {"member": victim["format_name"], "removed": True}]
+
+
 def test_locate_with_filter_characters_prints_queues_or_none_found(cli_env: str) -> None:
     # Issue 18 item 9: these labels gave an LDAPInvalidFilterError traceback on the embedded
     # store, and "*)(objectClass=*" listed every public queue.

@@ -15,11 +15,12 @@ from facade.errors import (
     AccessDenied,
     DirectoryObjectNotFound,
     DirectoryUnavailable,
+    InvalidParameter,
     ReceiveTimeout,
     UnsupportedFormatNameOperation,
 )
 from facade.manager import QueueManager
-from facade.message import Acknowledgment, Message, MessageClass
+from facade.message import Acknowledgment, JournalLevel, Message, MessageClass
 from tests.support.kafka import BrokerEndpoint
 from tests.support.slapd import SlapdServer, slapd_available
 
@@ -112,6 +113,52 @@ def test_multiple_element_name_mixing_direct_public_and_a_list(qm: QueueManager)
         got = queue.receive(timeout=10)
         assert got.id == sent.id and got.destination_format_name == name
     assert _empty(private, q1, q2)
+
+
+def test_a_list_send_over_the_default_byte_bound_is_refused_before_anything_is_written(
+        qm: QueueManager) -> None:
+    """MSMQ's largest body to 17 queues is 68 MB, over the default 64 MiB per send
+    (max_send_bytes): refused, no queue gets a copy; a small body still reaches all 17."""
+    queues, members = zip(*(_public(qm, f"wide-{i}") for i in range(17)), strict=True)
+    wide = qm.directory.create_distribution_list("wide")
+    for member in members:
+        qm.directory.add_member("wide", member)
+    handle = qm.open_queue(wide.format_name)
+    with pytest.raises(InvalidParameter) as refused:
+        handle.send(Message(body=b"x" * 4_000_000, journal=JournalLevel.DEADLETTER), wait=True)
+    message = refused.value.message
+    assert "nothing was sent" in message
+    assert "68000000 bytes" in message and "x 17 queues" in message
+    assert "67108864 bytes (64.0 MiB)" in message
+    assert "max_send_bytes" in message and "KMQ_MAX_SEND_BYTES" in message
+    assert [queue.count() for queue in queues] == [0] * 17
+    sent = handle.send(Message(body=b"small"), wait=True)
+    assert [queue.receive(timeout=10).id for queue in queues] == [sent.id] * 17
+
+
+def test_send_bounds_are_set_per_queue_manager(broker: BrokerEndpoint, kmq_home: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KMQ_MAX_SEND_FANOUT", "2")
+    monkeypatch.setenv("KMQ_MAX_SEND_BYTES", "1000")
+    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers,
+                            queue_manager=f"qm-{uuid.uuid4().hex[:10]}")
+    assert (config.max_send_fanout, config.max_send_bytes) == (2, 1000)
+    with QueueManager.open(config) as bounded:
+        (a, a_fn), (b, b_fn), (c, c_fn) = (_private(bounded, n) for n in ("ba", "bb", "bc"))
+        with pytest.raises(InvalidParameter, match="reaches 3 queues, over the bound of 2 "
+                                                   r"queues per send \(max_send_fanout"):
+            bounded.open_queue(f"{a_fn},{b_fn},{c_fn}").send(Message(body=b"."))
+        pair = bounded.open_queue(f"{a_fn},{b_fn}")
+        with pytest.raises(InvalidParameter, match=r"1200 bytes \(0.0 MiB\) \(600 bytes"):
+            pair.send_many([Message(body=b"x" * 300), Message(body=b"y" * 300)])
+        with pytest.raises(InvalidParameter, match="max_send_bytes"):
+            pair.send(Message(body=b"z" * 501), transaction="single")
+        sent = pair.send(Message(body=b"x" * 500), wait=True)  # 1000 bytes: at the bound
+        assert [a.receive(timeout=10).id, b.receive(timeout=10).id] == [sent.id, sent.id]
+        # One queue: bounded by the message size only.
+        bounded.open_queue(c_fn).send(Message(body=b"c" * 5000), wait=True)
+        assert c.receive(timeout=10).body == b"c" * 5000
+        assert a.count() == b.count() == c.count() == 0  # the refused sends wrote nothing
 
 
 def test_list_as_admin_queue_gets_one_acknowledgment_per_recipient(qm: QueueManager) -> None:

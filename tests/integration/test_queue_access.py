@@ -339,6 +339,74 @@ def test_set_queue_security_refuses_other_types(pair: tuple[QueueManager, QueueM
     assert isinstance(alice.queue_security(path), SecurityDescriptor)
 
 
+def _direct(qm: QueueManager, path: str) -> str:
+    return rf"DIRECT=OS:{qm.name}\private$\{path.rsplit(chr(92), 1)[1]}"
+
+
+def test_a_send_whose_admin_queue_refuses_the_sender_writes_nothing(
+        pair: tuple[QueueManager, QueueManager]) -> None:
+    """The sender's own process posts arrival acknowledgments, so it may aim them only at a
+    queue it may write: naming another one refuses the send, before any copy, dead-letter copy
+    or NACK is written."""
+    alice, bob = pair
+    victim = _queue(alice)  # bob: no WRITE_MESSAGE
+    open_to_bob = _queue(alice, R.WRITE_MESSAGE)
+    dead_letters = alice.open_queue(f"MACHINE={alice.guid};DEADLETTER")
+    dead_before = dead_letters.count()
+    for target in (victim, open_to_bob):  # refused by the queue too, or only by the admin queue
+        nack_here = Message(body=b"mallory's body", label="mallory", journal=JournalLevel.DEADLETTER,
+                            acknowledge=Acknowledgment.NACK_REACH_QUEUE,
+                            admin_queue=_direct(alice, victim))
+        with pytest.raises(AccessDenied) as refused:
+            bob.open_queue(target).send(nack_here, wait=True)
+        error = refused.value
+        assert error.error_code == "MQ_ERROR_ACCESS_DENIED"
+        assert error.queue == _direct(alice, victim)
+        assert "admin queue" in error.message and "WRITE_MESSAGE" in error.message
+        assert "'bob'" in error.message and "nothing was sent" in error.message
+        assert "alice" in (error.hint or "")
+        with pytest.raises(AccessDenied, match="admin queue"):
+            bob.open_queue(target).send_many([Message(body=b"fine"), nack_here])
+        with pytest.raises(AccessDenied, match="admin queue"):
+            bob.open_queue(target).send(nack_here, transaction="single")
+    assert alice.open_queue(victim).count() == 0
+    assert alice.open_queue(open_to_bob).count() == 0
+    assert dead_letters.count() == dead_before
+    # Without an acknowledgment asked for, the admin queue is only a name: nothing goes there.
+    sent = bob.open_queue(open_to_bob).send(
+        Message(body=b"no ack", admin_queue=_direct(alice, victim)), wait=True)
+    assert alice.open_queue(open_to_bob).receive(timeout=WAIT).id == sent.id
+
+
+def test_an_acknowledgment_is_checked_for_the_principal_posting_it(
+        pair: tuple[QueueManager, QueueManager], caplog: pytest.LogCaptureFixture) -> None:
+    """ACK_RECEIVE is posted by the receiving process: its principal needs WRITE_MESSAGE on
+    the admin queue, or the acknowledgment is not written (logged as lost)."""
+    alice, bob = pair
+    target = _queue(alice, R.WRITE_MESSAGE)
+    acks = rf".\private$\bobs-acks-{uuid.uuid4().hex[:8]}"
+    bob.create_queue(acks)  # bob's: only he may write it
+    bob.set_queue_security(acks, bob.queue_security(acks).revoke(EVERYONE).grant(EVERYONE,
+                                                                                 BASELINE))
+    asked = Message(body=b"tell me", acknowledge=Acknowledgment.POSITIVE_RECEIVE,
+                    admin_queue=_direct(bob, acks))
+    first = bob.open_queue(target).send(asked, wait=True)
+    with caplog.at_level("WARNING", logger="kmq.outputs"):
+        assert alice.open_queue(target).receive(timeout=WAIT).id == first.id
+    assert bob.open_queue(acks).count() == 0
+    lost = [r.getMessage() for r in caplog.records if str(first.id) in r.getMessage()]
+    assert lost and "ACK_RECEIVE" in lost[0] and "WRITE_MESSAGE" in lost[0] and "'alice'" in lost[0]
+    bob.set_queue_security(acks, bob.queue_security(acks).grant("alice", R.WRITE_MESSAGE))
+    second = bob.open_queue(target).send(asked, wait=True)
+    deadline = time.monotonic() + WAIT
+    while not alice.queue_security(acks).allows("alice", R.WRITE_MESSAGE):  # her view, ~1 s
+        assert time.monotonic() < deadline, "the grant never reached alice's registry view"
+        time.sleep(0.1)
+    assert alice.open_queue(target).receive(timeout=WAIT).id == second.id
+    ack = bob.open_queue(acks).receive(timeout=WAIT)
+    assert ack.message_class is MessageClass.ACK_RECEIVE and ack.correlation_id == second.id
+
+
 def _all_denied(*actions) -> None:
     for action in actions:
         with pytest.raises(AccessDenied):

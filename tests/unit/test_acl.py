@@ -408,10 +408,9 @@ def test_default_queue_and_alias() -> None:
         sd = SD.default_for(kind, "alice")
         assert sd.owner == "alice"
         assert sd.granted("alice") == R.FULL_CONTROL
-        assert sd.granted("bob") == (
-            R.WRITE_MESSAGE | R.GET_PROPERTIES | R.GET_PERMISSIONS | R.ADD_REMOVE_SELF
-        )
+        assert sd.granted("bob") == R.WRITE_MESSAGE | R.GET_PROPERTIES | R.GET_PERMISSIONS
         assert not sd.allows("bob", R.RECEIVE_MESSAGE)
+        assert not sd.allows("bob", R.ADD_REMOVE_SELF)  # the owner's consent, not everyone's
 
 
 def test_default_distribution_list() -> None:
@@ -436,19 +435,28 @@ def test_default_rejects_unknown_kind() -> None:
         SD.default_for("queue", "alice")  # type: ignore[arg-type]
 
 
-def test_everyone_can_add_a_queue_to_a_list_they_may_edit() -> None:
+def test_by_default_only_the_owners_change_a_membership() -> None:
     dl = SD.default_for(ObjectKind.DISTRIBUTION_LIST, "alice")
     queue = SD.default_for(ObjectKind.QUEUE, "bob")
     alias = SD.default_for(ObjectKind.ALIAS, "bob")
-    # alice may edit her list; bob's queue and alias consent to anyone.
-    assert may_change_membership(dl, queue, "alice", adding=True)
-    assert may_change_membership(dl, alias, "alice", adding=True)
-    # carol may not edit alice's list, so adding fails, but removal needs only one side.
+    mine = SD.default_for(ObjectKind.QUEUE, "alice")
+    # alice adds her own queue to her own list; bob's queue and alias need his consent.
+    assert may_change_membership(dl, mine, "alice", adding=True)
+    for member in (queue, alias):
+        assert not may_change_membership(dl, member, "alice", adding=True)
+        assert may_change_membership(dl, member.grant("alice", R.ADD_REMOVE_SELF), "alice",
+                                     adding=True)
+        # Either owner may take it out again: alice (the list) or bob (the member).
+        assert may_change_membership(dl, member, "alice", adding=False)
+        assert may_change_membership(dl, member, "bob", adding=False)
+    # A stranger may neither add nor remove (MSMQ's default would let carol remove it).
     assert not may_change_membership(dl, queue, "carol", adding=True)
-    assert may_change_membership(dl, queue, "carol", adding=False)
-    # A list that everyone may edit: anyone can add a queue to it.
+    assert not may_change_membership(dl, queue, "carol", adding=False)
+    assert not may_change_membership(dl, mine, "carol", adding=False)
+    # A queue whose owner consents to everyone, in a list everyone may edit: anyone adds it.
     open_dl = dl.grant(EVERYONE, R.ADD_REMOVE_ELEMENT)
-    assert may_change_membership(open_dl, queue, "carol", adding=True)
+    assert may_change_membership(open_dl, queue.grant(EVERYONE, R.ADD_REMOVE_SELF), "carol",
+                                 adding=True)
 
 
 def test_only_the_owner_can_add_a_list_into_another_list() -> None:
@@ -515,7 +523,8 @@ def test_seed_dl1_dl2_example(
 
 
 def test_deny_refuses_membership_consent() -> None:
-    queue = SD.default_for(ObjectKind.QUEUE, "bob").deny(EVERYONE, R.ADD_REMOVE_SELF)
+    queue = (SD.default_for(ObjectKind.QUEUE, "bob").grant(EVERYONE, R.ADD_REMOVE_SELF)
+             .deny(EVERYONE, R.ADD_REMOVE_SELF))
     dl = SD.default_for(ObjectKind.DISTRIBUTION_LIST, "alice")
     assert not may_change_membership(dl, queue, "alice", adding=True)
     assert may_change_membership(dl, queue, "alice", adding=False)

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from facade.config import (
+    DEFAULT_MAX_SEND_BYTES,
+    DEFAULT_MAX_SEND_FANOUT,
     DEFAULT_BASE_DN,
     DEFAULT_DIRECTORY_TIMEOUT,
     DEFAULT_MIN_INSYNC_REPLICAS,
@@ -323,3 +325,44 @@ def test_bad_replication_override_is_refused(tmp_path: Path,
         KmqConfig.load({}, replication_factor=0)
     with pytest.raises(ConfigurationError, match="min_insync_replicas"):
         KmqConfig(replication_factor=1, min_insync_replicas=2)
+
+
+# --- bounds of a send to several queues ----------------------------------------------------------
+
+
+def test_send_bounds_defaults_toml_environment_and_overrides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = KmqConfig.load({})
+    assert (config.max_send_fanout, config.max_send_bytes) == (
+        DEFAULT_MAX_SEND_FANOUT, DEFAULT_MAX_SEND_BYTES) == (1000, 64 * 1024 * 1024)
+    (tmp_path / "kmq.toml").write_text("max_send_fanout = 50\nmax_send_bytes = 1048576\n")
+    config = KmqConfig.load({})
+    assert (config.max_send_fanout, config.max_send_bytes) == (50, 1048576)
+    config = KmqConfig.load({"KMQ_MAX_SEND_FANOUT": "7", "KMQ_MAX_SEND_BYTES": " 4096 "})
+    assert (config.max_send_fanout, config.max_send_bytes) == (7, 4096)
+    assert KmqConfig.load({}, max_send_bytes=10).max_send_bytes == 10
+
+
+@pytest.mark.parametrize(
+    ("environ", "toml", "expected"),
+    [
+        ({"KMQ_MAX_SEND_FANOUT": "0"}, "", "KMQ_MAX_SEND_FANOUT in the environment must be a "
+                                           "whole number >= 1, not '0'"),
+        ({"KMQ_MAX_SEND_BYTES": "64MiB"}, "", "KMQ_MAX_SEND_BYTES in the environment"),
+        ({}, "max_send_bytes = 1.5\n", "max_send_bytes in "),
+        ({}, "max_send_fanout = true\n", "max_send_fanout in "),
+    ],
+)
+def test_bad_send_bounds_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     environ: dict, toml: str, expected: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    if toml:
+        (tmp_path / "kmq.toml").write_text(toml)
+    with pytest.raises(ConfigurationError) as info:
+        KmqConfig.load(environ)
+    assert expected in str(info.value)
+    assert "max_send_bytes" in (info.value.hint or "")
+    with pytest.raises(ConfigurationError, match="max_send_fanout"):
+        KmqConfig(max_send_fanout=0)

@@ -13,6 +13,9 @@ from cryptography.x509.oid import NameOID
 
 from facade.config import DirectorySettings, KmqConfig
 from facade.errors import ConfigurationError
+from facade.locality import is_loopback_host, is_loopback_server
+from facade.manager import QueueManager
+from facade.memorykafka import MemoryKafkaSession
 from facade.principal import PrincipalSource, is_development_mode, resolve_principal
 
 REMOTE = "kafka-1.example.com:9093,kafka-2.example.com:9093"
@@ -41,7 +44,8 @@ def _certificate(tmp_path: Path, common_name: str) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-@pytest.mark.parametrize("servers", [None, "127.0.0.1:9092", "localhost:9092,[::1]:9093"])
+@pytest.mark.parametrize("servers", [None, "127.0.0.1:9092", "localhost:9092,[::1]:9093",
+                                     "[::ffff:127.0.0.1]:9092", "127.0.0.2:9092,[::ffff:7f00:1]:1"])
 def test_declared_principal_in_development_mode(servers: str | None) -> None:
     config = _config({"KMQ_PRINCIPAL": "alice"}, bootstrap_servers=servers)
     assert is_development_mode(config)
@@ -50,11 +54,27 @@ def test_declared_principal_in_development_mode(servers: str | None) -> None:
     assert not principal.authenticated
 
 
-def test_declared_principal_refused_on_a_remote_cluster() -> None:
-    config = _config({"KMQ_PRINCIPAL": "alice"}, bootstrap_servers=REMOTE)
+@pytest.mark.parametrize("servers", [REMOTE, "[::ffff:10.0.0.1]:9092", "127.0.0.1:9092,k:9092",
+                                     "localhost.example.com:9092", "[::]:9092", "0.0.0.0:9092"])
+def test_declared_principal_refused_on_a_remote_cluster(servers: str) -> None:
+    config = _config({"KMQ_PRINCIPAL": "alice"}, bootstrap_servers=servers)
+    assert not is_development_mode(config)
     with pytest.raises(ConfigurationError, match="development mode") as refused:
         resolve_principal(config)
     assert "KMQ_KAFKA_SASL_USERNAME" in (refused.value.hint or "")
+
+
+@pytest.mark.parametrize(("host", "local"), [
+    ("localhost", True), ("LOCALHOST", True), ("127.0.0.1", True), ("127.255.0.9", True),
+    ("::1", True), ("[::1]", True), ("::ffff:127.0.0.1", True), ("[::FFFF:127.0.0.1]", True),
+    ("::ffff:10.0.0.1", False), ("10.0.0.1", False), ("::", False), ("kafka.example", False),
+    ("localhost.", False), ("", False),
+])
+def test_loopback_is_decided_the_same_way_for_every_spelling(host: str, local: bool) -> None:
+    """One rule for every locality decision: the IPv4-mapped form of loopback is loopback."""
+    assert is_loopback_host(host) is local
+    assert is_loopback_server(f"[{host.strip('[]')}]:9092" if ":" in host else f"{host}:9092") \
+        is local
 
 
 def test_kafka_sasl_user_is_the_principal() -> None:
@@ -90,6 +110,34 @@ def test_directory_bind_is_the_principal() -> None:
     principal = resolve_principal(config)
     assert (principal.name, principal.source) == ("uid=bob,dc=kmq",
                                                   PrincipalSource.DIRECTORY_BIND)
+
+
+#: An LDAP URL where nothing listens: every bind fails (connection refused), at once.
+NOBODY = DirectorySettings(url="ldap://127.0.0.1:1", bind_dn="alice", password="wrong",
+                           timeout=2.0)
+
+
+def test_a_failed_directory_bind_opens_no_queue_manager_on_a_remote_cluster(
+        kmq_home: Path) -> None:
+    """The bind identity is proven by the LDAP server's answer, not by the setting."""
+    config = _config({}, bootstrap_servers=REMOTE, directory=NOBODY, queue_manager="remote",
+                     home=kmq_home)
+    with pytest.raises(ConfigurationError, match="directory bind as 'alice' did not succeed") \
+            as refused:
+        QueueManager.open(config, session=MemoryKafkaSession()).close()
+    assert "127.0.0.1:1" in refused.value.message and "not local" in refused.value.message
+
+
+def test_a_failed_directory_bind_is_not_authenticated_in_development_mode(
+        kmq_home: Path) -> None:
+    config = _config({}, bootstrap_servers="[::ffff:127.0.0.1]:9092", directory=NOBODY,
+                     queue_manager="local", home=kmq_home)
+    with QueueManager.open(config, session=MemoryKafkaSession()) as qm:
+        assert qm.principal.name == "alice"
+        assert qm.principal.source is PrincipalSource.DIRECTORY_BIND_FAILED
+        assert not qm.principal.authenticated
+        # As a declared name in this mode: the first principal to open it owns it.
+        assert qm.queue_manager_security().owner == "alice"
 
 
 @pytest.mark.parametrize(("env", "message"), [

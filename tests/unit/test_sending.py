@@ -29,6 +29,7 @@ from facade.sending import (
     ORIGINAL_TTBR_PROPERTY,
     SendCopies,
     acknowledgment,
+    check_fan_out,
     kept_copy,
     source_journal_copy,
     stamp_acknowledgment,
@@ -283,3 +284,37 @@ def test_a_journal_copy_that_no_longer_fits_fails_when_it_is_encoded() -> None:
     kept.properties[7] = "not a name"  # type: ignore[index]
     with pytest.raises(InvalidParameter):
         encode_message(kept)
+
+
+def test_check_fan_out_bounds_queues_and_bodies_times_queues() -> None:
+    small, large = Message(body=b"x" * 100), Message(body=b"y" * 400)
+    check_fan_out([large], 1, "q", max_queues=1, max_bytes=1)  # one queue: not bounded here
+    check_fan_out([small, large], 2, "DL=x", max_queues=2, max_bytes=1000)  # 1000: at the bound
+    with pytest.raises(InvalidParameter, match="reaches 3 queues, over the bound of 2") as many:
+        check_fan_out([small], 3, "DL=x", max_queues=2, max_bytes=10**9)
+    assert many.value.queue == "DL=x" and "KMQ_MAX_SEND_FANOUT" in many.value.message
+    with pytest.raises(InvalidParameter) as big:
+        check_fan_out([small, large], 3, "DL=x", max_queues=3, max_bytes=1000)
+    assert ("would write 1500 bytes (0.0 MiB) (500 bytes (0.0 MiB) of message bodies x 3 "
+            "queues), over the bound of 1000 bytes") in big.value.message
+    assert "nothing was sent" in big.value.message and "max_send_bytes" in (big.value.hint or "")
+
+
+def test_a_spark_row_over_the_send_bound_fails_before_its_copies_are_written() -> None:
+    sink = pytest.importorskip("spark_connector.sink")
+    from spark_connector.resolve import QueueTarget, Resolution
+
+    targets = tuple(QueueTarget(q, f"topic-{i}", f"receipts-{i}") for i, q in enumerate(QUEUES))
+    resolution = Resolution("DL=x", targets, "localhost:1", queue_manager="qm",
+                            queue_manager_guid=str(MACHINE))
+    plan = sink._WritePlan(resolution=resolution, defaults={}, body_column_type="binary",
+                           fields=("body",), admin={}, transactional=False, flush_timeout=1.0,
+                           write_id="w", max_send_bytes=3 * 100)
+    writer = sink._PartitionWriter(plan, sink._TaskScope("batch/w", 0, "tx"))
+    output = _Output()
+    writer._write_row(output, 0, {"body": b"x" * 100})  # 300 bytes: at the bound
+    assert len(output.sent) == len(QUEUES) == 3
+    with pytest.raises(InvalidParameter, match="max_send_bytes") as refused:
+        writer._write_row(output, 1, {"body": b"x" * 101})
+    assert refused.value.message.startswith("row 1 of partition 0")
+    assert len(output.sent) == 3
