@@ -26,6 +26,7 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Producer,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
@@ -126,6 +127,10 @@ _UNAVAILABLE = {
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NOT_LEADER_FOR_PARTITION,
 }
+#: What to do when the cluster's ACLs refuse a request (docs/design.md, "Security model").
+_KAFKA_ACL_HINT = ("the Kafka cluster's ACLs refuse this principal: an administrator runs "
+                   "kmq acl sync (it mirrors queue rights), or grants the right with kafka-acls "
+                   "(registry writes, topic creation)")
 _NOT_FOUND = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 _DENIED = {
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
@@ -213,7 +218,7 @@ def kafka_error_to_queue_error(error: KafkaError, operation: str, topic: str | N
     if code == KafkaError.TOPIC_ALREADY_EXISTS:
         return QueueExists(text, queue=topic)
     if code in _DENIED:
-        return AccessDenied(text, queue=topic, hint="grant this principal the Kafka ACLs it needs")
+        return AccessDenied(text, queue=topic, hint=_KAFKA_ACL_HINT)
     return BrokerError(text, kafka_code=error.name())
 
 
@@ -475,6 +480,14 @@ class KafkaSession:
         with fewer than configured is logged at WARNING. Existing topics are left as they are
         (``kmq doctor`` checks them).
 
+        With ``exist_ok``, only the topics this principal cannot see (DescribeTopics) are asked
+        for: Kafka refuses CreateTopics without the Create right even for a topic that exists,
+        so a principal that may use but not create kmq's topics opens a queue manager whose
+        topics an administrator created. Returns once the cluster lists every created topic
+        this principal may describe: Kafka answers CreateTopics when the controller has
+        committed it, which may be before the broker a client asks next knows the topic (it
+        would call it unknown).
+
         Args:
             names (Sequence[str]): topic names.
             config (Mapping[str, str] | None): topic configs that override kmq's.
@@ -485,8 +498,15 @@ class KafkaSession:
 
         Raises:
             QueueExists: a topic exists and ``exist_ok`` is false.
-            BrokerUnavailable, AccessDenied, BrokerError: as mapped from Kafka.
+            AccessDenied: a topic to create is missing (or hidden from this principal) and the
+                principal lacks the Create right (Kafka ACLs).
+            BrokerUnavailable: no answer, or a created topic not listed within
+                :data:`ADMIN_TIMEOUT` seconds.
+            BrokerError: as mapped from Kafka.
         """
+        if exist_ok:
+            unknown, unseen = self._unlisted_topics(names)
+            names = [name for name in names if name in unknown | unseen]
         if not names:
             return []
         replicas, min_insync = self.topic_durability()
@@ -502,9 +522,61 @@ class KafkaSession:
             except QueueExists:
                 if not exist_ok:
                     raise
+            except AccessDenied as exc:
+                nor_see = ", nor see it if it exists" if exist_ok else ""
+                raise AccessDenied(
+                    f"Kafka refused to create topic {name!r}: this principal may not create "
+                    f"it{nor_see}", queue=name,
+                    hint="on a cluster with an authorizer, an administrator (a Kafka super "
+                         "user) opens the queue manager first (kmq qm init), creates its queues "
+                         "and runs kmq acl sync, which lets every principal see kmq's topics",
+                ) from exc
         if created and replicas < self.replication_factor:
             self._warn_less_durable(created[0], replicas, min_insync)
+        self._await_listed(created)
         return created
+
+    def _unlisted_topics(self, names: Iterable[str]) -> tuple[set[str], set[str]]:
+        """Those of ``names`` the cluster does not list (one DescribeTopics request): the ones
+        it calls unknown, and the ones hidden from this principal (TOPIC_AUTHORIZATION_FAILED,
+        which Kafka answers without Describe on a topic, whether it exists or not)."""
+        names = list(names)
+        unknown: set[str] = set()
+        hidden: set[str] = set()
+        if not names:
+            return unknown, hidden
+        futures = self.admin.describe_topics(TopicCollection(names), request_timeout=ADMIN_TIMEOUT)
+        for name, future in futures.items():
+            try:
+                future.result(ADMIN_TIMEOUT)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                code = None if error is None else error.code()
+                if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    unknown.add(name)
+                    continue
+                if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    hidden.add(name)
+                    continue
+                with map_kafka_errors("describe topic", name):
+                    raise
+        return unknown, hidden
+
+    def _await_listed(self, names: Sequence[str]) -> None:
+        """Wait (bounded poll) until the cluster lists every topic of ``names`` this principal
+        may describe; one hidden from it is taken as created, as CreateTopics said."""
+        deadline = time.monotonic() + ADMIN_TIMEOUT
+        missing = set(names)
+        while missing:
+            missing, _hidden = self._unlisted_topics(sorted(missing))
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(
+                    f"created the topics {sorted(missing)}, but the Kafka cluster at "
+                    f"{self.bootstrap_servers} did not list them within {ADMIN_TIMEOUT:g} s",
+                    hint="check the brokers' logs: their metadata lags the controller")
+            time.sleep(0.05)
 
     def _warn_less_durable(self, topic: str, replicas: int, min_insync: int) -> None:
         """Log once per process and cluster that topics get fewer replicas than configured."""
