@@ -92,6 +92,8 @@ _WARNED_LESS_DURABLE: set[tuple[str, int, int]] = set()
 
 #: Seconds an administrative request (create, delete, metadata) may take.
 ADMIN_TIMEOUT = 15.0
+#: Seconds of one metadata request of KafkaSession.ping, which repeats it until its timeout.
+_PING_STEP = 1.0
 #: librdkafka ``fetch.wait.max.ms`` a reader starts with: the longest a broker may hold a fetch
 #: that finds nothing new (Apache Kafka answers at once when a record arrives).
 TAIL_FETCH_WAIT_MS = 2
@@ -343,6 +345,8 @@ class KafkaSession:
         self._base = {"bootstrap.servers": bootstrap_servers, "client.id": client_id,
                       **client_logging(), **(options or {})}
         self._admin: AdminClient | None = None
+        # The broker's last refusal of this session's credentials (librdkafka's error_cb).
+        self._authentication_error: KafkaError | None = None
         self._delete_records: tuple[bool, str] | None = None
         self.replication_factor, self.min_insync_replicas = replication_settings(
             replication_factor, min_insync_replicas)
@@ -439,8 +443,14 @@ class KafkaSession:
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient({**self._base, "allow.auto.create.topics": False})
+            config: dict[str, Any] = {**self._base, "allow.auto.create.topics": False,
+                                      "error_cb": self._client_error}
+            self._admin = AdminClient(config)
         return self._admin
+
+    def _client_error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._AUTHENTICATION:
+            self._authentication_error = error
 
     def ping(self, timeout: float = 10.0) -> None:
         """Check that the brokers answer a metadata request.
@@ -448,7 +458,9 @@ class KafkaSession:
         Raises:
             BrokerUnavailable: no answer within ``timeout`` seconds; names the bootstrap servers.
             ConfigurationError: librdkafka refuses a client setting (an unknown property or a
-                bad value in ``[kafka]`` / ``KMQ_KAFKA_*``).
+                bad value in ``[kafka]`` / ``KMQ_KAFKA_*``), or the broker refused the
+                credentials (a wrong SASL user name or password: Kafka's authentication
+                failure).
         """
         try:
             self.admin  # noqa: B018 - librdkafka checks the settings when the client is made
@@ -462,13 +474,32 @@ class KafkaSession:
                 f"Kafka broker {self.bootstrap_servers} refused the connection ({refused})",
                 hint="start it (`kmq dev up` for the local one) or fix KMQ_BOOTSTRAP_SERVERS",
             )
-        try:
-            self.admin.list_topics(timeout=timeout)
-        except KafkaException as exc:
-            raise BrokerUnavailable(
-                f"Kafka broker {self.bootstrap_servers} did not answer within {timeout:g} s",
-                hint="start it (`kmq dev up` for the local one) or fix KMQ_BOOTSTRAP_SERVERS",
-            ) from exc
+        # Short metadata requests, so that a refusal of the credentials (reported through
+        # error_cb, which poll serves) ends the wait at once instead of after ``timeout``.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                step = min(_PING_STEP, max(deadline - time.monotonic(), 0.1))
+                self.admin.list_topics(timeout=step)
+                return
+            except KafkaException as exc:
+                self.admin.poll(0)
+                refusal = self._authentication_error
+                if refusal is not None:
+                    user = self._base.get("sasl.username")
+                    raise ConfigurationError(
+                        f"the Kafka cluster at {self.bootstrap_servers} refused this client's "
+                        f"credentials{f' (sasl.username {user!r})' if user else ''}: "
+                        f"{refusal.str()}",
+                        hint="fix KMQ_KAFKA_SASL_USERNAME / KMQ_KAFKA_SASL_PASSWORD (or the "
+                             "[kafka] table of kmq.toml), or the TLS client certificate") from exc
+                if time.monotonic() >= deadline:
+                    raise BrokerUnavailable(
+                        f"Kafka broker {self.bootstrap_servers} did not answer within "
+                        f"{timeout:g} s",
+                        hint="start it (`kmq dev up` for the local one) or fix "
+                             "KMQ_BOOTSTRAP_SERVERS",
+                    ) from exc
 
     def create_topics(self, names: Sequence[str], config: Mapping[str, str] | None = None,
                       exist_ok: bool = False) -> list[str]:

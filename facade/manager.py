@@ -135,9 +135,15 @@ class QueueManager:
 
         Raises:
             BrokerUnavailable: no broker configured or running, or it does not answer.
-            ConfigurationError: invalid configuration.
+            ConfigurationError: invalid configuration; a declared principal (``KMQ_PRINCIPAL``)
+                that contradicts the authenticated identity, or no authenticated identity
+                against a cluster that is not local (see :mod:`facade.principal`); credentials
+                the broker refuses.
         """
         config = config or KmqConfig.load(**overrides)
+        # Before any request: a declared principal that contradicts the authenticated one (or
+        # none where one is required) is refused, not acted on.
+        resolve_principal(config)
         if session is None:
             session = BrokerSession.from_config(config)
         session.ping()
