@@ -58,7 +58,7 @@ from facade.transmission import Transmitter
 from facade.sequence import MessageIdAllocator
 from facade.systemoutputs import SystemOutputs
 from facade.timeouts import DEFAULT_PREFETCH_LEASE, lease_to_ms
-from facade.topics import QueueTopics, queue_topics, system_topics
+from facade.topics import QueueTopics, queue_topics, system_topics, transactional_id_prefix
 from facade.transaction import TRANSACTION_LEASE, MessageQueueTransaction
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ class QueueManager:
         #: Kafka fences zombies by. Unique per process by default; set it (before the first
         #: :meth:`begin_transaction`) to a stable name so that a restarted sender fences the
         #: process it replaces. Two live processes must never share one.
-        self.transactional_id = f"kmq.{self.name}.{uuid.uuid4().hex}"
+        self.transactional_id = f"{transactional_id_prefix(self.name)}{uuid.uuid4().hex}"
         self._transactions: TransactionalProducer | None = None
         self._protection: MessageProtection | None = None
         self._protection_lock = threading.Lock()
