@@ -26,6 +26,7 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Producer,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
@@ -91,6 +92,8 @@ _WARNED_LESS_DURABLE: set[tuple[str, int, int]] = set()
 
 #: Seconds an administrative request (create, delete, metadata) may take.
 ADMIN_TIMEOUT = 15.0
+#: Seconds of one metadata request of KafkaSession.ping, which repeats it until its timeout.
+_PING_STEP = 1.0
 #: librdkafka ``fetch.wait.max.ms`` a reader starts with: the longest a broker may hold a fetch
 #: that finds nothing new (Apache Kafka answers at once when a record arrives).
 TAIL_FETCH_WAIT_MS = 2
@@ -126,6 +129,10 @@ _UNAVAILABLE = {
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NOT_LEADER_FOR_PARTITION,
 }
+#: What to do when the cluster's ACLs refuse a request (docs/design.md, "Security model").
+_KAFKA_ACL_HINT = ("the Kafka cluster's ACLs refuse this principal: an administrator runs "
+                   "kmq acl sync (it mirrors queue rights), or grants the right with kafka-acls "
+                   "(registry writes, topic creation)")
 _NOT_FOUND = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 _DENIED = {
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
@@ -218,7 +225,7 @@ def kafka_error_to_queue_error(error: KafkaError, operation: str, topic: str | N
     if code == KafkaError.TOPIC_ALREADY_EXISTS:
         return QueueExists(text, queue=topic)
     if code in _DENIED:
-        return AccessDenied(text, queue=topic, hint="grant this principal the Kafka ACLs it needs")
+        return AccessDenied(text, queue=topic, hint=_KAFKA_ACL_HINT)
     return BrokerError(text, kafka_code=error.name())
 
 
@@ -346,6 +353,8 @@ class KafkaSession:
         self._base = {"bootstrap.servers": bootstrap_servers, "client.id": client_id,
                       **client_logging(), **(options or {})}
         self._admin: AdminClient | None = None
+        # The broker's last refusal of this session's credentials (librdkafka's error_cb).
+        self._authentication_error: KafkaError | None = None
         self._delete_records: tuple[bool, str] | None = None
         self.replication_factor, self.min_insync_replicas = replication_settings(
             replication_factor, min_insync_replicas)
@@ -442,8 +451,14 @@ class KafkaSession:
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient({**self._base, "allow.auto.create.topics": False})
+            config: dict[str, Any] = {**self._base, "allow.auto.create.topics": False,
+                                      "error_cb": self._client_error}
+            self._admin = AdminClient(config)
         return self._admin
+
+    def _client_error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._AUTHENTICATION:
+            self._authentication_error = error
 
     def ping(self, timeout: float = 10.0) -> None:
         """Check that the brokers answer a metadata request.
@@ -451,7 +466,9 @@ class KafkaSession:
         Raises:
             BrokerUnavailable: no answer within ``timeout`` seconds; names the bootstrap servers.
             ConfigurationError: librdkafka refuses a client setting (an unknown property or a
-                bad value in ``[kafka]`` / ``KMQ_KAFKA_*``).
+                bad value in ``[kafka]`` / ``KMQ_KAFKA_*``), or the broker refused the
+                credentials (a wrong SASL user name or password: Kafka's authentication
+                failure).
         """
         try:
             self.admin  # noqa: B018 - librdkafka checks the settings when the client is made
@@ -465,13 +482,32 @@ class KafkaSession:
                 f"Kafka broker {self.bootstrap_servers} refused the connection ({refused})",
                 hint="start it (`kmq dev up` for the local one) or fix KMQ_BOOTSTRAP_SERVERS",
             )
-        try:
-            self.admin.list_topics(timeout=timeout)
-        except KafkaException as exc:
-            raise BrokerUnavailable(
-                f"Kafka broker {self.bootstrap_servers} did not answer within {timeout:g} s",
-                hint="start it (`kmq dev up` for the local one) or fix KMQ_BOOTSTRAP_SERVERS",
-            ) from exc
+        # Short metadata requests, so that a refusal of the credentials (reported through
+        # error_cb, which poll serves) ends the wait at once instead of after ``timeout``.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                step = min(_PING_STEP, max(deadline - time.monotonic(), 0.1))
+                self.admin.list_topics(timeout=step)
+                return
+            except KafkaException as exc:
+                self.admin.poll(0)
+                refusal = self._authentication_error
+                if refusal is not None:
+                    user = self._base.get("sasl.username")
+                    raise ConfigurationError(
+                        f"the Kafka cluster at {self.bootstrap_servers} refused this client's "
+                        f"credentials{f' (sasl.username {user!r})' if user else ''}: "
+                        f"{refusal.str()}",
+                        hint="fix KMQ_KAFKA_SASL_USERNAME / KMQ_KAFKA_SASL_PASSWORD (or the "
+                             "[kafka] table of kmq.toml), or the TLS client certificate") from exc
+                if time.monotonic() >= deadline:
+                    raise BrokerUnavailable(
+                        f"Kafka broker {self.bootstrap_servers} did not answer within "
+                        f"{timeout:g} s",
+                        hint="start it (`kmq dev up` for the local one) or fix "
+                             "KMQ_BOOTSTRAP_SERVERS",
+                    ) from exc
 
     def create_topics(self, names: Sequence[str], config: Mapping[str, str] | None = None,
                       exist_ok: bool = False) -> list[str]:
@@ -483,6 +519,14 @@ class KafkaSession:
         with fewer than configured is logged at WARNING. Existing topics are left as they are
         (``kmq doctor`` checks them).
 
+        With ``exist_ok``, only the topics this principal cannot see (DescribeTopics) are asked
+        for: Kafka refuses CreateTopics without the Create right even for a topic that exists,
+        so a principal that may use but not create kmq's topics opens a queue manager whose
+        topics an administrator created. Returns once the cluster lists every created topic
+        this principal may describe: Kafka answers CreateTopics when the controller has
+        committed it, which may be before the broker a client asks next knows the topic (it
+        would call it unknown).
+
         Args:
             names (Sequence[str]): topic names.
             config (Mapping[str, str] | None): topic configs that override kmq's.
@@ -493,8 +537,15 @@ class KafkaSession:
 
         Raises:
             QueueExists: a topic exists and ``exist_ok`` is false.
-            BrokerUnavailable, AccessDenied, BrokerError: as mapped from Kafka.
+            AccessDenied: a topic to create is missing (or hidden from this principal) and the
+                principal lacks the Create right (Kafka ACLs).
+            BrokerUnavailable: no answer, or a created topic not listed within
+                :data:`ADMIN_TIMEOUT` seconds.
+            BrokerError: as mapped from Kafka.
         """
+        if exist_ok:
+            unknown, unseen = self._unlisted_topics(names)
+            names = [name for name in names if name in unknown | unseen]
         if not names:
             return []
         replicas, min_insync = self.topic_durability()
@@ -510,36 +561,61 @@ class KafkaSession:
             except QueueExists:
                 if not exist_ok:
                     raise
+            except AccessDenied as exc:
+                nor_see = ", nor see it if it exists" if exist_ok else ""
+                raise AccessDenied(
+                    f"Kafka refused to create topic {name!r}: this principal may not create "
+                    f"it{nor_see}", queue=name,
+                    hint="on a cluster with an authorizer, an administrator (a Kafka super "
+                         "user) opens the queue manager first (kmq qm init), creates its queues "
+                         "and runs kmq acl sync, which lets every principal see kmq's topics",
+                ) from exc
         if created and replicas < self.replication_factor:
             self._warn_less_durable(created[0], replicas, min_insync)
-        self._wait_for_leaders(created)
+        self._await_listed(created)
         return created
 
-    def _wait_for_leaders(self, topics: Sequence[str]) -> None:
-        """Wait until the brokers' metadata shows each new topic with a leader.
+    def _unlisted_topics(self, names: Iterable[str]) -> tuple[set[str], set[str]]:
+        """Those of ``names`` the cluster does not list (one DescribeTopics request): the ones
+        it calls unknown, and the ones hidden from this principal (TOPIC_AUTHORIZATION_FAILED,
+        which Kafka answers without Describe on a topic, whether it exists or not)."""
+        names = list(names)
+        unknown: set[str] = set()
+        hidden: set[str] = set()
+        if not names:
+            return unknown, hidden
+        futures = self.admin.describe_topics(TopicCollection(names), request_timeout=ADMIN_TIMEOUT)
+        for name, future in futures.items():
+            try:
+                future.result(ADMIN_TIMEOUT)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                code = None if error is None else error.code()
+                if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    unknown.add(name)
+                    continue
+                if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    hidden.add(name)
+                    continue
+                with map_kafka_errors("describe topic", name, servers=self.bootstrap_servers):
+                    raise
+        return unknown, hidden
 
-        CreateTopics returns once the KRaft controller has committed the topic; the brokers'
-        metadata caches learn of it a moment later. Until then a read of the topic fails as
-        "unknown partition", which a caller must not take for a missing queue.
-
-        Raises:
-            BrokerUnavailable: a topic had no leader within :data:`ADMIN_TIMEOUT` seconds.
-        """
+    def _await_listed(self, names: Sequence[str]) -> None:
+        """Wait (bounded poll) until the cluster lists every topic of ``names`` this principal
+        may describe; one hidden from it is taken as created, as CreateTopics said."""
         deadline = time.monotonic() + ADMIN_TIMEOUT
-        waiting = list(topics)
-        while waiting:
-            with map_kafka_errors("read topic metadata", waiting[0], servers=self.bootstrap_servers):
-                metadata = self.admin.list_topics(topic=waiting[0], timeout=ADMIN_TIMEOUT)
-            found = metadata.topics.get(waiting[0])
-            if found is not None and found.error is None and all(
-                    partition.leader >= 0 for partition in found.partitions.values()):
-                waiting.pop(0)
-                continue
+        missing = set(names)
+        while missing:
+            missing, _hidden = self._unlisted_topics(sorted(missing))
+            if not missing:
+                return
             if time.monotonic() > deadline:
                 raise BrokerUnavailable(
-                    f"topic {waiting[0]!r} was created but had no leader within "
-                    f"{ADMIN_TIMEOUT:g} s", hint="check the Kafka brokers' logs")
-            time.sleep(0.02)
+                    f"created the topics {sorted(missing)}, but the Kafka cluster at "
+                    f"{self.bootstrap_servers} did not list them within {ADMIN_TIMEOUT:g} s",
+                    hint="check the brokers' logs: their metadata lags the controller")
+            time.sleep(0.05)
 
     def _warn_less_durable(self, topic: str, replicas: int, min_insync: int) -> None:
         """Log once per process and cluster that topics get fewer replicas than configured."""

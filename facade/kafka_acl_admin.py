@@ -1,43 +1,52 @@
 """The Kafka ACL admin API for ``kmq acl sync`` (:mod:`facade.kafka_acls` computes what to ask).
 
-Beside :mod:`facade.kafka`, the only module that imports ``confluent_kafka``: the ACL API
-needs a guard the rest of kmq does not. Some Kafka-API brokers answer DescribeAcls but make
-librdkafka **abort the process** on CreateAcls (Tansu 0.6: a librdkafka assertion), so
-:func:`acl_support` first tries a create and delete of a harmless probe binding in a child
-process and reports why the broker cannot take ACLs instead of letting the caller die.
+Beside :mod:`facade.kafka`, the only module that imports ``confluent_kafka``: the ACL API needs
+a check the rest of kmq does not. librdkafka (2.16) drops the error code of a DescribeAcls
+answer, so a broker without an authorizer (SECURITY_DISABLED) and a principal that may not
+describe ACLs (CLUSTER_AUTHORIZATION_FAILED) both read as "no bindings". A sync on that
+answer would plan as if the cluster held none. :func:`require_acl_support` therefore asks
+first, with requests whose errors do arrive: DescribeCluster with the principal's authorized
+operations on the cluster, and, when those are every operation (a super user, or a broker
+without an authorizer, which allows everything), the broker's ``authorizer.class.name``.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable
 from enum import Enum
 from typing import Any
 
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
-    AdminClient,
+    ConfigResource,
     ResourcePatternType,
     ResourceType,
 )
 
-from facade.errors import BrokerError
-from facade.kafka import ADMIN_TIMEOUT, KafkaSession, client_logging, map_kafka_errors
-from facade.kafka_acls import KafkaAcl, SyncPlan, plan_sync, queue_acls, shared_acls
+from facade.errors import AccessDenied, BrokerError, BrokerUnavailable
+from facade.kafka import ADMIN_TIMEOUT, KafkaSession, map_kafka_errors
+from facade.kafka_acls import (
+    KafkaAcl,
+    SyncPlan,
+    managed,
+    plan_sync,
+    queue_acls,
+    queue_manager_acls,
+    shared_acls,
+)
+from facade.principal import Principal, PrincipalSource
 
-__all__ = ["acl_support", "describe_acls", "sync_kafka_acls"]
+__all__ = ["describe_acls", "require_acl_support", "sync_kafka_acls"]
 
-#: The probe binding: Describe on a topic kmq never creates, for a principal nobody has.
-_PROBE = ("__kmq.acl-probe", "User:kmq-acl-probe")
-#: Exit code of the probe child when the broker refused the request (reason on stdout).
-_REFUSED = 3
-_PROBE_TIMEOUT = 60.0
+#: What Kafka reports as a principal's authorized operations on the cluster when every request
+#: is allowed: a super user's, or anyone's on a broker without an authorizer.
+_EVERY_CLUSTER_OPERATION = frozenset({
+    AclOperation.CREATE, AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.CLUSTER_ACTION,
+    AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE})
 
 
 def _binding(acl: KafkaAcl) -> AclBinding:
@@ -71,10 +80,12 @@ def _name(value: Enum | str | int) -> str:
 def describe_acls(session: KafkaSession) -> list[KafkaAcl]:
     """Every ACL binding the broker holds (DescribeAcls with a match-all filter).
 
+    Call :func:`require_acl_support` first: librdkafka reports a refused DescribeAcls (no
+    authorizer, or a principal without Describe on the cluster) as an empty list.
+
     Raises:
-        BrokerError: the broker refused (e.g. SECURITY_DISABLED: no authorizer).
-        AccessDenied: the principal may not describe the cluster's ACLs.
         BrokerUnavailable: no answer.
+        BrokerError: another failure librdkafka reports.
     """
     # None matches any name, principal and host (confluent_kafka's documented filter), though its
     # annotations say str.
@@ -86,38 +97,56 @@ def describe_acls(session: KafkaSession) -> list[KafkaAcl]:
         return [_acl(binding) for binding in found.result(ADMIN_TIMEOUT)]
 
 
-def acl_support(session: KafkaSession) -> str | None:
-    """Whether the broker can store ACLs, tried without risking this process.
+def require_acl_support(session: KafkaSession, principal: str, *, alter: bool) -> None:
+    """Check that the cluster stores ACLs and that ``principal`` may read them, and change them
+    when ``alter`` (module docstring: why DescribeAcls alone cannot tell).
 
-    DescribeAcls runs here (a broker without an authorizer refuses it); then a child process
-    creates and deletes a probe binding, because a broker that does not implement CreateAcls
-    may make librdkafka abort the process that sends it.
+    Args:
+        session (KafkaSession): a session connected as ``principal``.
+        principal (str): the Kafka principal's name, for the messages.
+        alter (bool): whether bindings will be created or deleted (False: ``--dry-run``).
 
-    Returns:
-        str | None: None when ACLs work; otherwise why not, in words.
+    Raises:
+        BrokerError: the cluster has no authorizer (``authorizer.class.name`` is empty), so it
+            neither stores nor enforces ACLs.
+        AccessDenied: the principal lacks Describe (or, with ``alter``, Alter) on the Kafka
+            Cluster resource.
+        BrokerUnavailable: no answer.
     """
-    try:
-        describe_acls(session)
-    except BrokerError as exc:
-        return f"the broker refused DescribeAcls: {exc.message}"
-    # Plain settings only: the logger object stays here (the child sets its own).
-    config = {k: v for k, v in session.client_config.items() if isinstance(v, (str, int, bool))}
-    request = json.dumps({"config": config})
-    try:
-        child = subprocess.run([sys.executable, "-m", "facade.kafka_acl_admin"], input=request,
-                               capture_output=True, text=True, timeout=_PROBE_TIMEOUT,
-                               check=False)
-    except subprocess.TimeoutExpired:
-        return f"a probe CreateAcls got no answer within {_PROBE_TIMEOUT:g} s"
-    if child.returncode == 0:
-        return None
-    if child.returncode == _REFUSED:
-        return f"the broker refused CreateAcls: {child.stdout.strip()}"
-    if child.returncode < 0:
-        return (f"a probe CreateAcls made the Kafka client abort (signal {-child.returncode}): "
-                "the broker answers the ACL API without implementing it (Tansu does this)")
-    last = (child.stderr.strip().splitlines() or ["no output"])[-1]
-    return f"a probe CreateAcls failed (exit code {child.returncode}): {last}"
+    with map_kafka_errors("describe the Kafka cluster"):
+        future = session.admin.describe_cluster(include_authorized_operations=True,
+                                                request_timeout=ADMIN_TIMEOUT)
+        cluster = future.result(ADMIN_TIMEOUT)
+    allowed = set(cluster.authorized_operations or ())
+    if allowed >= _EVERY_CLUSTER_OPERATION:
+        # A super user, or a cluster that allows everything because it checks nothing.
+        node = cluster.nodes[0]
+        resource = ConfigResource(ResourceType.BROKER, str(node.id))
+        with map_kafka_errors("describe a Kafka broker's configuration"):
+            configs = session.admin.describe_configs(
+                [resource], request_timeout=ADMIN_TIMEOUT)[resource].result(ADMIN_TIMEOUT)
+        entry = configs.get("authorizer.class.name")
+        if entry is None or not entry.value:
+            raise BrokerError(
+                f"cannot mirror queue rights onto Kafka ACLs: the Kafka cluster at "
+                f"{session.bootstrap_servers} has no authorizer (broker {node.id}'s "
+                f"authorizer.class.name is empty), so it neither stores nor enforces ACLs",
+                hint="set authorizer.class.name="
+                     "org.apache.kafka.metadata.authorizer.StandardAuthorizer (and super.users) "
+                     "on every broker and controller, with SASL or TLS client authentication, "
+                     "then run kmq acl sync again")
+        return
+    needed = [AclOperation.DESCRIBE] + ([AclOperation.ALTER] if alter else [])
+    missing = [op.name.capitalize() for op in needed if op not in allowed]
+    if missing:
+        operations = " and ".join(missing)
+        flags = " ".join(f"--operation {op}" for op in missing)
+        raise AccessDenied(
+            f"cannot mirror queue rights onto Kafka ACLs: Kafka principal User:{principal} lacks "
+            f"{operations} on the Cluster resource, which "
+            f"{'listing and changing' if alter else 'listing'} ACL bindings needs",
+            hint=f"run kmq acl sync as a Kafka super user (super.users), or have one grant it: "
+                 f"kafka-acls --add --allow-principal User:{principal} {flags} --cluster")
 
 
 def sync_kafka_acls(manager: Any, *, dry_run: bool = False) -> SyncPlan:
@@ -131,9 +160,10 @@ def sync_kafka_acls(manager: Any, *, dry_run: bool = False) -> SyncPlan:
         SyncPlan: what was (or, with ``dry_run``, would be) created and deleted.
 
     Raises:
-        BrokerError: the broker cannot store ACLs (the message says why: no authorizer, or a
-            broker that does not implement the ACL API), or refused a change.
-        AccessDenied: the principal may not alter the cluster's ACLs.
+        BrokerError: the cluster has no authorizer, or refused a change.
+        AccessDenied: the principal may not describe (or, unless ``dry_run``, alter) the
+            cluster's ACLs, or may not list the queues or read the queue manager's descriptor
+            (QUEUE_STATUS, GET_PERMISSIONS).
     """
     session = manager.session
     if not isinstance(session, KafkaSession):
@@ -141,22 +171,23 @@ def sync_kafka_acls(manager: Any, *, dry_run: bool = False) -> SyncPlan:
             f"cannot mirror queue rights onto Kafka ACLs: the queue manager's session "
             f"({type(session).__name__}) is not connected to a Kafka broker",
             hint="open the queue manager on a Kafka cluster (QueueManager.open without session=)")
-    reason = acl_support(session)
-    if reason is not None:
-        raise BrokerError(
-            f"cannot mirror queue rights onto Kafka ACLs: {reason}",
-            hint="run kmq acl sync against a Kafka cluster with an authorizer "
-                 "(authorizer.class.name), as a principal allowed to alter ACLs")
-    desired = set(shared_acls(manager.name))
-    managed = {acl.resource_name for acl in desired}
+    require_acl_support(session, _kafka_principal(manager.principal), alter=not dry_run)
+    desired = shared_acls(manager.name)
+    desired |= queue_manager_acls(manager.name, manager.queue_manager_security())
     for properties in manager.list_queues():
-        queue = queue_acls(properties)
-        desired |= queue
-        managed |= {acl.resource_name for acl in queue}
-    plan = plan_sync(desired, describe_acls(session), managed)
+        desired |= queue_acls(properties)
+    plan = plan_sync(desired, describe_acls(session), lambda acl: managed(acl, manager.name))
     if not dry_run:
         _apply(session, plan)
     return plan
+
+
+def _kafka_principal(principal: Principal) -> str:
+    """The name the broker knows this client by: its SASL user or TLS subject, else Kafka's
+    ANONYMOUS (a PLAINTEXT connection, whatever kmq's own principal is)."""
+    if principal.source in (PrincipalSource.KAFKA_SASL, PrincipalSource.KAFKA_TLS):
+        return principal.name
+    return "ANONYMOUS"
 
 
 def _apply(session: KafkaSession, plan: SyncPlan) -> None:
@@ -168,25 +199,30 @@ def _apply(session: KafkaSession, plan: SyncPlan) -> None:
         if plan.delete:
             _wait(session.admin.delete_acls([_filter(a) for a in plan.delete],
                                             request_timeout=ADMIN_TIMEOUT).values())
+    _await_listed(session, plan)
+
+
+def _await_listed(session: KafkaSession, plan: SyncPlan) -> None:
+    """Wait (bounded poll) until a broker lists the plan's result. Kafka answers CreateAcls and
+    DeleteAcls once the controller has committed them; each broker's authorizer applies them
+    from the metadata log a moment later, and DescribeAcls answers from that authorizer."""
+    created, deleted = set(plan.create), set(plan.delete)
+    deadline = time.monotonic() + ADMIN_TIMEOUT
+    while True:
+        present = set(describe_acls(session))
+        if created <= present and not deleted & present:
+            return
+        if time.monotonic() > deadline:
+            raise BrokerUnavailable(
+                f"the Kafka cluster at {session.bootstrap_servers} accepted the ACL changes but "
+                f"did not list them within {ADMIN_TIMEOUT:g} s "
+                f"({len(created - present)} binding(s) not yet created, "
+                f"{len(deleted & present)} not yet deleted)",
+                hint="check the brokers' logs (their metadata lags the controller), then run "
+                     "kmq acl sync again")
+        time.sleep(0.05)
 
 
 def _wait(futures: Iterable[Any]) -> None:
     for future in futures:
         future.result(ADMIN_TIMEOUT)
-
-
-def _probe(config: Mapping[str, Any]) -> int:
-    """The child's side of :func:`acl_support`: create and delete the probe binding."""
-    admin = AdminClient({**config, **client_logging()})
-    probe = KafkaAcl("topic", _PROBE[0], "literal", _PROBE[1], "describe", "allow")
-    try:
-        _wait(admin.create_acls([_binding(probe)], request_timeout=ADMIN_TIMEOUT).values())
-        _wait(admin.delete_acls([_filter(probe)], request_timeout=ADMIN_TIMEOUT).values())
-    except KafkaException as exc:
-        print(exc.args[0].str() if exc.args else str(exc))
-        return _REFUSED
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_probe(json.load(sys.stdin)["config"]))

@@ -114,9 +114,14 @@ class LocalKafka:
         brokers (int | None): nodes, 1 to 9; each is a broker and a controller voter. None: the
             existing cluster's count, or 1 for a new one.
         scram_users (Mapping[str, str] | None): user name -> password. When given, the client
-            listener is ``SASL_PLAINTEXT`` with SCRAM-SHA-512, ``StandardAuthorizer`` checks
-            Kafka ACLs, and the first user is the brokers' own identity and a super user.
-            None: a ``PLAINTEXT`` listener and no authorizer.
+            listener is ``SASL_PLAINTEXT`` with SCRAM-SHA-512 (the users are written into the
+            log dirs when they are formatted), ``StandardAuthorizer`` checks Kafka ACLs and
+            refuses what no ACL allows, and the first user is the brokers' own identity and a
+            super user. The controller listener stays PLAINTEXT, and whoever connects to it
+            is ``User:ANONYMOUS``, a super user too (SCRAM credentials live in the metadata
+            the controllers serve, so they cannot authenticate each other with them): this
+            secures the client listener for tests and development, with every port on
+            loopback, not a deployment. None: a ``PLAINTEXT`` listener and no authorizer.
 
     Raises:
         ConfigurationError: ``brokers`` out of range, or ``root`` holds a cluster of another

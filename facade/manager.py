@@ -61,7 +61,7 @@ from facade.transmission import Transmitter
 from facade.sequence import MessageIdAllocator
 from facade.systemoutputs import SystemOutputs
 from facade.timeouts import DEFAULT_PREFETCH_LEASE, lease_to_ms
-from facade.topics import QueueTopics, queue_topics, system_topics
+from facade.topics import QueueTopics, queue_topics, system_topics, transactional_id_prefix
 from facade.transaction import TRANSACTION_LEASE, MessageQueueTransaction
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ class QueueManager:
         #: Kafka fences zombies by. Unique per process by default; set it (before the first
         #: :meth:`begin_transaction`) to a stable name so that a restarted sender fences the
         #: process it replaces. Two live processes must never share one.
-        self.transactional_id = f"kmq.{self.name}.{uuid.uuid4().hex}"
+        self.transactional_id = f"{transactional_id_prefix(self.name)}{uuid.uuid4().hex}"
         self._transactions: TransactionalProducer | None = None
         self._protection: MessageProtection | None = None
         self._protection_lock = threading.Lock()
@@ -140,9 +140,15 @@ class QueueManager:
 
         Raises:
             BrokerUnavailable: no broker configured or running, or it does not answer.
-            ConfigurationError: invalid configuration.
+            ConfigurationError: invalid configuration; a declared principal (``KMQ_PRINCIPAL``)
+                that contradicts the authenticated identity, or no authenticated identity
+                against a cluster that is not local (see :mod:`facade.principal`); credentials
+                the broker refuses.
         """
         config = config or KmqConfig.load(**overrides)
+        # Before any request: a declared principal that contradicts the authenticated one (or
+        # none where one is required) is refused, not acted on.
+        resolve_principal(config)
         if session is None:
             session = BrokerSession.from_config(config)
         session.ping()

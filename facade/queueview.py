@@ -23,13 +23,14 @@ from typing import Any
 
 from facade.envelope import HEADER_TXN
 from facade.errors import (
+    AccessDenied,
     BrokerError,
     BrokerUnavailable,
     EnvelopeError,
     MessageAlreadyReceived,
     MessageQueueError,
 )
-from facade.kafka import PendingRecord, produce_async
+from facade.kafka import PendingRecord, Refusal, map_kafka_errors, produce_async, refusal
 from facade.kafkaseam import KafkaRecord, KafkaSession
 from facade.kafkaseam import RecordReader as TopicReader
 from facade.message import Delivery
@@ -112,6 +113,9 @@ class QueueView:
         self.malformed_snapshots = 0
         self.snapshot_topic = snapshot_topic(topics.data)
         self._snapshot_topic_ready = False
+        #: Why this principal may not write snapshots (Kafka ACLs), once the broker said so:
+        #: this view writes none from then on.
+        self.snapshots_refused: str | None = None
         #: Data records below this offset were deleted by this view or need no deleting.
         self._deleted_below = 0
         #: What bounds the receipts this view may delete (snapshot buckets, receipt ages).
@@ -760,7 +764,8 @@ class QueueView:
         """Write a snapshot once ``threshold`` records were applied since the last one, if the
         state can be captured now (no locks held, no claim ahead of the data, no incomplete
         system claim) and is small enough; otherwise try again later."""
-        if self._since_snapshot < threshold or not self.state.exportable:
+        if self._since_snapshot < threshold or not self.state.exportable \
+                or self.snapshots_refused is not None:
             return
         if self.state.pending_count() + len(self.state.poisoned()) > SNAPSHOT_MAX_ENTRIES:
             return  # a long queue: opened from the log; written once it is short enough
@@ -773,15 +778,33 @@ class QueueView:
             log.info("snapshot of %s is %d bytes, over %d: not written", self.topics.data,
                      len(value), SNAPSHOT_MAX_BYTES)
             return
-        if not self._snapshot_topic_ready:
-            self._session.create_topics([self.snapshot_topic], exist_ok=True)
-            self._snapshot_topic_ready = True
         covered = snapshot.receipts_offset
-        self._producer.produce(
-            self.snapshot_topic, value, key=self._retention.key(covered),
-            on_delivery=lambda error, message: self._snapshot_delivered(error, covered))
+        try:
+            if not self._snapshot_topic_ready:
+                self._session.create_topics([self.snapshot_topic], exist_ok=True)
+                self._snapshot_topic_ready = True
+            # librdkafka refuses at once a record for a topic whose last write was refused.
+            with map_kafka_errors("write a queue snapshot", self.snapshot_topic):
+                self._producer.produce(
+                    self.snapshot_topic, value, key=self._retention.key(covered),
+                    on_delivery=lambda error, message: self._snapshot_delivered(error, covered))
+        except AccessDenied as exc:
+            self._refuse_snapshots(exc.message)
+            return
         self._delete_removed()
         self._delete_receipts()
+
+    def _refuse_snapshots(self, why: str) -> None:
+        """The broker refuses this principal's snapshots (Kafka ACLs: only the queue manager's
+        owner may write them): log it once and write none from now on. The queue is whole
+        without them; it opens from an older snapshot or the log."""
+        if self.snapshots_refused is not None:
+            return
+        self.snapshots_refused = why
+        log.warning("snapshots of %s are not written to %s: the Kafka cluster refuses this "
+                    "principal (%s); the queue is whole without them. On a cluster with Kafka "
+                    "ACLs the queue manager's owner writes them (kmq qm run, kmq acl sync)",
+                    self.topics.data, self.snapshot_topic, why)
 
     def _delete_removed(self) -> None:
         """Retention: delete the data records below the retention floor, where every record
@@ -821,10 +844,18 @@ class QueueView:
                         floor, exc)
             return
         for key in self._retention.doomed_keys():
-            self._producer.produce(self.snapshot_topic, None, key=key,
-                                   on_delivery=self._tombstone_delivered)
+            try:
+                with map_kafka_errors("delete a stale queue snapshot", self.snapshot_topic):
+                    self._producer.produce(self.snapshot_topic, None, key=key,
+                                           on_delivery=self._tombstone_delivered)
+            except AccessDenied as exc:
+                self._refuse_snapshots(exc.message)
+                return
 
     def _snapshot_delivered(self, error: object, covered: int) -> None:
+        if error is not None and refusal(error) is Refusal.ACCESS_DENIED:
+            self._refuse_snapshots(str(error))
+            return
         if error is not None:  # the queue is whole without it; a later snapshot replaces it
             log.warning("snapshot of %s not written to %s: %s", self.topics.data,
                         self.snapshot_topic, error)

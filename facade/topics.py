@@ -48,6 +48,7 @@ __all__ = [
     "system_topics",
     "topic_role",
     "topics_for_path",
+    "transactional_id_prefix",
 ]
 
 #: Prefix of every queue topic; the registries start with ``__kmq.`` instead.
@@ -294,6 +295,20 @@ def id_block_topic(queue_manager: str) -> str:
     topic = f"{TOPIC_PREFIX}{escape_name(queue_manager)}.system.idblocks"
     _check_topic(topic)
     return topic
+
+
+def transactional_id_prefix(queue_manager: str) -> str:
+    """The start of the Kafka ``transactional.id`` of a queue manager's MSMQ transactions,
+    ``kmq.<qm>.`` with the name as given (not escaped: a transactional id is no topic name), so
+    that one prefixed Kafka ACL binding covers them (see :mod:`facade.kafka_acls`).
+
+    Args:
+        queue_manager (str): the name of the queue manager.
+
+    Returns:
+        str: the prefix.
+    """
+    return f"{TOPIC_PREFIX}{queue_manager}."
 
 
 def topics_for_path(path: QueuePath, local_queue_manager: str) -> QueueTopics:

@@ -5,9 +5,17 @@ from __future__ import annotations
 import dataclasses
 
 from facade.acl import EVERYONE, AccessRight, ObjectKind, SecurityDescriptor
-from facade.kafka_acls import KafkaAcl, plan_sync, queue_acls, shared_acls
+from facade.formatnames import SystemQueue
+from facade.kafka_acls import (
+    KafkaAcl,
+    managed,
+    plan_sync,
+    queue_acls,
+    queue_manager_acls,
+    shared_acls,
+)
 from facade.registry import QueueProperties
-from facade.topics import id_block_topic, queue_topics
+from facade.topics import id_block_topic, queue_topics, system_topics
 
 R = AccessRight
 TOPICS = queue_topics("qm1", "orders", private=True)
@@ -79,11 +87,35 @@ def test_shared_bindings() -> None:
     names = {(a.resource_name, a.operation) for a in acls}
     assert ("__kmq.queues", "read") in names and ("__kmq.queues", "write") not in names
     assert ("kmq.qm1.system.deadletter", "write") in names
+    # Opening a queue manager checks that the system queues' receipts topics exist.
+    assert ("kmq.qm1.system.deadletter.receipts", "describe") in names
+    assert ("kmq.qm1.system.deadletter.receipts", "write") not in names
     assert ("__kmq.queue_manager_security", "read") in names
     assert {(id_block_topic("qm1"), op) for op in ("read", "write")} <= names
+    assert ("kmq.qm1.system.snapshots", "read") in names
+    assert ("kmq.qm1.system.snapshots", "write") not in names  # the owner's (below)
+    assert {a.principal for a in acls} == {"User:*"}
     group = [a for a in acls if a.resource_type == "group"]
     assert [(g.resource_name, g.pattern, g.operation) for g in group] == [
         ("kmq-reader-", "prefixed", "read")]
+    transactional = {(a.resource_name, a.pattern, a.operation) for a in acls
+                     if a.resource_type == "transactional_id"}
+    assert transactional == {("kmq.qm1.", "prefixed", op) for op in ("write", "describe")}
+
+
+def test_queue_manager_descriptor_guards_the_system_queues() -> None:
+    dead = system_topics("qm1", SystemQueue.DEADLETTER)
+    default = SecurityDescriptor.default_for(ObjectKind.QUEUE_MANAGER, "admin")
+    acls = queue_manager_acls("qm1", default.deny("mallory", R.PEEK_MESSAGE))
+    # Everyone may peek at dead letters (MSMQ's default); only the owner may receive them.
+    assert {(dead.data, "read"), (dead.receipts, "read")} <= _ops(acls, "User:*")
+    assert (dead.receipts, "write") not in _ops(acls, "User:*")
+    assert (dead.receipts, "write") in _ops(acls, "User:admin")
+    assert ("kmq.qm1.system.snapshots", "write") in _ops(acls, "User:admin")
+    # mallory is refused the reads, never the Write and Describe every sender needs.
+    mallory = _ops(acls, "User:mallory", "deny")
+    assert {(dead.data, "read"), (dead.receipts, "read")} <= mallory
+    assert not {op for _name, op in mallory} & {"write", "describe"}
 
 
 def test_plan_creates_missing_and_deletes_only_stale_managed_bindings() -> None:
@@ -91,8 +123,21 @@ def test_plan_creates_missing_and_deletes_only_stale_managed_bindings() -> None:
     kept = next(iter(sorted(desired)))
     stale = dataclasses.replace(kept, principal="User:gone")
     foreign = dataclasses.replace(kept, resource_name="someone-elses-topic")
-    plan = plan_sync(desired, [kept, stale, foreign], {a.resource_name for a in desired})
+    gone_queue = dataclasses.replace(kept, resource_name="kmq.qm1.private.deleted")
+    admins_grant = KafkaAcl("topic", "kmq.qm1.", "prefixed", "User:bob", "create", "allow")
+    registry = KafkaAcl("topic", "__kmq.queues", "literal", "User:bob", "write", "allow")
+    other_qm = dataclasses.replace(kept, resource_name="kmq.qm2.private.orders")
+    plan = plan_sync(desired, [kept, stale, foreign, gone_queue, admins_grant, registry,
+                               other_qm], lambda acl: managed(acl, "qm1"))
     assert set(plan.create) == desired - {kept}
-    assert plan.delete == (stale,)
+    assert plan.delete == tuple(sorted([stale, gone_queue]))
     assert plan.unchanged == 1
-    assert plan.to_dict()["delete"][0]["principal"] == "User:gone"
+    assert {d["resource_name"] for d in plan.to_dict()["delete"]} == {
+        kept.resource_name, "kmq.qm1.private.deleted"}
+
+
+def test_managed_bindings() -> None:
+    subqueues = KafkaAcl("topic", SUBQUEUES, "prefixed", "User:bob", "read", "allow")
+    assert managed(subqueues, "qm1") and not managed(subqueues, "qm2")
+    assert not managed(KafkaAcl("group", "kmq-reader-", "prefixed", "User:*", "read", "allow"),
+                       "qm1")
