@@ -1365,7 +1365,8 @@ class TopicReader:
         gone = deleted | {topic for topic in rested - deleted if not self._topic_exists(topic)}
         if gone:
             raise _deleted_error(sorted(gone))
-        with self._state_lock, map_kafka_errors("resume", ", ".join(sorted(rested))):
+        with self._state_lock, map_kafka_errors("resume", ", ".join(sorted(rested)),
+                                                  servers=self.bootstrap_servers):
             resumed = rested & self._rested - self._paused
             if resumed:
                 self._consumer.resume([TopicPartition(topic, 0) for topic in resumed])
