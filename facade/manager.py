@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from facade.acl import AccessRight, ObjectKind, SecurityDescriptor
+from facade.arguments import require_bool
 from facade.authorization import QueueAccess
 from facade.config import KmqConfig
 from facade.destination import Destination
@@ -136,7 +137,16 @@ class QueueManager:
         Raises:
             BrokerUnavailable: no broker configured or running, or it does not answer.
             ConfigurationError: invalid configuration.
+            InvalidParameter: ``config``, ``lease_ids`` or ``session`` of the wrong type.
         """
+        if config is not None and not isinstance(config, KmqConfig):
+            raise InvalidParameter.wrong_type("config", "None or a KmqConfig", config,
+                                              hint="KmqConfig.load(...), or keyword settings")
+        require_bool(lease_ids, "lease_ids")
+        if session is not None and not isinstance(session, KafkaSession):
+            raise InvalidParameter.wrong_type(
+                "session", "None or a KafkaSession (facade.kafkaseam)", session,
+                hint="e.g. facade.memorykafka.MemoryKafkaSession() for tests")
         config = config or KmqConfig.load(**overrides)
         if session is None:
             session = BrokerSession.from_config(config)

@@ -912,9 +912,13 @@ class Message:
             Message: the message.
 
         Raises:
-            InvalidParameter: a value is out of its MSMQ range (see :meth:`validate`);
-            TypeError: a name is not a property.
+            InvalidParameter: ``values`` is not a dict, or a value is out of its MSMQ range
+                (see :meth:`validate`);
+            TypeError: a name is not a property (as for ``Message(**values)``).
         """
+        if not isinstance(values, dict):
+            raise InvalidParameter.wrong_type("values", "a dict of property name -> value",
+                                              values)
         if not _FIELD_NAMES.issuperset(values):
             raise TypeError(f"not message properties: {sorted(values.keys() - _FIELD_NAMES)}")
         message = object.__new__(cls)
@@ -1192,7 +1196,8 @@ class AcknowledgmentInfo:
         cls = _coerce_enum(MessageClass, self.message_class, "message_class", "PROPID_M_CLASS")
         if not cls.is_acknowledgment:
             raise _invalid("message_class", "PROPID_M_CLASS", "an ACK_* or NACK_* class", cls)
-        queues = tuple(self.queues) if not isinstance(self.queues, (str, bytes)) else ()
+        queues = (tuple(self.queues) if isinstance(self.queues, Iterable)
+                  and not isinstance(self.queues, (str, bytes)) else ())
         if not queues or not all(isinstance(q, AcknowledgedQueue) for q in queues):
             raise _invalid(
                 "queues",
