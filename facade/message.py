@@ -55,9 +55,11 @@ from facade.propertyspec import (
 
 __all__ = [
     "SECURITY_PROPERTIES",
+    "check_body_size",
     "check_enforceable",
     "unsupported_security",
     "DEFAULT_PRIORITY",
+    "MAX_BODY_BYTES",
     "MAX_DURATION",
     "MAX_LABEL_LENGTH",
     "AcknowledgedQueue",
@@ -83,6 +85,10 @@ DEFAULT_PRIORITY = 3
 MIN_PRIORITY, MAX_PRIORITY = 0, 7
 #: PROPID_M_LABEL limit in characters (MQ_MAX_MSG_LABEL_LEN).
 MAX_LABEL_LENGTH = 250
+#: PROPID_M_BODY limit in bytes: MSMQ's 4 MB (4 MiB), the largest body a send accepts
+#: (:func:`check_body_size`). Not a limit of the model: a NACK returns the body it reports
+#: with its own payload, so messages the queue manager writes may hold more.
+MAX_BODY_BYTES = 4 * 1024 * 1024
 #: Longest finite TTRQ/TTBR in seconds: MSMQ holds them in a ULONG where 0xFFFFFFFF is INFINITE.
 MAX_DURATION = float(0xFFFFFFFE)
 
@@ -644,9 +650,9 @@ class Message:
     ignored or overwritten at send.
 
     Attributes:
-        body (bytes): PROPID_M_BODY, the payload: at most 4 MiB, MSMQ's limit (a send refuses
-            a larger record with InvalidParameter; see ``facade.topicsettings``). Default
-            ``b""``.
+        body (bytes): PROPID_M_BODY, the payload: at most 4 MiB (:data:`MAX_BODY_BYTES`),
+            MSMQ's limit, which every send enforces (:func:`check_body_size`: InvalidParameter
+            before anything is stored). Default ``b""``.
         label (str): PROPID_M_LABEL, up to 250 characters. Default ``""``.
         body_type (int): PROPID_M_BODY_TYPE, a VARTYPE tag (:class:`BodyType` or any 32-bit
             value). Default ``BodyType.EMPTY`` (0, MSMQ's default).
@@ -1112,6 +1118,26 @@ def unsupported_security(names: Iterable[str], hint: str | None = None) -> Inval
         "this path: it does not sign or encrypt messages, and will not send one unprotected",
         hint=hint or "send through MessageQueue.send (which signs and encrypts), or leave "
                      "these properties at their defaults")
+
+
+def check_body_size(message: Message, queue: str | None = None) -> None:
+    """Refuse a body larger than MSMQ's 4 MiB (:data:`MAX_BODY_BYTES`), checked by every send
+    (:func:`facade.sending.stamp_sent`) before anything is stored or produced.
+
+    Args:
+        message (Message): the message being sent.
+        queue (str | None): the format name sent to, for the error.
+
+    Raises:
+        InvalidParameter: the body is larger; the message names its size and the limit.
+    """
+    size = len(message.body)
+    if size > MAX_BODY_BYTES:
+        raise InvalidParameter(
+            f"the message body is {size:,} bytes; MSMQ's limit (PROPID_M_BODY) is "
+            f"{MAX_BODY_BYTES:,} bytes (4 MiB)", queue=queue,
+            hint="send at most 4 MiB per message: split the payload, or keep it elsewhere and "
+                 "send a reference")
 
 
 def check_enforceable(message: Message) -> None:

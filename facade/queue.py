@@ -210,7 +210,8 @@ class MessageQueue(PeekLockReceives):
         Raises:
             UnsupportedFormatNameOperation: a destination is read-only (journal, dead-letter).
             InvalidParameter: ``message`` is neither a Message nor bytes, another argument
-                has the wrong type, a property is outside its range, or a security property
+                has the wrong type, a property is outside its range, the body is larger than
+                MSMQ's 4 MiB (:data:`~facade.message.MAX_BODY_BYTES`), or a security property
                 kmq does not implement (refused, never sent unprotected); nothing was sent.
             TransactionUsage: a copy would be rejected for a transaction mismatch (see
                 ``transaction``) without telling the sender; ``transaction`` is committed or
@@ -255,8 +256,8 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             InvalidParameter: ``messages`` is not an iterable of :class:`Message` objects or
-                bodies, another argument has the wrong type, or a property is outside its range;
-                nothing was sent.
+                bodies, another argument has the wrong type, a property is outside its range,
+                or a body is larger than 4 MiB; nothing was sent.
             UnsupportedFormatNameOperation: a destination is read-only (journal, dead-letter)
                 or a subqueue; nothing was sent.
             MessageQueueError: the outgoing queue cannot be written; nothing was sent.
