@@ -3,7 +3,9 @@
 * issue 36 item 3: MSMQ's 4 MiB body limit (4,194,304 bytes): a body one byte larger is refused
   with InvalidParameter naming its size and the limit, before anything is stored, by ``send``,
   ``send_many``, transactional sends, multiple-element sends and ``kmq send`` (Spark's sink:
-  tests/unit/test_sending.py); only the Kafka record limit (4,456,448 bytes) was enforced.
+  tests/unit/test_sending.py); only the Kafka record limit (4,456,448 bytes) was enforced;
+* issue 36 item 4: ``kmq send --ttbr/--ttrq`` take the timer ranges the API takes
+  (facade.timers): 0 and MSMQ's ULONG seconds up to INFINITE.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from facade import Delivery, InvalidParameter, Message, QueueManager
+from facade import Delivery, InvalidParameter, JournalLevel, Message, QueueManager
 from facade.cli import app
 from facade.memorykafka import MemoryKafka, MemoryKafkaSession
 from facade.message import MAX_BODY_BYTES
+from facade.timers import TIME_TO_BE_RECEIVED, TIME_TO_REACH_QUEUE
 from facade.topicsettings import MAX_RECORD_BYTES
 
 TOO_LARGE = MAX_BODY_BYTES + 1
@@ -114,3 +117,36 @@ def test_kmq_send_refuses_a_body_over_4_mib_and_sends_nothing(kmq: Callable[...,
     body.write_bytes(b"x" * MAX_BODY_BYTES)
     kmq("send", "big", "--body-file", str(body))
     assert kmq("receive", "big", "--timeout", "5")["body_size"] == MAX_BODY_BYTES
+
+
+def test_kmq_send_takes_the_timer_ranges_the_api_takes(kmq: Callable[..., Any]) -> None:
+    """``--ttbr 0`` passed the option's check and was then refused by the message model, and
+    the option refused anything past 4294967.294 s, 1,000 times less than the API's limit."""
+    kmq("queue", "create", "timers")
+    kmq("send", "timers", "--body", "longest", "--ttbr", str(TIME_TO_BE_RECEIVED.maximum),
+        "--ttrq", str(TIME_TO_REACH_QUEUE.maximum))
+    got = kmq("receive", "timers", "--timeout", "5")
+    assert got["time_to_be_received"] == TIME_TO_BE_RECEIVED.maximum
+    assert got["time_to_reach_queue"] == TIME_TO_REACH_QUEUE.maximum
+    # MSMQ's words: INFINITE (and LONG_LIVED for TTRQ) mean what leaving the option out means.
+    kmq("send", "timers", "--body", "words", "--ttbr", "4294967295", "--ttrq", "4294967294")
+    got = kmq("receive", "timers", "--timeout", "5")
+    assert (got["time_to_be_received"], got["time_to_reach_queue"]) == (None, None)
+    # A TTBR of 0 expires the message as it is sent: nothing a receiver can get.
+    kmq("send", "timers", "--body", "at once", "--ttbr", "0", "--ttrq", "0",
+        "--journal", JournalLevel.DEADLETTER.name)
+    shown = kmq("queue", "show", "timers")
+    assert (shown["messages"], shown["expired"]) == (0, 1)
+
+
+@pytest.mark.parametrize(("option", "timer"), [("--ttbr", TIME_TO_BE_RECEIVED),
+                                               ("--ttrq", TIME_TO_REACH_QUEUE)])
+def test_kmq_send_help_and_usage_errors_show_the_models_range(kmq: Callable[..., Any],
+                                                              option: str, timer: Any) -> None:
+    described = timer.describe("no option")
+    help_text = " ".join(CliRunner().invoke(app, ["send", "--help"]).output.split())
+    assert described in help_text
+    for value in ("-1", "nan", str(timer.maximum + 1.5)):
+        result = CliRunner().invoke(app, ["send", "q", "--body", "x", option, value])
+        assert result.exit_code == 2, result.output
+        assert f"give {described}" in " ".join(result.output.split())
