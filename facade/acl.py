@@ -38,6 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from facade.arguments import require_iterable
 from facade.errors import AccessDenied, InvalidParameter
 
 __all__ = [
@@ -421,7 +422,7 @@ class SecurityDescriptor:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "owner", _check_principal(self.owner, "owner"))
-        entries = tuple(self.entries)
+        entries = tuple(require_iterable(self.entries, "entries", "AccessControlEntry objects"))
         for entry in entries:
             if not isinstance(entry, AccessControlEntry):
                 raise InvalidParameter(
@@ -493,9 +494,12 @@ class SecurityDescriptor:
             AccessDenied: some of ``rights`` are not granted; the message names the missing
                 rights, ``queue`` is ``object_name`` and the hint says whom to ask (and that
                 a deny entry must be removed, when one is the cause).
-            InvalidParameter: an invalid principal or rights.
+            InvalidParameter: an invalid principal or rights, or ``object_name`` is not a str.
         """
         needed = _check_rights(rights, "rights")
+        if not isinstance(object_name, str):
+            raise InvalidParameter.wrong_type("object_name", "a str (the object's name)",
+                                              object_name)
         missing = needed & ~self.granted(principal)
         if not missing:
             return
@@ -625,7 +629,8 @@ class SecurityDescriptor:
             InvalidParameter: an invalid owner or entry (see
                 :meth:`AccessControlEntry.from_text`).
         """
-        return cls(owner, tuple(AccessControlEntry.from_text(value) for value in values))
+        return cls(owner, tuple(AccessControlEntry.from_text(value)
+                                for value in require_iterable(values, "values", "entry texts")))
 
     @classmethod
     def default_for(cls, kind: ObjectKind, owner: str) -> SecurityDescriptor:
@@ -659,6 +664,7 @@ class SecurityDescriptor:
         Raises:
             InvalidParameter: an invalid owner or an unknown kind.
         """
+        owner = _check_principal(owner, "owner")
         R = AccessRight
         if kind in (ObjectKind.QUEUE, ObjectKind.ALIAS, ObjectKind.DISTRIBUTION_LIST):
             everyone = R.WRITE_MESSAGE | R.GET_PROPERTIES | R.GET_PERMISSIONS  # Send To

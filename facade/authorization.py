@@ -404,8 +404,8 @@ class QueueAccess:
             DirectoryUnavailable: a public queue and the directory cannot be reached.
         """
         if not isinstance(descriptor, SecurityDescriptor):
-            raise InvalidParameter(
-                f"a queue's security must be a SecurityDescriptor, not {type(descriptor).__name__}",
+            raise InvalidParameter.wrong_type(
+                "descriptor", "a SecurityDescriptor (a queue's security)", descriptor,
                 queue=properties.path_name,
                 hint="start from qm.queue_security(path) and use .grant/.deny/.revoke")
         _refuse_queue_manager_rights(descriptor, properties.path_name)

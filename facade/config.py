@@ -84,6 +84,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from facade.arguments import FieldTypes, mistyped_field
 from facade.errors import ConfigurationError
 from facade.kafka_security import check_kafka_security, kafka_security_from_env
 
@@ -172,6 +173,9 @@ class DirectorySettings:
         sasl_mechanism (str | None): ``EXTERNAL``, ``DIGEST-MD5`` or ``PLAIN`` (validated by
             :meth:`KmqConfig.load`, which also upper-cases it); None means a simple bind.
         timeout (float): seconds to wait for the TCP connect and for each LDAP response.
+
+    Raises:
+        ConfigurationError: a setting of the wrong type (named).
     """
 
     url: str | None = None
@@ -185,6 +189,9 @@ class DirectorySettings:
     sasl_mechanism: str | None = None
     timeout: float = DEFAULT_DIRECTORY_TIMEOUT
 
+    def __post_init__(self) -> None:
+        _check_field_types(self, _DIRECTORY_TYPES, "directory.")
+
     @property
     def is_workgroup(self) -> bool:
         """True for ``url = "none"``: MSMQ workgroup mode, no directory of public objects."""
@@ -194,6 +201,35 @@ class DirectorySettings:
     def is_embedded(self) -> bool:
         """True when the embedded ldap3 MOCK_SYNC store is used (never in workgroup mode)."""
         return self.url is None or self.url.startswith("embedded:")
+
+
+#: The type of each setting (replication counts are checked by :func:`replication_settings`).
+_CONFIG_TYPES: FieldTypes = {
+    "bootstrap_servers": ((str, type(None)), "None or a str (host:port,...)"),
+    "home": ((Path,), "a path (str or pathlib.Path)"),
+    "queue_manager": ((str,), "a str"),
+    "principal": ((str,), "a str"),
+    "directory": ((DirectorySettings,), "a DirectorySettings"),
+    "kafka_options": ((Mapping,), "a mapping of librdkafka property names to str values"),
+}
+_DIRECTORY_TYPES: FieldTypes = {
+    **{name: ((str, type(None)), "None or a str")
+       for name in ("url", "bind_dn", "password", "ca_file", "cert_file", "key_file",
+                    "sasl_mechanism")},
+    "base_dn": ((str,), "a str"),
+    "starttls": ((bool,), "True or False"),
+    "timeout": ((int, float), "seconds (a float)"),
+}
+
+
+def _check_field_types(settings: object, types: FieldTypes, prefix: str = "") -> None:
+    """Raise ConfigurationError for the first setting of the wrong type; its value is not
+    shown, since it may be a password."""
+    mistyped = mistyped_field(settings, types)
+    if mistyped is not None:
+        name, expected, value = mistyped
+        raise ConfigurationError(f"{prefix}{name} in the configuration must be {expected}, "
+                                 f"not {type(value).__name__}")
 
 
 @dataclass(frozen=True)
@@ -225,8 +261,9 @@ class KmqConfig:
             refused.
 
     Raises:
-        ConfigurationError: ``replication_factor``, ``min_insync_replicas``,
-            ``max_send_fanout`` or ``max_send_bytes`` is not a whole number >= 1, or
+        ConfigurationError: a setting of the wrong type (``home`` may be given as a str),
+            ``replication_factor``, ``min_insync_replicas``, ``max_send_fanout`` or
+            ``max_send_bytes`` is not a whole number >= 1, or
             ``min_insync_replicas`` exceeds ``replication_factor``.
     """
 
@@ -243,6 +280,9 @@ class KmqConfig:
 
     def __post_init__(self) -> None:
         # Also catches keyword overrides of load(), which skip the environment and TOML parsing.
+        if isinstance(self.home, (str, os.PathLike)) and not isinstance(self.home, Path):
+            object.__setattr__(self, "home", Path(self.home))
+        _check_field_types(self, _CONFIG_TYPES)
         replication_settings(self.replication_factor, self.min_insync_replicas)
         for name, _ in _SEND_BOUNDS:
             _count(getattr(self, name), name, "in the configuration", hint=_SEND_BOUND_HINT)
@@ -252,7 +292,6 @@ class KmqConfig:
         """``min.insync.replicas`` for new topics: the configured value, else
         :data:`DEFAULT_MIN_INSYNC_REPLICAS` or the replication factor if that is smaller."""
         return replication_settings(self.replication_factor, self.min_insync_replicas)[1]
-
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> KmqConfig:
@@ -271,8 +310,17 @@ class KmqConfig:
         Raises:
             ConfigurationError: the TOML file is unreadable or malformed, or has an unknown key
                 or a value of the wrong type or range; the message names the file and the key
-                (or the environment variable).
+                (or the environment variable); or ``environ`` is not a mapping, or an override
+                is no setting or of the wrong type.
         """
+        if environ is not None and not isinstance(environ, Mapping):
+            raise ConfigurationError(f"environ must be None or a mapping of environment "
+                                     f"variables, not {type(environ).__name__}",
+                                     hint="pass e.g. dict(os.environ), or leave it out")
+        unknown = sorted(set(overrides) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ConfigurationError(f"{unknown} are not kmq settings",
+                                     hint=f"settings: {', '.join(cls.__dataclass_fields__)}")
         env = os.environ if environ is None else environ
         toml_path = _find_toml(env)
         doc = _read_toml(toml_path) if toml_path else {}

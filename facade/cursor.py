@@ -53,9 +53,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from enum import Enum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from facade.errors import IllegalCursorAction, MessageAlreadyReceived, ReceiveTimeout
+from facade.errors import (
+    IllegalCursorAction,
+    InvalidParameter,
+    MessageAlreadyReceived,
+    ReceiveTimeout,
+)
 from facade.queuestate import IndexEntry, OffsetState
 from facade.queueview import QueueView
 from facade.timeouts import receive_timeout
@@ -117,8 +122,10 @@ class QueueReader(Protocol):
         ...
 
 
+@runtime_checkable
 class CursorSource(Protocol):
-    """What :class:`Cursor` takes: an opened queue (:class:`facade.queue.MessageQueue`)."""
+    """What :class:`Cursor` takes: an opened queue (:class:`facade.queue.MessageQueue`);
+    runtime-checkable, so that anything else is refused with InvalidParameter."""
 
     format_name: str
 
@@ -163,9 +170,13 @@ class Cursor:
     Raises:
         UnsupportedFormatNameOperation: ``queue`` names several queues (it can only be sent
             to); open one queue to read it.
+        InvalidParameter: ``queue`` is not an opened queue.
     """
 
     def __init__(self, queue: CursorSource):
+        if not isinstance(queue, CursorSource):
+            raise InvalidParameter.wrong_type("queue", "an opened MessageQueue", queue,
+                                              hint="queue.cursor() opens a cursor on it")
         self._reader = queue.reader
         self._where = _Where.BEFORE_FIRST
         #: ``(-priority, lookup id)`` of the current (ON) or last received (AFTER) message.

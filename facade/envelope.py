@@ -143,8 +143,10 @@ def _instant_to_ms(value: _dt.datetime | None) -> int | None:
 
 
 def _seconds_to_ms(value: float | None) -> int | None:
-    # A positive duration never rounds to 0 ms: 0 would not be a valid TTRQ/TTBR.
-    return None if value is None else max(1, round(value * 1000))
+    # A positive timer never rounds to 0 ms, which is a timer of its own (expired at send).
+    if value is None:
+        return None
+    return max(1, round(value * 1000)) if value else 0
 
 
 def _ms_to_seconds(value: int | None) -> float | None:

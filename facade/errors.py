@@ -119,6 +119,31 @@ class InvalidParameter(MessageQueueError, ValueError):
     error_code = "MQ_ERROR_INVALID_PARAMETER"
     hresult = 0xC00E0006
 
+    @classmethod
+    def wrong_type(cls, name: str, expected: str, value: object, *, hint: str | None = None,
+                   queue: str | None = None) -> InvalidParameter:
+        """The error for an argument of the wrong type (MSMQ's MQ_ERROR_INVALID_PARAMETER):
+        it names the parameter, what it takes and what was given, so that no wrong type
+        escapes as a bare ``TypeError`` or ``AttributeError`` from deeper down.
+
+        Args:
+            name (str): the parameter (or property) as the caller wrote it, e.g. ``lookup_id``.
+            expected (str): what it takes, e.g. ``"an int >= 0"``.
+            value (object): what was given; shown by type and a short repr.
+            hint (str | None): how to fix it, when ``expected`` does not say it all.
+            queue (str | None): the queue concerned, if any.
+
+        Returns:
+            InvalidParameter: the error, to raise.
+        """
+        kind = type(value).__name__
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            shown = f"{kind} ({len(value)} bytes)"  # a body can be megabytes
+        else:
+            text = f"{value!r:.60}"
+            shown = text if value is None or text.startswith(kind) else f"{kind} {text}"
+        return cls(f"{name} must be {expected}, not {shown}", hint=hint, queue=queue)
+
 
 class QueueNotFound(MessageQueueError):
     """The queue (its Kafka topic or directory entry) does not exist."""

@@ -49,7 +49,12 @@ import uuid
 from dataclasses import dataclass
 from typing import NoReturn, Self
 
-from facade.errors import FormatNameError, QueuePathNameError, UnsupportedFormatNameOperation
+from facade.errors import (
+    FormatNameError,
+    InvalidParameter,
+    QueuePathNameError,
+    UnsupportedFormatNameOperation,
+)
 
 __all__ = [
     "DEFAULT_VIRTUAL_DIRECTORY",
@@ -280,6 +285,7 @@ class _QueueSuffixMixin:
 
         Raises:
             FormatNameError: ``name`` is not a valid subqueue name (the message says why).
+            InvalidParameter: ``name`` is not a str.
             UnsupportedFormatNameOperation: for a system queue.
         """
         self._require_queue("with_subqueue")
@@ -341,6 +347,7 @@ class QueuePath(_QueueSuffixMixin):
 
         Raises:
             FormatNameError: ``name`` is not a valid computer name.
+            InvalidParameter: ``name`` is not a str.
         """
         cursor = _cursor_over(name, "computer name", strip=False)
         return dataclasses.replace(self, machine=_parse_host(cursor, "computer name", local=True))
@@ -551,7 +558,7 @@ class MultipleElementFormatName(FormatName):
         FormatNameError: fewer than two elements, or an element that is a multiple-element name,
             ``MACHINE=``, a journal, a dead-letter queue or a subqueue (MSMQ refuses read-only
             queues in a multiple-element name; a subqueue cannot be sent to).
-        TypeError: an element that is not a format name.
+        InvalidParameter: an element that is not a format name.
     """
 
     elements: tuple[FormatName, ...]
@@ -560,7 +567,7 @@ class MultipleElementFormatName(FormatName):
         object.__setattr__(self, "elements", tuple(self.elements))
         for element in self.elements:
             if not isinstance(element, FormatName):
-                raise TypeError(f"elements must be format names, not {type(element).__name__}")
+                raise InvalidParameter.wrong_type("elements", "FormatName objects", element)
         text, offset = str(self), 0
         if len(self.elements) < 2:
             raise FormatNameError(
@@ -679,9 +686,14 @@ def _is_keyword(word: str, keyword: str) -> bool:
 
 
 def _cursor_over(text: object, what: str, *, strip: bool = True) -> _Cursor:
-    """A cursor over ``text`` without surrounding whitespace; rejects non-str and empty text."""
+    """A cursor over ``text`` without surrounding whitespace; rejects non-str and empty text.
+
+    Raises:
+        InvalidParameter: ``text`` is not a str (``what`` names it).
+        FormatNameError: ``text`` is empty.
+    """
     if not isinstance(text, str):
-        raise TypeError(f"{what} must be str, not {type(text).__name__}")
+        raise InvalidParameter.wrong_type(what, "a str", text)
     start, end = 0, len(text)
     if strip:
         start, end = len(text) - len(text.lstrip()), len(text.rstrip())
@@ -1051,7 +1063,7 @@ def parse_format_name(text: str) -> FormatName:
         FormatNameError: the text does not follow the grammar (MQ_ERROR_ILLEGAL_FORMATNAME);
             ``.position`` points at the first offending character and the message says what was
             expected there.
-        TypeError: ``text`` is not a str.
+        InvalidParameter: ``text`` is not a str.
     """
     cursor = _cursor_over(text, "format name")
     if cursor.take("FORMATNAME:") and cursor.at_end():
@@ -1089,7 +1101,7 @@ def parse_path_name(text: str) -> QueuePath:
         QueuePathNameError: (a FormatNameError) the text is not a path name
             (MQ_ERROR_ILLEGAL_QUEUE_PATHNAME); ``.position`` points at the first offending
             character and the message says what was expected there.
-        TypeError: ``text`` is not a str.
+        InvalidParameter: ``text`` is not a str.
     """
     try:
         return _parse_path_name(text)
@@ -1148,7 +1160,7 @@ def parse_queue_reference(text: str) -> FormatName | QueuePath:
     Raises:
         FormatNameError: the text is neither (see :func:`parse_format_name` and
             :func:`parse_path_name`).
-        TypeError: ``text`` is not a str.
+        InvalidParameter: ``text`` is not a str.
     """
     cursor = _cursor_over(text, "format name or path name")
     if cursor.take("FORMATNAME:") or _looks_like_format_name(cursor):
@@ -1171,12 +1183,13 @@ def path_to_format_name(path: QueuePath | str, machine: str | None = None) -> Di
     Raises:
         FormatNameError: ``path`` text is not a path name, or ``machine`` (or the host name) is
             not a valid computer name; pass a valid ``machine=``.
-        TypeError: ``path`` is neither a QueuePath nor a str.
+        InvalidParameter: ``path`` is neither a QueuePath nor a str, or ``machine`` is not a
+            str.
     """
     if isinstance(path, str):
         path = parse_path_name(path)
     elif not isinstance(path, QueuePath):
-        raise TypeError(f"path must be QueuePath or str, not {type(path).__name__}")
+        raise InvalidParameter.wrong_type("path", "a QueuePath or a path name str", path)
     address = path.machine
     if path.is_local:
         name = socket.gethostname().lower() if machine is None else machine

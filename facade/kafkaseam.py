@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from facade.errors import TransactionAborted
 
@@ -209,9 +209,13 @@ class RecordReader(Protocol):
         ...
 
 
+@runtime_checkable
 class KafkaSession(Protocol):
     """The Kafka clients of one queue manager: what the queue manager, its queues, the
     registries and the receipts views use of Kafka, and nothing more.
+
+    Runtime-checkable, so that :meth:`facade.manager.QueueManager.open` refuses an object
+    that is no session with ``InvalidParameter`` rather than failing on its first use.
 
     Every topic kmq makes has one partition; offsets, headers, keys, log start offsets, high
     watermarks, idempotent produce and transactions keep Kafka's documented meaning.

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from facade.acl import AccessRight, ObjectKind, SecurityDescriptor
+from facade.arguments import require_bool
 from facade.authorization import QueueAccess
 from facade.config import KmqConfig
 from facade.destination import Destination
@@ -144,7 +145,16 @@ class QueueManager:
                 that contradicts the authenticated identity, or no authenticated identity
                 against a cluster that is not local (see :mod:`facade.principal`); credentials
                 the broker refuses.
+            InvalidParameter: ``config``, ``lease_ids`` or ``session`` of the wrong type.
         """
+        if config is not None and not isinstance(config, KmqConfig):
+            raise InvalidParameter.wrong_type("config", "None or a KmqConfig", config,
+                                              hint="KmqConfig.load(...), or keyword settings")
+        require_bool(lease_ids, "lease_ids")
+        if session is not None and not isinstance(session, KafkaSession):
+            raise InvalidParameter.wrong_type(
+                "session", "None or a KafkaSession (facade.kafkaseam)", session,
+                hint="e.g. facade.memorykafka.MemoryKafkaSession() for tests")
         config = config or KmqConfig.load(**overrides)
         # Before any request: a declared principal that contradicts the authenticated one (or
         # none where one is required) is refused, not acted on.

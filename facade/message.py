@@ -31,7 +31,6 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import itertools
-import math
 import operator
 import os
 import re
@@ -52,13 +51,15 @@ from facade.propertyspec import (
     declare,
     specs,
 )
+from facade.timers import TIME_TO_BE_RECEIVED, TIME_TO_REACH_QUEUE, TIMER_RANGES
 
 __all__ = [
     "SECURITY_PROPERTIES",
+    "check_body_size",
     "check_enforceable",
     "unsupported_security",
     "DEFAULT_PRIORITY",
-    "MAX_DURATION",
+    "MAX_BODY_BYTES",
     "MAX_LABEL_LENGTH",
     "AcknowledgedQueue",
     "Acknowledgment",
@@ -83,11 +84,16 @@ DEFAULT_PRIORITY = 3
 MIN_PRIORITY, MAX_PRIORITY = 0, 7
 #: PROPID_M_LABEL limit in characters (MQ_MAX_MSG_LABEL_LEN).
 MAX_LABEL_LENGTH = 250
-#: Longest finite TTRQ/TTBR in seconds: MSMQ holds them in a ULONG where 0xFFFFFFFF is INFINITE.
-MAX_DURATION = float(0xFFFFFFFE)
+#: PROPID_M_BODY limit in bytes: MSMQ's 4 MB (4 MiB), the largest body a send accepts
+#: (:func:`check_body_size`). Not a limit of the model: a NACK returns the body it reports
+#: with its own payload, so messages the queue manager writes may hold more.
+MAX_BODY_BYTES = 4 * 1024 * 1024
 
 _UINT32_MAX = 0xFFFFFFFF
 _UINT64_MAX = 0xFFFFFFFFFFFFFFFF
+#: The timer properties' ranges (facade.timers), which :meth:`Message._normalize` and the
+#: field checks apply.
+_TIMER_LIST = (TIME_TO_BE_RECEIVED, TIME_TO_REACH_QUEUE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -504,18 +510,9 @@ def _coerce_flags(flag_cls: type[_F], value: object, name: str, propid: str) -> 
     raise _invalid(name, propid, f"a combination of {flag_cls.__name__} flags (0-{mask:#x})", value)
 
 
-def _check_duration(value: object, name: str, propid: str) -> None:
-    if value is None:
-        return
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not math.isfinite(value)
-        or not 0 < value <= MAX_DURATION
-    ):
-        raise _invalid(
-            name, propid, f"None (no limit) or seconds > 0 and <= {MAX_DURATION:.0f}", value
-        )
+def _timer_check(name: str, propid: str) -> Callable[[object], None]:
+    """The check of a timer property (a :data:`facade.propertyspec.CheckFactory`)."""
+    return TIMER_RANGES[name].check
 
 
 def _check_instant(value: object, name: str, propid: str) -> None:
@@ -644,9 +641,9 @@ class Message:
     ignored or overwritten at send.
 
     Attributes:
-        body (bytes): PROPID_M_BODY, the payload: at most 4 MiB, MSMQ's limit (a send refuses
-            a larger record with InvalidParameter; see ``facade.topicsettings``). Default
-            ``b""``.
+        body (bytes): PROPID_M_BODY, the payload: at most 4 MiB (:data:`MAX_BODY_BYTES`),
+            MSMQ's limit, which every send enforces (:func:`check_body_size`: InvalidParameter
+            before anything is stored). Default ``b""``.
         label (str): PROPID_M_LABEL, up to 250 characters. Default ``""``.
         body_type (int): PROPID_M_BODY_TYPE, a VARTYPE tag (:class:`BodyType` or any 32-bit
             value). Default ``BodyType.EMPTY`` (0, MSMQ's default).
@@ -660,10 +657,14 @@ class Message:
         admin_queue (str | None): PROPID_M_ADMIN_QUEUE, format name for ACK/NACK messages.
         response_queue (str | None): PROPID_M_RESP_FORMAT_NAME (PROPID_M_RESP_QUEUE), format name
             for replies; may be a multiple-element name.
-        time_to_reach_queue (float | None): PROPID_M_TIME_TO_REACH_QUEUE in seconds (> 0);
-            ``None`` = LONG_LIVED, the queue manager's default.
-        time_to_be_received (float | None): PROPID_M_TIME_TO_BE_RECEIVED in seconds (> 0) counted
-            from ``sent_time``; ``None`` = INFINITE. Takes precedence over TTRQ.
+        time_to_reach_queue (float | None): PROPID_M_TIME_TO_REACH_QUEUE in seconds, 0 to
+            4294967293 (:data:`facade.timers.TIME_TO_REACH_QUEUE`); ``None`` = LONG_LIVED, the
+            queue manager's default (4 days), also given as 4294967294 (LONG_LIVED) or
+            4294967295 (INFINITE). 0: the copy gets one attempt to reach its queue.
+        time_to_be_received (float | None): PROPID_M_TIME_TO_BE_RECEIVED in seconds counted
+            from ``sent_time``, 0 to 4294967294 (:data:`facade.timers.TIME_TO_BE_RECEIVED`);
+            ``None`` = INFINITE, also given as 4294967295. Takes precedence over TTRQ; 0
+            expires the message as it is sent.
         not_before (datetime | None): kmq extension (timed dequeue): the message stays invisible
             to receivers until this instant. ``None`` = visible at once.
         journal (JournalLevel): PROPID_M_JOURNAL, default NONE.
@@ -752,15 +753,17 @@ class Message:
         avro=AvroField("response_queue", _OPTIONAL_STRING, 13), spark=SparkColumn("string", 17),
         spark_input=SparkInput("text", "PROPID_M_RESP_FORMAT_NAME, a format name"))
     time_to_reach_queue: float | None = declare(
-        None, propid="PROPID_M_TIME_TO_REACH_QUEUE", check=_value_check(_check_duration),
+        None, propid="PROPID_M_TIME_TO_REACH_QUEUE", check=_timer_check,
         avro=AvroField("time_to_reach_queue_ms", _OPTIONAL_LONG, 17, "duration_ms"),
         spark=SparkColumn("double", 12),
-        spark_input=SparkInput("seconds", "PROPID_M_TIME_TO_REACH_QUEUE, seconds (> 0)"))
+        spark_input=SparkInput("seconds", f"PROPID_M_TIME_TO_REACH_QUEUE, "
+                                          f"{TIME_TO_REACH_QUEUE.describe()}"))
     time_to_be_received: float | None = declare(
-        None, propid="PROPID_M_TIME_TO_BE_RECEIVED", check=_value_check(_check_duration),
+        None, propid="PROPID_M_TIME_TO_BE_RECEIVED", check=_timer_check,
         avro=AvroField("time_to_be_received_ms", _OPTIONAL_LONG, 18, "duration_ms"),
         spark=SparkColumn("double", 13),
-        spark_input=SparkInput("seconds", "PROPID_M_TIME_TO_BE_RECEIVED, seconds (> 0)"))
+        spark_input=SparkInput("seconds", f"PROPID_M_TIME_TO_BE_RECEIVED, "
+                                          f"{TIME_TO_BE_RECEIVED.describe()}"))
     not_before: _dt.datetime | None = declare(
         None, propid="kmq not-before time", check=_value_check(_check_instant),
         avro=AvroField("not_before", _OPTIONAL_INSTANT, 21, "instant_ms"),
@@ -912,9 +915,13 @@ class Message:
             Message: the message.
 
         Raises:
-            InvalidParameter: a value is out of its MSMQ range (see :meth:`validate`);
-            TypeError: a name is not a property.
+            InvalidParameter: ``values`` is not a dict, or a value is out of its MSMQ range
+                (see :meth:`validate`);
+            TypeError: a name is not a property (as for ``Message(**values)``).
         """
+        if not isinstance(values, dict):
+            raise InvalidParameter.wrong_type("values", "a dict of property name -> value",
+                                              values)
         if not _FIELD_NAMES.issuperset(values):
             raise TypeError(f"not message properties: {sorted(values.keys() - _FIELD_NAMES)}")
         message = object.__new__(cls)
@@ -944,10 +951,15 @@ class Message:
         return copy
 
     def _normalize(self) -> None:
-        """Convert accepted alternative forms (ints for enums, raw ids, bytearray) in place."""
+        """Convert accepted alternative forms (ints for enums, raw ids, bytearray, MSMQ's
+        INFINITE and LONG_LIVED timers) in place."""
         values = self.__dict__
         if isinstance(self.body, (bytearray, memoryview)):
             self.body = bytes(self.body)
+        for timer in _TIMER_LIST:
+            value = values[timer.name]
+            if value is not None and timer.is_unset(value):
+                values[timer.name] = None
         if self.correlation_id is not None:
             self.correlation_id = _as_message_id(
                 self.correlation_id, "correlation_id", "PROPID_M_CORRELATIONID"
@@ -1110,6 +1122,26 @@ def unsupported_security(names: Iterable[str], hint: str | None = None) -> Inval
                      "these properties at their defaults")
 
 
+def check_body_size(message: Message, queue: str | None = None) -> None:
+    """Refuse a body larger than MSMQ's 4 MiB (:data:`MAX_BODY_BYTES`), checked by every send
+    (:func:`facade.sending.stamp_sent`) before anything is stored or produced.
+
+    Args:
+        message (Message): the message being sent.
+        queue (str | None): the format name sent to, for the error.
+
+    Raises:
+        InvalidParameter: the body is larger; the message names its size and the limit.
+    """
+    size = len(message.body)
+    if size > MAX_BODY_BYTES:
+        raise InvalidParameter(
+            f"the message body is {size:,} bytes; MSMQ's limit (PROPID_M_BODY) is "
+            f"{MAX_BODY_BYTES:,} bytes (4 MiB)", queue=queue,
+            hint="send at most 4 MiB per message: split the payload, or keep it elsewhere and "
+                 "send a reference")
+
+
 def check_enforceable(message: Message) -> None:
     """Refuse a message that asks for what kmq does not enforce yet (checked at every send).
     Security properties are checked by ``facade.protection.check_protection``.
@@ -1192,7 +1224,8 @@ class AcknowledgmentInfo:
         cls = _coerce_enum(MessageClass, self.message_class, "message_class", "PROPID_M_CLASS")
         if not cls.is_acknowledgment:
             raise _invalid("message_class", "PROPID_M_CLASS", "an ACK_* or NACK_* class", cls)
-        queues = tuple(self.queues) if not isinstance(self.queues, (str, bytes)) else ()
+        queues = (tuple(self.queues) if isinstance(self.queues, Iterable)
+                  and not isinstance(self.queues, (str, bytes)) else ())
         if not queues or not all(isinstance(q, AcknowledgedQueue) for q in queues):
             raise _invalid(
                 "queues",

@@ -159,9 +159,9 @@ class QueueManagerSecurity:
             BrokerUnavailable, BrokerError: the record was not written.
         """
         if not isinstance(descriptor, SecurityDescriptor):
-            raise InvalidParameter(
-                f"a queue manager's security must be a SecurityDescriptor, not "
-                f"{type(descriptor).__name__}", hint="start from qm.queue_manager_security()")
+            raise InvalidParameter.wrong_type(
+                "descriptor", "a SecurityDescriptor (the queue manager's security)", descriptor,
+                hint="start from qm.queue_manager_security()")
         current = self.descriptor()
         self.require(AccessRight.CONTROL)
         if descriptor.owner.casefold() != current.owner.casefold():

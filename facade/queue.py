@@ -23,6 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, cast
 
 from facade.acl import AccessRight
+from facade.arguments import require_bool, require_iterable
 from facade.authorization import receive_right
 from facade.cursor import Cursor, QueueReader
 from facade.envelope import EncodedRecord
@@ -65,7 +66,7 @@ from facade.receiving import (
     write_receive_outputs,
 )
 from facade.resolution import elements_of, is_dynamic, needs_directory
-from facade.timeouts import receive_timeout
+from facade.timeouts import lease_to_ms, receive_timeout, wait_seconds
 
 if TYPE_CHECKING:
     from facade.destination import Destination
@@ -80,6 +81,12 @@ log = logging.getLogger("kmq.queue")
 _WAIT_SLICE = 0.05
 #: Seconds between tries of a waiting receive while the broker does not answer.
 _OUTAGE_RETRY = 0.5
+#: Seconds a waiting send waits for its verdicts unless told otherwise.
+_SEND_TIMEOUT = 30.0
+#: What a send takes as a body alone (System.Messaging's ``Send(object)``).
+_BODY_TYPES = (bytes, bytearray, memoryview)
+#: The largest PROPID_M_LOOKUPID (a 64-bit unsigned key).
+_MAX_LOOKUP_ID = 2**64 - 1
 #: ``kmq.reason`` of a poison record found by its headers (a POISON claim's own reason, e.g. the
 #: decode error a peek met, takes precedence).
 _BAD_HEADERS = "record headers are not a kmq envelope's"
@@ -121,10 +128,7 @@ class MessageQueue(PeekLockReceives):
     def __init__(self, manager: QueueHost, reference: FormatName | QueuePath,
                  destinations: list[Destination], *, prefetch: int = 0,
                  prefetch_lease: float = DEFAULT_PREFETCH_LEASE, spread_picks: bool = False):
-        if not isinstance(spread_picks, bool):
-            raise InvalidParameter(f"spread_picks must be True or False, not {spread_picks!r}",
-                                   hint="spread_picks=True trades per-receiver order for "
-                                        "throughput among competing receivers")
+        require_bool(spread_picks, "spread_picks")
         self.manager = manager
         self._spread_picks = spread_picks
         self.reference = reference
@@ -167,9 +171,15 @@ class MessageQueue(PeekLockReceives):
 
     # -- send ----------------------------------------------------------------------------------
 
-    def send(self, message: Message, *, wait: bool = False, timeout: float = 30.0,
+    def send(self, message: Message | bytes, *, wait: bool = False,
+             timeout: float = _SEND_TIMEOUT,
              transaction: MessageQueueTransaction | str | None = None) -> Message:
         """Send ``message`` to every destination of this queue (MSMQ ``MQSendMessage``).
+
+        ``message`` may also be a body alone (``bytes``, ``bytearray`` or ``memoryview``):
+        ``q.send(b"raw")`` sends ``Message(body=b"raw")``, a message with MSMQ's default
+        properties, as System.Messaging's ``Send(object)`` takes any object as the body (kmq
+        has no formatters: a body is bytes, and text must be encoded by the caller).
 
         The queue manager assigns ``id``, ``sent_time``, ``source_machine_id``,
         ``destination_queue`` and ``destination_format_name``; every copy of one send carries the
@@ -181,10 +191,10 @@ class MessageQueue(PeekLockReceives):
         from several threads share the outgoing queue's commits (one fsync for all of them).
 
         Args:
-            message (Message): the message; it is not modified.
+            message (Message | bytes): the message (it is not modified), or a body alone.
             wait (bool): wait until every copy has the broker's verdict ("queued"), and raise if
                 one failed.
-            timeout (float): seconds to wait when ``wait`` is true.
+            timeout (float): seconds (>= 0) to wait when ``wait`` is true.
             transaction (MessageQueueTransaction | str | None): send within this transaction
                 (:mod:`facade.transaction`: written at its commit, exactly once, in order, or
                 not at all); ``"single"`` is MSMQ's single-message transaction (committed
@@ -201,10 +211,13 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             UnsupportedFormatNameOperation: a destination is read-only (journal, dead-letter).
-            InvalidParameter: a property outside its range, or a security property kmq does
-                not implement (refused, never sent unprotected); or a send to several queues
-                over the queue manager's bounds (``max_send_fanout`` queues, ``max_send_bytes``
-                of body size x queues; :func:`facade.sending.check_fan_out`): nothing was sent.
+            InvalidParameter: ``message`` is neither a Message nor bytes, another argument
+                has the wrong type, a property is outside its range, the body is larger than
+                MSMQ's 4 MiB (:data:`~facade.message.MAX_BODY_BYTES`), or a security property
+                kmq does not implement (refused, never sent unprotected); or a send to several
+                queues over the queue manager's bounds (``max_send_fanout`` queues,
+                ``max_send_bytes`` of body size x queues; :func:`facade.sending.check_fan_out`):
+                nothing was sent.
             TransactionUsage: a copy would be rejected for a transaction mismatch (see
                 ``transaction``) without telling the sender; ``transaction`` is committed or
                 aborted already; or the caller set ``transaction_id`` itself.
@@ -220,10 +233,10 @@ class MessageQueue(PeekLockReceives):
             QueueNotFound, DirectoryUnavailable: a destination, or the admin queue of a message
                 that asks for acknowledgments, does not resolve; nothing was sent.
         """
-        return self._send((message,), wait, timeout, transaction)[0]
+        return self._send((_as_message(message, "message"),), wait, timeout, transaction)[0]
 
-    def send_many(self, messages: Iterable[Message], *, wait: bool = False,
-                  timeout: float = 30.0,
+    def send_many(self, messages: Iterable[Message | bytes], *, wait: bool = False,
+                  timeout: float = _SEND_TIMEOUT,
                   transaction: MessageQueueTransaction | str | None = None) -> list[Message]:
         """Send several messages to every destination of this queue, as one batch.
 
@@ -236,7 +249,9 @@ class MessageQueue(PeekLockReceives):
         this is ``MQSendMessage`` in a loop, minus the per-message overhead.
 
         Args:
-            messages (Iterable[Message]): the messages, in send order; none is modified.
+            messages (Iterable[Message | bytes]): the messages, in send order; none is
+                modified. A body alone (bytes) is a message with default properties, as for
+                :meth:`send`.
             wait (bool): wait until every copy of every message has the broker's verdict, and
                 raise if one failed.
             timeout (float): seconds to wait (for the whole batch) when ``wait`` is true.
@@ -249,9 +264,10 @@ class MessageQueue(PeekLockReceives):
             ``wait``, acknowledged by the broker).
 
         Raises:
-            InvalidParameter: an element is not a :class:`Message`, or a property is outside its
-                range, or the batch is over the send bounds (as for :meth:`send`: the bodies
-                of the whole batch x queues count); nothing was sent.
+            InvalidParameter: ``messages`` is not an iterable of :class:`Message` objects or
+                bodies, another argument has the wrong type, a property is outside its range,
+                a body is larger than 4 MiB, or the batch is over the send bounds (as for
+                :meth:`send`: the bodies of the whole batch x queues count); nothing was sent.
             UnsupportedFormatNameOperation: a destination is read-only (journal, dead-letter)
                 or a subqueue; nothing was sent.
             MessageQueueError: the outgoing queue cannot be written; nothing was sent.
@@ -264,16 +280,16 @@ class MessageQueue(PeekLockReceives):
             AccessDenied: as for :meth:`send`; an admin queue that refuses the caller refuses
                 the whole batch before anything is sent.
         """
-        batch = tuple(messages)
-        for message in batch:
-            if not isinstance(message, Message):
-                raise InvalidParameter(f"send_many() takes Message objects, not "
-                                       f"{type(message).__name__}", queue=self.format_name)
+        items = require_iterable(messages, "messages", "Message objects (or bodies)")
+        batch = tuple(_as_message(message, "each of messages") for message in items)
         return self._send(batch, wait, timeout, transaction) if batch else []
 
     def _send(self, messages: tuple[Message, ...], wait: bool, timeout: float,
               transaction: object = None) -> list[Message]:
         """Stamp, check, quota-check, encode and submit ``messages``; see :meth:`send_many`."""
+        require_bool(wait, "wait")
+        if timeout is not _SEND_TIMEOUT:
+            timeout = wait_seconds(timeout, "timeout")
         transaction = check_transaction(transaction)
         if transaction == "single":
             with self.manager.begin_transaction() as single:
@@ -487,6 +503,9 @@ class MessageQueue(PeekLockReceives):
             TransactionUsage: ``transaction`` on a nontransactional queue, or one that is
                 committed or aborted already.
         """
+        require_bool(lock, "lock")
+        if lease is not DEFAULT_LEASE:
+            lease_to_ms(lease, "lease")  # checked even without lock: a bad lease is a bug
         self._authorize(remove=True)
         transaction = check_transaction(transaction)
         if transaction is not None:
@@ -675,6 +694,10 @@ class MessageQueue(PeekLockReceives):
 
         Returns:
             concurrent.futures.Future[Message]: ``future.result()`` gives the message.
+
+        Raises:
+            InvalidParameter: a bad ``timeout``, or ``callback`` is not callable (raised here,
+                not by the future).
         """
         timeout = receive_timeout(timeout)
         return self._submit(lambda: self.receive(timeout=timeout), callback)
@@ -700,6 +723,9 @@ class MessageQueue(PeekLockReceives):
 
     def _submit(self, work: Callable[[], Message],
                 callback: Callable[[Future[Message]], object] | None) -> Future[Message]:
+        if callback is not None and not callable(callback):
+            raise InvalidParameter.wrong_type("callback", "None or a callable taking the future",
+                                              callback)
         with self._lock:
             if self._worker is None:
                 self._worker = ThreadPoolExecutor(1, thread_name_prefix="kmq-receive")
@@ -711,29 +737,38 @@ class MessageQueue(PeekLockReceives):
     def receive_by_id(self, message_id: MessageId | str, timeout: float | None = 0) -> Message:
         """Remove and return the message with this id (``ReceiveById``).
 
+        Args:
+            message_id (MessageId | str): the id, or its ``guid\\seq`` text.
+            timeout (float | None): seconds to wait for it; None waits forever.
+
         Raises:
             MessageAlreadyReceived: it was in the queue but someone removed it.
             MessageNotFound: no such message within ``timeout`` seconds.
+            InvalidParameter: ``message_id`` is neither a MessageId nor a str, or a bad
+                ``timeout``.
         """
-        key = str(message_id)
+        key = _id_text(message_id, "message_id")
         return self._by(lambda state: state.by_message_id(key), True, timeout, f"id {key}")
 
     def peek_by_id(self, message_id: MessageId | str, timeout: float | None = 0) -> Message:
-        """Return the message with this id without removing it (``PeekById``)."""
-        key = str(message_id)
+        """Return the message with this id without removing it (``PeekById``); arguments and
+        errors as :meth:`receive_by_id`."""
+        key = _id_text(message_id, "message_id")
         return self._by(lambda state: state.by_message_id(key), False, timeout, f"id {key}")
 
     def receive_by_correlation_id(self, correlation_id: MessageId | str,
                                   timeout: float | None = 0) -> Message:
-        """Remove and return the first message with this correlation id."""
-        key = str(correlation_id)
+        """Remove and return the first message with this correlation id; arguments and errors
+        as :meth:`receive_by_id` (InvalidParameter names ``correlation_id``)."""
+        key = _id_text(correlation_id, "correlation_id")
         return self._by(lambda state: state.by_correlation_id(key), True, timeout,
                         f"correlation id {key}")
 
     def peek_by_correlation_id(self, correlation_id: MessageId | str,
                                timeout: float | None = 0) -> Message:
-        """Return the first message with this correlation id without removing it."""
-        key = str(correlation_id)
+        """Return the first message with this correlation id without removing it; arguments
+        and errors as :meth:`receive_by_id`."""
+        key = _id_text(correlation_id, "correlation_id")
         return self._by(lambda state: state.by_correlation_id(key), False, timeout,
                         f"correlation id {key}")
 
@@ -743,6 +778,7 @@ class MessageQueue(PeekLockReceives):
         Raises:
             MessageAlreadyReceived: the message was removed (received, purged, expired).
             MessageNotFound: no message ever had this lookup id.
+            InvalidParameter: ``lookup_id`` is not an int 0 to 2**64-1.
         """
         return self._by_lookup_id(lookup_id, remove=True)
 
@@ -752,6 +788,7 @@ class MessageQueue(PeekLockReceives):
         Raises:
             MessageAlreadyReceived: the message was removed (received, purged, expired).
             MessageNotFound: no message ever had this lookup id.
+            InvalidParameter: ``lookup_id`` is not an int 0 to 2**64-1.
         """
         return self._by_lookup_id(lookup_id, remove=False)
 
@@ -774,7 +811,10 @@ class MessageQueue(PeekLockReceives):
             MessageNotFound: no message with that lookup id, or its record is not a valid
                 envelope (it went to the dead-letter queue as poison instead).
             FormatNameError: invalid subqueue name.
+            InvalidParameter: ``lookup_id`` is not an int 0 to 2**64-1, or ``subqueue`` is not
+                a str.
         """
+        _check_lookup_id(lookup_id)
         # Resolve first: a bad subqueue name fails before anything is claimed.
         self._subqueue_destination(subqueue)
         self._authorize(remove=True)
@@ -790,11 +830,21 @@ class MessageQueue(PeekLockReceives):
         when NEGATIVE_RECEIVE was requested, and a dead-letter copy with that class is written
         when its journal level has DEADLETTER.
 
+        Args:
+            lookup_id (int): the message's lookup id in this queue.
+            reason (str): why, kept in the dead-letter copy's ``kmq.reason`` (first 1,000
+                characters).
+
         Raises:
             MessageAlreadyReceived: someone removed the message first.
             MessageNotFound: no message with that lookup id, or its record is not a valid
                 envelope (it went to the dead-letter queue as poison instead).
+            InvalidParameter: ``lookup_id`` is not an int 0 to 2**64-1, or ``reason`` is not
+                a str.
         """
+        _check_lookup_id(lookup_id)
+        if not isinstance(reason, str):
+            raise InvalidParameter.wrong_type("reason", "a str", reason)
         self._authorize(remove=True)
         view = self._open_view()
         entry = self._pending_by_lookup_id(view, lookup_id)
@@ -1112,6 +1162,7 @@ class MessageQueue(PeekLockReceives):
         return entry
 
     def _by_lookup_id(self, lookup_id: int, remove: bool) -> Message:
+        _check_lookup_id(lookup_id)
         self._authorize(remove)
         view = self._open_view()
         entry = self._pending_by_lookup_id(view, lookup_id)
@@ -1462,9 +1513,16 @@ class MessageQueue(PeekLockReceives):
         """Redo the outputs of system claims (expire, move, reject, poison) that a crashed
         process left without a COMPLETED receipt, once they are ``grace`` seconds old.
 
+        Args:
+            grace (float): seconds (>= 0) a claim's owner gets to finish it itself.
+
         Returns:
             int: claims completed.
+
+        Raises:
+            InvalidParameter: ``grace`` is not finite seconds >= 0.
         """
+        grace = wait_seconds(grace, "grace")
         view = self._open_view()
         view.catch_up()
         cutoff = _now_ms() - int(grace * 1000)
@@ -1540,6 +1598,45 @@ class _HandleReader:
         with queue._lock:
             entry, message = queue._wait_entry(act, pick, remove, timeout, what)
             return entry, message
+
+
+def _as_message(value: object, name: str) -> Message:
+    """A send's message: a :class:`Message`, or a body alone as a message with default
+    properties (see :meth:`MessageQueue.send`).
+
+    Raises:
+        InvalidParameter: ``value`` is neither (``name`` says which argument).
+    """
+    if isinstance(value, Message):
+        return value
+    if isinstance(value, _BODY_TYPES):
+        return Message(body=bytes(value))
+    raise InvalidParameter.wrong_type(
+        name, "a Message, or bytes for the body of a message with default properties", value,
+        hint="send Message(body=..., label=...); encode text first (text.encode())")
+
+
+def _id_text(value: object, name: str) -> str:
+    """The text of a message or correlation id given to a receive or peek by id (text that is
+    no id matches no message: MessageNotFound, as before any check).
+
+    Raises:
+        InvalidParameter: ``value`` is neither a MessageId nor a str.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, MessageId):
+        return str(value)
+    raise InvalidParameter.wrong_type(name, "a MessageId or its 'guid\\seq' text", value)
+
+
+def _check_lookup_id(lookup_id: object) -> None:
+    """Raise InvalidParameter unless ``lookup_id`` is a PROPID_M_LOOKUPID: an int 0-2**64-1."""
+    if isinstance(lookup_id, bool) or not isinstance(lookup_id, int) \
+            or not 0 <= lookup_id <= _MAX_LOOKUP_ID:
+        raise InvalidParameter.wrong_type("lookup_id", f"an int 0-{_MAX_LOOKUP_ID}", lookup_id,
+                                          hint="use a message's lookup_id (kmq queue browse "
+                                               "lists them)")
 
 
 def _copy(message: Message, **changes: Any) -> Message:

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, TypeVar
 
 from facade.acl import EVERYONE, AccessControlEntry, AccessRight, SecurityDescriptor
+from facade.arguments import FieldTypes, mistyped_field
 from facade.errors import BrokerUnavailable, EnvelopeError, InvalidParameter, MessageQueueError
 from facade.formatnames import parse_path_name
 from facade.kafka import NO_LINGER, produce_and_wait
@@ -67,6 +68,19 @@ _SCAN_TIMEOUT = 15.0
 REFRESH_INTERVAL = 1.0
 #: PROPID_Q_LABEL limit in characters.
 MAX_QUEUE_LABEL_LENGTH = 124
+#: The type of each property an application sets (create_queue, set_properties), checked
+#: before a record is written: a record of other types would be refused by every reader.
+_SETTABLE_TYPES: FieldTypes = {
+    "label": ((str,), "a str"),
+    "type_id": ((str, type(None)), "None or a str (PROPID_Q_TYPE, a GUID)"),
+    "transactional": ((bool,), "True or False"),
+    "journal": ((bool,), "True or False"),
+    "authenticate": ((bool,), "True or False"),
+    "quota_kb": ((int, type(None)), "None or an int of KB"),
+    "journal_quota_kb": ((int, type(None)), "None or an int of KB"),
+    "base_priority": ((int,), "an int -32768..32767"),
+    "privacy_level": ((int,), "0 NONE, 1 OPTIONAL or 2 BODY"),
+}
 #: The ``version`` this module writes into registry records; it reads any version >= 1.
 REGISTRY_RECORD_VERSION = 1
 #: Default PROPID_Q_* extension ``receive_retry_count``: WCF's MSMQ binding default
@@ -158,8 +172,12 @@ class QueueProperties:
         """Check the property ranges.
 
         Raises:
-            InvalidParameter: a property outside its MSMQ range; the message names it.
+            InvalidParameter: a property of the wrong type or outside its MSMQ range; the
+                message names it.
         """
+        mistyped = mistyped_field(self, _SETTABLE_TYPES)
+        if mistyped is not None:
+            raise InvalidParameter.wrong_type(*mistyped, queue=self.path_name)
         if len(self.label) > MAX_QUEUE_LABEL_LENGTH:
             raise InvalidParameter(f"queue label (PROPID_Q_LABEL) longer than {MAX_QUEUE_LABEL_LENGTH} characters",
                                    queue=self.path_name)
@@ -185,7 +203,17 @@ class QueueProperties:
         return self
 
     def with_changes(self, **changes: Any) -> QueueProperties:
-        """A copy with ``changes`` applied and ``modify_time`` updated, validated."""
+        """A copy with ``changes`` applied and ``modify_time`` updated, validated.
+
+        Raises:
+            InvalidParameter: a name that is no queue property, or a value of the wrong type
+                or outside its range (see :meth:`validate`).
+        """
+        unknown = sorted(set(changes) - set(self.__dataclass_fields__))
+        if unknown:
+            raise InvalidParameter(f"{unknown} are not queue properties",
+                                   queue=self.path_name,
+                                   hint=f"queue properties: {', '.join(self.__dataclass_fields__)}")
         return replace(self, **changes, modify_time=time.time()).validate()
 
     def to_json(self) -> bytes:

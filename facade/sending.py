@@ -9,7 +9,7 @@ queue manager: each caller writes the results its own way):
    bytes its copies add up to), checked before anything is written;
 1. :func:`stamp_sent`: the queue manager's stamps on a sent message: its id, sent time,
    source machine (PROPID_M_SRC_MACHINE_ID) and the format name it was sent to
-   (PROPID_M_DEST_FORMAT_NAME), one for every copy;
+   (PROPID_M_DEST_FORMAT_NAME), one for every copy; a body over MSMQ's 4 MiB is refused here;
 2. :class:`SendCopies`: one copy per destination queue, each with its own ``destination_queue``
    (PROPID_M_DEST_QUEUE), and their records: the envelope is encoded once per message when the
    copies differ only in ``destination_queue`` (:func:`facade.envelope.encode_copies`);
@@ -47,6 +47,7 @@ from facade.message import (
     MessageClass,
     MessageId,
     PrivacyLevel,
+    check_body_size,
 )
 
 __all__ = [
@@ -133,7 +134,13 @@ def stamp_sent(message: Message, message_id: MessageId, sent_time: dt.datetime,
 
     Returns:
         Message: a stamped copy (:meth:`Message.stamped`: not checked again).
+
+    Raises:
+        InvalidParameter: the body is larger than MSMQ's 4 MiB
+            (:func:`facade.message.check_body_size`); every send path stamps its messages
+            here before it stores or produces anything, so none can skip the limit.
     """
+    check_body_size(message, format_name)
     return message.stamped(id=message_id, sent_time=sent_time, source_machine_id=machine_guid,
                            destination_format_name=format_name, **changes)
 

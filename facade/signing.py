@@ -165,7 +165,9 @@ def _blob(value: bytes | None) -> bytes:
 
 # Both as the envelope encodes them, so the receiver's decoded copy encodes alike.
 def _ms(seconds: float | None) -> int | None:
-    return None if seconds is None else max(1, round(seconds * 1000))
+    if seconds is None:
+        return None
+    return max(1, round(seconds * 1000)) if seconds else 0
 
 
 def _instant(value: dt.datetime | None) -> int | None:

@@ -9,7 +9,8 @@ import math
 
 from facade.errors import InvalidParameter
 
-__all__ = ["DEFAULT_LEASE", "DEFAULT_PREFETCH_LEASE", "MAX_LEASE", "lease_to_ms", "receive_timeout"]
+__all__ = ["DEFAULT_LEASE", "DEFAULT_PREFETCH_LEASE", "MAX_LEASE", "lease_to_ms", "receive_timeout",
+           "wait_seconds"]
 
 #: Seconds a peek-lock lasts unless ``receive(lock=True, lease=...)`` says otherwise (the lock
 #: duration of Kafka share groups and Azure Service Bus).
@@ -39,6 +40,26 @@ def receive_timeout(timeout: float | None) -> float | None:
         raise InvalidParameter(f"timeout must be seconds >= 0 (or None to wait forever), "
                                f"not {timeout!r}", hint="pass e.g. timeout=5.0")
     return float(timeout)
+
+
+def wait_seconds(seconds: float, name: str) -> float:
+    """Check how long a call may wait for the broker (a send's ``wait``, a commit, a claim's
+    grace): finite seconds >= 0; unlike a receive timeout, there is no "forever".
+
+    Args:
+        seconds (float): seconds.
+        name (str): the argument's name, for the error.
+
+    Returns:
+        float: ``seconds`` as a float.
+
+    Raises:
+        InvalidParameter: not a number (a bool is none), negative, NaN or infinite.
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+            or not math.isfinite(seconds) or seconds < 0:
+        raise InvalidParameter.wrong_type(name, "finite seconds >= 0 (a float)", seconds)
+    return float(seconds)
 
 
 def lease_to_ms(seconds: float, name: str) -> int:

@@ -5,7 +5,8 @@ Pure: no Kafka client here. ``facade.kafka`` creates topics with these settings 
 
 Sizes:
 
-* :data:`MAX_BODY_BYTES` (4 MiB) is the largest body kmq promises to carry: MSMQ's limit.
+* :data:`MAX_BODY_BYTES` (4 MiB) is the largest body kmq carries: MSMQ's limit, defined with
+  the message model (:mod:`facade.message`) and refused above it at every send.
 * :data:`MAX_RECORD_BYTES` (4.25 MiB) is the largest Kafka record a send may produce: the body
   plus its envelope (label, format names, properties, headers). A larger one is refused before
   it is stored or produced (``InvalidParameter``), so no record the broker can never accept
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from facade.message import MAX_BODY_BYTES
 from facade.topics import TopicRole, topic_role
 
 __all__ = [
@@ -37,8 +39,6 @@ __all__ = [
     "topic_config",
 ]
 
-#: The largest message body kmq carries, in bytes: MSMQ's 4 MB limit (4 MiB).
-MAX_BODY_BYTES = 4 * 1024 * 1024
 #: The largest Kafka record (value + key + headers, bytes) a send produces: a 4 MiB body and up
 #: to 256 KiB of envelope. Larger messages are refused at send with ``InvalidParameter``.
 MAX_RECORD_BYTES = MAX_BODY_BYTES + 256 * 1024

@@ -51,6 +51,7 @@ from facade.errors import (
 from facade.kafka import TransactionalProducer, map_kafka_errors
 from facade.envelope import EncodedRecord, encode_message
 from facade.message import Message, MessageClass
+from facade.timeouts import wait_seconds
 
 if TYPE_CHECKING:
     from facade.destination import Destination
@@ -237,9 +238,10 @@ class MessageQueueTransaction:
         """Commit: make every send visible and remove every receive, atomically.
 
         Args:
-            timeout (float): seconds to wait for the broker.
+            timeout (float): seconds (>= 0) to wait for the broker.
 
         Raises:
+            InvalidParameter: ``timeout`` is not finite seconds >= 0; nothing was committed.
             TransactionUsage: already committed or aborted.
             TransactionAborted: the transaction could not commit and was aborted instead (a
                 received message's lease was too close to its end, the producer was fenced,
@@ -249,6 +251,8 @@ class MessageQueueTransaction:
             LockLost: (only after a commit) a receipt of another process settled a received
                 message first, so it may be delivered again; the sends are committed.
         """
+        if timeout is not COMMIT_TIMEOUT:
+            timeout = wait_seconds(timeout, "timeout")
         with self._lock:
             self._require_active()
             if not self._sends and not self._receives:

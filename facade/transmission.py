@@ -52,6 +52,7 @@ from facade.errors import (
 from facade.kafka import Refusal, is_fatal, poll_producer, produce, refusal
 from facade.message import Delivery, JournalLevel, Message, MessageClass
 from facade.outgoingqueue import OutgoingQueue, StoredRecord, outgoing_queue_path
+from facade.timers import LONG_LIVED_SECONDS
 from facade.interfaces import QueueResolver, SystemQueueWriter
 from facade.topics import QueueTopics
 from facade.topicsettings import (
@@ -71,8 +72,8 @@ __all__ = ["LONG_LIVED", "SendTracker", "Transmitter", "TransmitterHost"]
 
 log = logging.getLogger("kmq.transmission")
 
-#: MSMQ's default time-to-reach-queue (LONG_LIVED: 4 days in MSMQ 3.0 and later), in seconds.
-LONG_LIVED = 4 * 24 * 3600.0
+#: MSMQ's default time-to-reach-queue (LONG_LIVED), in seconds: the message model's.
+LONG_LIVED = LONG_LIVED_SECONDS
 #: Producers kept at once (one per distinct delivery mode and TTRQ in use).
 _MAX_PRODUCERS = 8
 _POLL_INTERVAL = 0.05

@@ -191,7 +191,7 @@ def original_ttbr(message: Message) -> float | None:
         seconds = float(message.properties.get(ORIGINAL_TTBR_PROPERTY, "nan"))
     except ValueError:
         return None
-    return seconds if math.isfinite(seconds) and seconds > 0 else None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def _plain(value: Any) -> Any:

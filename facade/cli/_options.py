@@ -6,6 +6,8 @@ to 4294967.294``), never a traceback. Use the constructors here instead of ``typ
 ``typer.Argument`` for every duration and every text parameter, so each gets the same rule:
 
 * :func:`seconds_option`: finite seconds, 0 (or above 0) up to :data:`MAX_SECONDS`;
+* :func:`timer_option`: a message timer (``--ttbr``, ``--ttrq``), in the range the message model
+  defines for it (:mod:`facade.timers`), so the CLI takes what the API takes;
 * :func:`text_option`, :func:`text_argument`: text that is valid in the locale's encoding;
 * :func:`bytes_option`: the bytes given on the command line, whatever they are (message bodies).
 
@@ -29,8 +31,11 @@ from typing import Any
 
 import typer
 
+from facade.errors import InvalidParameter
+from facade.timers import TimerRange
+
 __all__ = ["MAX_SECONDS", "bytes_option", "check_text", "seconds_option", "text_argument",
-           "text_option"]
+           "text_option", "timer_option"]
 
 #: The longest wait an option takes, in seconds: MSMQ's receive timeout is a DWORD of
 #: milliseconds whose largest value, 0xFFFFFFFF, means INFINITE, so 0xFFFFFFFE ms (about 49.7
@@ -92,6 +97,40 @@ def seconds_option(default: float | None, *param_decls: str, help: str,  # noqa:
     return typer.Option(default, *param_decls, help=f"{help} ({_seconds_range(positive)})",
                         metavar="SECONDS",
                         callback=_positive_seconds if positive else _non_negative_seconds)
+
+
+#: How the help and usage errors say "leave the timer unset".
+_NO_TIMER = "no option"
+
+
+def timer_option(timer: TimerRange, *param_decls: str, help: str) -> Any:  # noqa: A002
+    """A typer option taking a message timer in seconds (float), unset by default.
+
+    The range, its help text and its check are the message model's (:class:`TimerRange`):
+    ``--ttbr 0`` is a valid timer, as in MSMQ, and so is MSMQ's INFINITE (4294967295), which
+    means what leaving the option out means.
+
+    Args:
+        timer (TimerRange): :data:`facade.timers.TIME_TO_BE_RECEIVED` or
+            :data:`~facade.timers.TIME_TO_REACH_QUEUE`.
+        *param_decls (str): option names, as for ``typer.Option``.
+        help (str): the option's help text; the accepted range is appended.
+
+    Returns:
+        typer.models.OptionInfo: pass it as the parameter's default.
+
+    A value outside the range (NaN, an infinity, negative, too large) is a usage error (exit
+    2) naming the option and the range.
+    """
+    def check(value: float | None) -> float | None:
+        try:
+            timer.check(value)
+        except InvalidParameter:
+            raise typer.BadParameter(f"{value:.15g}; give {timer.describe(_NO_TIMER)}") from None
+        return value
+
+    return typer.Option(None, *param_decls, help=f"{help} ({timer.describe(_NO_TIMER)})",
+                        metavar="SECONDS", callback=check)
 
 
 def _argv_bytes(text: str) -> bytes | None:

@@ -12,8 +12,15 @@ import typer
 
 from facade.cli._confirm import YesOption, confirm
 from facade.cli._names import resolve_queue_name
-from facade.cli._options import bytes_option, seconds_option, text_argument, text_option
+from facade.cli._options import (
+    bytes_option,
+    seconds_option,
+    text_argument,
+    text_option,
+    timer_option,
+)
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table, quoted
+from facade.timers import TIME_TO_BE_RECEIVED, TIME_TO_REACH_QUEUE
 
 if TYPE_CHECKING:  # kmq's API is imported when a command runs, not for --help
     from rich.table import Table
@@ -313,13 +320,12 @@ def send(queue: str = QueueArg,
              help="Read the body from a file; '-' reads standard input."),
          label: str = text_option("", help="Message label (<= 250 characters)."),
          priority: int = typer.Option(3, min=0, max=7, help="Priority 0-7."),
-         time_to_be_received: float | None = seconds_option(
-             None, "--time-to-be-received", "--ttbr",
-             help="TTBR: seconds the message may wait in the queue, then it expires (default "
-                  "forever)"),
-         time_to_reach_queue: float | None = seconds_option(
-             None, "--time-to-reach-queue", "--ttrq",
-             help="TTRQ: seconds the message may take to reach the queue (default forever)"),
+         time_to_be_received: float | None = timer_option(
+             TIME_TO_BE_RECEIVED, "--time-to-be-received", "--ttbr",
+             help="TTBR: seconds from the send until the message expires, unreceived"),
+         time_to_reach_queue: float | None = timer_option(
+             TIME_TO_REACH_QUEUE, "--time-to-reach-queue", "--ttrq",
+             help="TTRQ: seconds the message may take to reach the queue"),
          acknowledge: str = text_option(
              None, "--acknowledge", metavar="LEVEL",
              help="Acknowledgments wanted in the admin queue: NONE, POSITIVE_ARRIVAL, "

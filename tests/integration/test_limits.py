@@ -37,7 +37,7 @@ from facade import (
 from facade.envelope import decode_acknowledgment, encode_message
 from facade.manager import QueueManager
 from facade.outgoingqueue import OutgoingQueue, OutgoingRecord
-from facade.topicsettings import MAX_BODY_BYTES, MAX_MESSAGE_BYTES, MAX_RECORD_BYTES
+from facade.topicsettings import MAX_BODY_BYTES, MAX_MESSAGE_BYTES
 from tests.support.kafka import BrokerEndpoint
 from tests.support.outgoing import dead_pid
 
@@ -74,8 +74,8 @@ def test_too_large_recoverable_send_is_refused_before_it_is_stored(
     assert result.returncode == 0, result.stderr
     kind, text = json.loads(result.stdout)
     assert kind == "InvalidParameter", text
-    # The error names the record's size and the limit.
-    assert f"{MAX_RECORD_BYTES:,} bytes" in text and "5,24" in text, text
+    # The error names the body's size and MSMQ's limit.
+    assert f"{5 * 1024 * 1024:,} bytes" in text and f"{MAX_BODY_BYTES:,} bytes" in text, text
     with _outgoing(qm) as store:
         assert store.count() == 0
     # The queue manager is not locked out: open, send and receive work.

@@ -31,7 +31,6 @@ from facade.envelope import (
 )
 from facade.errors import EnvelopeError, InvalidParameter
 from facade.message import (
-    MAX_DURATION,
     AcknowledgedQueue,
     Acknowledgment,
     AcknowledgmentInfo,
@@ -47,6 +46,7 @@ from facade.message import (
     PrivacyLevel,
     SenderIdType,
 )
+from facade.timers import TIME_TO_BE_RECEIVED, TIME_TO_REACH_QUEUE
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO / "schemas"
@@ -438,7 +438,7 @@ BAD_VALUES = [
     pytest.param(_raw_envelope(priority=9), "priority", id="priority-9"),
     pytest.param(_raw_envelope(message_class=0x1234), "PROPID_M_CLASS", id="bad-class"),
     pytest.param(_raw_envelope(app_specific=2**32), "app_specific", id="app-specific"),
-    pytest.param(_raw_envelope(time_to_be_received_ms=0), "time_to_be_received", id="ttbr-0"),
+    pytest.param(_raw_envelope(time_to_be_received_ms=-1), "time_to_be_received", id="ttbr-neg"),
     pytest.param(_raw_envelope(time_to_reach_queue_ms=-5), "time_to_reach_queue", id="ttrq-neg"),
     pytest.param(_raw_envelope(first_in_transaction=True), "FIRST_IN_XACT", id="first-no-txn"),
     pytest.param(_raw_envelope(admin_queue=""), "admin_queue", id="empty-admin-queue"),
@@ -704,7 +704,8 @@ instants = st.builds(
     st.integers(MIN_MS + 86400000, MAX_MS - 86400000),
     st.integers(-14 * 60, 14 * 60),
 )
-durations = st.integers(1, int(MAX_DURATION) * 1000).map(lambda ms: ms / 1000)
+ttbrs = st.integers(0, TIME_TO_BE_RECEIVED.maximum * 1000).map(lambda ms: ms / 1000)
+ttrqs = st.integers(0, TIME_TO_REACH_QUEUE.maximum * 1000).map(lambda ms: ms / 1000)
 message_ids = st.builds(MessageId, st.uuids(), st.integers(0, 2**32 - 1))
 names = st.text(min_size=1, max_size=300)
 u32 = st.integers(0, 2**32 - 1)
@@ -724,8 +725,8 @@ def messages(draw: st.DrawFn) -> Message:
         acknowledge=Acknowledgment(draw(st.integers(0, 15))),
         admin_queue=draw(st.none() | names),
         response_queue=draw(st.none() | names),
-        time_to_reach_queue=draw(st.none() | durations),
-        time_to_be_received=draw(st.none() | durations),
+        time_to_reach_queue=draw(st.none() | ttrqs),
+        time_to_be_received=draw(st.none() | ttbrs),
         not_before=draw(st.none() | instants),
         journal=JournalLevel(draw(st.integers(0, 3))),
         app_specific=draw(u32),

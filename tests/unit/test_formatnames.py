@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from facade.errors import FormatNameError, UnsupportedFormatNameOperation
+from facade.errors import FormatNameError, InvalidParameter, UnsupportedFormatNameOperation
 from facade.formatnames import (
     MAX_QUEUE_NAME_LENGTH,
     MAX_SUBQUEUE_NAME_LENGTH,
@@ -257,7 +257,7 @@ def test_multiple_element_constructor_checks_elements():
     assert info.value.position == len("DIRECT=OS:h\\q,")
     with pytest.raises(FormatNameError):
         MultipleElementFormatName((direct,))
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidParameter, match="elements must be FormatName objects"):
         MultipleElementFormatName((direct, "DIRECT=OS:h\\r"))  # type: ignore[arg-type]
 
 
@@ -273,8 +273,8 @@ def test_public_api_is_exported_and_documented():
 
     public = {n for n, v in vars(module).items() if not n.startswith("_") and v is not None}
     public -= {"annotations", "abc", "dataclasses", "enum", "socket", "unicodedata", "uuid"}
-    public -= {"dataclass", "NoReturn", "Self", "FormatNameError", "QueuePathNameError",
-               "UnsupportedFormatNameOperation"}
+    public -= {"dataclass", "NoReturn", "Self", "FormatNameError", "InvalidParameter",
+               "QueuePathNameError", "UnsupportedFormatNameOperation"}
     assert set(module.__all__) == public
     for name in module.__all__:
         item = getattr(module, name)
@@ -416,11 +416,11 @@ def test_path_name_given_as_format_name_gets_a_hint():
     assert "path name" in (error.hint or "")
 
 
-def test_non_str_input_is_type_error():
+def test_non_str_input_is_invalid_parameter():
     for parse in (parse_format_name, parse_path_name, parse_queue_reference, path_to_format_name):
-        with pytest.raises(TypeError):
+        with pytest.raises(InvalidParameter, match="must be a (str|QueuePath)"):
             parse(None)  # type: ignore[arg-type]
-        with pytest.raises(TypeError):
+        with pytest.raises(InvalidParameter, match="not bytes"):
             parse(b"DIRECT=OS:h\\q")  # type: ignore[arg-type]
 
 

@@ -17,6 +17,7 @@ from facade.envelope import EncodedRecord, decode_acknowledgment, decode_message
 from facade.errors import InvalidParameter
 from facade.formatnames import SystemQueue
 from facade.message import (
+    MAX_BODY_BYTES,
     AcknowledgedQueue,
     Acknowledgment,
     JournalLevel,
@@ -265,6 +266,33 @@ def test_the_spark_sink_writes_the_copies_journal_copy_and_acks_of_facade_sendin
         assert decode_acknowledgment(ack.body).queues == (
             AcknowledgedQueue(target.format_name, QUEUE_GUID),)
     assert writer.summary.acknowledgments == 2
+
+
+def test_stamping_refuses_a_body_over_msmqs_4_mib_for_every_sender() -> None:
+    """Issue 36 item 3: every send path stamps here, the facade's and Spark's sink alike."""
+    assert _sent(body=b"x" * MAX_BODY_BYTES).body == b"x" * MAX_BODY_BYTES
+    with pytest.raises(InvalidParameter, match=f"{MAX_BODY_BYTES + 1:,} bytes.*"
+                                               f"{MAX_BODY_BYTES:,} bytes"):
+        _sent(body=b"x" * (MAX_BODY_BYTES + 1))
+
+
+def test_the_spark_sink_refuses_a_body_over_4_mib_naming_the_row() -> None:
+    sink = pytest.importorskip("spark_connector.sink")
+    from spark_connector.resolve import QueueTarget, Resolution
+
+    resolution = Resolution(QUEUES[0], (QueueTarget(QUEUES[0], "topic-0", "receipts-0"),),
+                            "localhost:1", queue_manager="qm", queue_manager_guid=str(MACHINE))
+    plan = sink._WritePlan(resolution=resolution, defaults={}, body_column_type="binary",
+                           fields=("body",), admin={}, transactional=False, flush_timeout=1.0,
+                           write_id="w")
+    writer = sink._PartitionWriter(plan, sink._TaskScope("batch/w", 3, "tx"))
+    output = _Output()
+    with pytest.raises(InvalidParameter) as info:
+        writer._write_row(output, 7, {"body": b"x" * (MAX_BODY_BYTES + 1)})
+    text = str(info.value)
+    assert f"{MAX_BODY_BYTES + 1:,} bytes" in text and f"{MAX_BODY_BYTES:,} bytes" in text
+    assert "row 7" in text, text
+    assert output.sent == [] and writer.summary.rows == 0
 
 
 def test_a_journal_copy_is_the_message_as_received_without_its_ttbr() -> None:
