@@ -95,7 +95,11 @@ ADMIN_TIMEOUT = 15.0
 #: Seconds of one metadata request of KafkaSession.ping, which repeats it until its timeout.
 _PING_STEP = 1.0
 #: librdkafka ``fetch.wait.max.ms`` a reader starts with: the longest a broker may hold a fetch
-#: that finds nothing new (Apache Kafka answers at once when a record arrives).
+#: that finds nothing new. Apache Kafka answers a waiting fetch as soon as a record arrives, but
+#: librdkafka fetches a newly assigned, sought or resumed position only once the fetch in flight
+#: returns, and kmq's readers reposition all the time (claims, receipts, catch-up): on Apache
+#: Kafka 4.4, ``kmq bench`` gave 1,247 receives/s with 2 ms, 1,370 with 20 ms and 243 with
+#: librdkafka's default of 500 ms (docs/performance.md).
 TAIL_FETCH_WAIT_MS = 2
 #: The longest fetch wait a starved reader goes up to (librdkafka's default).
 MAX_FETCH_WAIT_MS = 500
@@ -861,8 +865,10 @@ class TopicReader:
 
     **Resting.** librdkafka fetches assigned partitions in the background, between calls too,
     and librdkafka 2.16 can crash the whole process (SIGSEGV in
-    ``rd_kafka_metadata_update_op``) on the Fetch response for a topic deleted under it, as
-    Tansu answers it (an unknown topic id with a KIP-951 ``CurrentLeader`` hint). Queues are
+    ``rd_kafka_metadata_update_op``) on a Fetch response for a topic deleted under it (an
+    unknown topic id with a KIP-951 ``CurrentLeader`` hint, seen with a Kafka-API broker that
+    kmq no longer uses; kept because deleting a topic under a live reader is not worth a crash
+    on any broker). Queues are
     deleted by other processes at any time (``kmq queue delete``), so a reader unused for
     :data:`REST_AFTER` seconds stops fetching (its partitions are paused, positions kept),
     and the next call checks with one metadata request that its topics still exist before
@@ -992,10 +998,10 @@ class TopicReader:
         """Go back to the short fetch wait once a reader whose wait was lengthened has read every
         topic it fetches to the end (librdkafka reported the end of each).
 
-        At the end of a log a short wait is what keeps reads prompt on brokers that do not
-        answer a waiting fetch early (Tansu holds it for the whole wait): with 500 ms, every
-        receipt's verdict and every record just written took up to half a second to read,
-        which starved a competing receiver of the demo for seconds. Starvation is a reader far
+        At the end of a log a short wait is what keeps reads prompt: librdkafka fetches a
+        position the reader just moved to only after the fetch in flight returns, so with
+        500 ms every receipt's verdict and every record just written could take up to half a
+        second to read, which starves a competing receiver (see :data:`TAIL_FETCH_WAIT_MS`). Starvation is a reader far
         behind, so a reader at the end has none. At most once per :data:`RELAX_AFTER` seconds
         after the wait was lengthened, so a reader that falls behind again is not replaced
         over and over.
@@ -1030,7 +1036,7 @@ class TopicReader:
         or only a few records (:data:`SHORT_BACKLOG`) behind the end offset the broker gives,
         is most likely at the end and not starved: a Kafka transaction still open holds the
         last stable offset below the end offset, and a broker may answer the end-offset query
-        ahead of the fetch responses a reader has had (seen on Tansu). Raising the wait
+        ahead of the fetch responses a reader has had. Raising the wait
         there made every later read wait out the longer fetch (128 ms per receive from a
         transactional queue while a transactional sender wrote to it: 1,654 demo messages in
         223 s instead of 14 s). Only after :data:`AT_END_CHECKS` such checks in a row (records

@@ -187,7 +187,8 @@ _BY_ID = {"timeout": Param(TIMEOUT)}
 _CONFIG = {
     "bootstrap_servers": Param(OPTIONAL_TEXT), "home": Param(("str", "pathlike")),
     "queue_manager": Param(TEXT), "principal": Param(TEXT), "replication_factor": Param(("int",)),
-    "min_insync_replicas": Param(("int", "none")),
+    "min_insync_replicas": Param(("int", "none")), "max_send_fanout": Param(("int",)),
+    "max_send_bytes": Param(("int",)),
 }
 _DIRECTORY = {**{name: Param(OPTIONAL_TEXT) for name in (
     "url", "bind_dn", "password", "ca_file", "cert_file", "key_file", "sasl_mechanism")},
