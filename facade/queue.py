@@ -81,6 +81,11 @@ log = logging.getLogger("kmq.queue")
 _WAIT_SLICE = 0.05
 #: Seconds between tries of a waiting receive while the broker does not answer.
 _OUTAGE_RETRY = 0.5
+#: Seconds a system claim (expire, move, reject, a prefetched batch's dead-lettering) may go
+#: without its COMPLETED receipt before another process takes it as abandoned and redoes it.
+CLAIM_GRACE = 30.0
+#: Seconds between a waiting handle's looks for abandoned claims (see recover_claims).
+_RECOVERY_INTERVAL = 5.0
 #: Seconds a waiting send waits for its verdicts unless told otherwise.
 _SEND_TIMEOUT = 30.0
 #: What a send takes as a body alone (System.Messaging's ``Send(object)``).
@@ -154,6 +159,7 @@ class MessageQueue(PeekLockReceives):
         self._lock = threading.RLock()
         self._worker: ThreadPoolExecutor | None = None
         self._batch_size = 1  # receive_many's max_messages, for _take_receive_batch
+        self._recovered_at = float("-inf")
         #: Transactional senders whose earlier incarnations' locks this handle released.
         self._fenced_for: set[str] = set()
         self._init_locks(prefetch, prefetch_lease)
@@ -1090,6 +1096,7 @@ class MessageQueue(PeekLockReceives):
             self._dead_letter_poison(view)
             self._expire(view)
             self._lock_housekeeping(view)
+            self._recover_abandoned(view)
             entry = pick(view, _now_ms())
             if entry is not None:
                 result = act(view, entry)
@@ -1509,9 +1516,14 @@ class MessageQueue(PeekLockReceives):
                 hint="move messages only within an application queue")
         return self.manager.resolve(parent.with_subqueue(subqueue))
 
-    def recover_claims(self, grace: float = 30.0) -> int:
+    def recover_claims(self, grace: float = CLAIM_GRACE) -> int:
         """Redo the outputs of system claims (expire, move, reject, poison) that a crashed
         process left without a COMPLETED receipt, once they are ``grace`` seconds old.
+
+        ``kmq qm run`` calls it on every queue; a handle waiting in a receive or peek also
+        does, every few seconds with :data:`CLAIM_GRACE`, for the claims its view knows of,
+        so a batch a dead receiver held reaches the dead-letter queue wherever the queue is
+        read, service or not.
 
         Args:
             grace (float): seconds (>= 0) a claim's owner gets to finish it itself.
@@ -1525,6 +1537,18 @@ class MessageQueue(PeekLockReceives):
         grace = wait_seconds(grace, "grace")
         view = self._open_view()
         view.catch_up()
+        return self._complete_abandoned(view, grace)
+
+    def _recover_abandoned(self, view: QueueView) -> None:
+        """In a waiting receive or peek: the claims a dead process left, at most once every
+        :data:`_RECOVERY_INTERVAL` seconds (see :meth:`recover_claims`)."""
+        now = time.monotonic()
+        if now - self._recovered_at < _RECOVERY_INTERVAL:
+            return
+        self._recovered_at = now
+        self._complete_abandoned(view, CLAIM_GRACE)
+
+    def _complete_abandoned(self, view: QueueView, grace: float) -> int:
         cutoff = _now_ms() - int(grace * 1000)
         done = 0
         for claim in view.state.incomplete_claims():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from facade.errors import QueueNotFound
 from facade.manager import QueueManager
-from facade.queue import MessageQueue
+from facade.queue import CLAIM_GRACE, MessageQueue
 
 __all__ = ["QueueManagerService", "SweepReport"]
 
@@ -47,7 +47,7 @@ class QueueManagerService:
         manager (QueueManager): the queue manager to serve.
     """
 
-    def __init__(self, manager: QueueManager, claim_grace: float = 30.0):
+    def __init__(self, manager: QueueManager, claim_grace: float = CLAIM_GRACE):
         self.manager = manager
         #: Seconds before a system claim without COMPLETED is considered abandoned and redone.
         self.claim_grace = claim_grace

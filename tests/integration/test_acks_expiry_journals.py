@@ -210,12 +210,32 @@ def test_recovery_completes_system_claims_left_by_a_crashed_process(qm: QueueMan
     assert q.count() == 0
 
 
-def test_journal_quota_stops_journaling_not_receiving(qm: QueueManager) -> None:
-    q = qm.create_queue(r".\private$\jq", journal=True, journal_quota_kb=1)
-    first = q.send(Message(body=b"a" * 600), wait=True)
-    second = q.send(Message(body=b"b" * 600), wait=True)
-    assert [q.receive(timeout=10).id for _ in range(2)] == [first.id, second.id]
-    journal = qm.open_queue(rf"DIRECT=OS:{qm.name}\private$\jq;JOURNAL")
-    assert journal.receive(timeout=10).id == first.id
+def test_a_waiting_receive_recovers_a_batch_a_dead_receiver_was_dead_lettering(
+        qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A receiver that died between its REJECT and the dead-letter copies of a batch: any
+    handle waiting on the queue redoes the claim once it is older than the grace, without
+    ``kmq qm run``."""
+    import facade.queue
+    from facade.queueview import QueueView
+    from facade.receipts import ReceiptAction
+
+    q = qm.create_queue(r".\private$\orphaned")
+    sent = q.send_many([Message(body=b"%d" % i) for i in range(5)], wait=True)
+    crashed = QueueView(qm.session, q.destinations[0].topics, claimant="crashed")
+    crashed.catch_up()
+    offsets = tuple(crashed.state.by_message_id(str(m.id)).offset for m in sent)
+    # It prefetched the batch, its lease ran out, and it died between the REJECT that takes
+    # the batch from its PREFETCH lock and the dead-letter copies.
+    held = crashed.claim(ReceiptAction.PREFETCH, offsets, lease_ms=60_000)
+    crashed.claim(ReceiptAction.REJECT, offsets, completes=held.claim_id,
+                  target=qm.dead_letter_topic, reason="lease expired")
+    crashed.close()
+
+    monkeypatch.setattr(facade.queue, "CLAIM_GRACE", 0.0)
+    receiver = qm.open_queue(r".\private$\orphaned")
     with pytest.raises(ReceiveTimeout):
-        journal.receive(timeout=0.5)
+        receiver.receive(timeout=2)  # waits, and meanwhile redoes the abandoned claim
+    dead_letters = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER")
+    got = {str(dead_letters.receive(timeout=10).id) for _ in sent}
+    assert got == {str(m.id) for m in sent}
+    assert receiver.recover_claims(grace=0) == 0, "completed once, not redone"
