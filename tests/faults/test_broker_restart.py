@@ -2,7 +2,7 @@
 
 Two sender processes send RECOVERABLE messages while a receiver takes them; the broker is
 killed, one sender is killed too while the broker is down, and the broker comes back on the
-same port. Then the queue is made again, recovery runs, and everything left is drained.
+same port with its log. Then recovery runs, and everything left is drained.
 
 What the guarantees mean here:
 
@@ -92,8 +92,8 @@ def test_broker_restart_under_load(private_broker: PrivateBroker, kmq_home: Path
     private_broker.start()
     after = QueueManager.open(config)   # the broker kept its log: registry and queues are there
     try:
-        queue = after.create_queue(QUEUE)
-        recovered = after.transmitter.recover()   # the victim's records (its queue exists again)
+        queue = after.open_queue(QUEUE)   # the broker kept the queue's topics
+        recovered = after.transmitter.recover()   # the victim's records
         stop_receiving.clear()
         receiving = threading.Thread(target=_receive_until,
                                      args=(queue, history, stop_receiving, "after"))
