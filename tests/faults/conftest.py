@@ -120,6 +120,16 @@ def private_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Private
         broker.close()
 
 
+@pytest.fixture(autouse=True)
+def _no_leftover_workers() -> Iterator[None]:
+    """Worker processes a test leaves running (it failed before stopping them) are killed when
+    it ends, so they do not load the machine for the tests after it."""
+    yield
+    from tests.faults.workers import kill_leftovers
+
+    kill_leftovers()
+
+
 def eventually(check, timeout: float = 10.0, interval: float = 0.05) -> bool:  # noqa: ANN001
     """Poll ``check()`` until it is true or ``timeout`` seconds pass."""
     deadline = time.monotonic() + timeout

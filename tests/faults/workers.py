@@ -229,7 +229,24 @@ def start(role: str, home: Path, **args: Any) -> Worker:
         process = subprocess.Popen([sys.executable, "-m", "tests.faults.workers", role,
                                     json.dumps(args)], cwd=REPO, env=env, text=True,
                                    stdout=subprocess.PIPE, stderr=err)
+    STARTED.append(process)
     return Worker(process, role, log)
+
+
+#: Every worker process started in this test process; a test that fails before it stops its
+#: workers must not leave them sending for the rest of the session (tests/faults/conftest.py
+#: kills what is left after each test).
+STARTED: list[subprocess.Popen] = []
+
+
+def kill_leftovers() -> int:
+    """SIGKILL the workers still running; returns how many there were."""
+    left = [process for process in STARTED if process.poll() is None]
+    for process in left:
+        process.kill()
+        process.wait(timeout=10)
+    STARTED.clear()
+    return len(left)
 
 
 def spawn(role: str, home: Path, **args: Any) -> Worker:
