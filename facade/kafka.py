@@ -492,7 +492,8 @@ class KafkaSession:
         while True:
             try:
                 step = min(_PING_STEP, max(deadline - time.monotonic(), 0.1))
-                self.admin.list_topics(timeout=step)
+                # One topic's metadata: the answer for every topic grows with the queues.
+                self.admin.list_topics(topic=QUEUE_REGISTRY_TOPIC, timeout=step)
                 return
             except KafkaException as exc:
                 self.admin.poll(0)
@@ -652,11 +653,15 @@ class KafkaSession:
     def broker_count(self) -> int:
         """How many brokers the cluster's metadata lists.
 
+        Asks for the metadata of one topic (every answer lists the brokers): the metadata of
+        all topics grows with the number of queues, and every queue creation asks.
+
         Raises:
             BrokerUnavailable: no metadata within the admin timeout.
         """
         with map_kafka_errors("read cluster metadata", servers=self.bootstrap_servers):
-            return len(self.admin.list_topics(timeout=ADMIN_TIMEOUT).brokers)
+            return len(self.admin.list_topics(topic=QUEUE_REGISTRY_TOPIC,
+                                              timeout=ADMIN_TIMEOUT).brokers)
 
     def delete_records_support(self) -> tuple[bool, str]:
         """Whether the broker deletes records below an offset (Kafka's DeleteRecords), which kmq
