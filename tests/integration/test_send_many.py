@@ -78,7 +78,7 @@ def test_a_batch_with_an_invalid_message_sends_nothing(qm: QueueManager) -> None
     with pytest.raises(InvalidParameter):
         q.send_many([Message(body=b"ok"), bad], wait=True)
     with pytest.raises(InvalidParameter, match="Message"):
-        q.send_many([Message(body=b"ok"), b"raw bytes"])  # type: ignore[list-item]
+        q.send_many([Message(body=b"ok"), "text, not bytes"])  # type: ignore[list-item]
     with pytest.raises(UnsupportedFormatNameOperation):
         qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").send_many([Message(body=b"no")])
     assert q.count() == 0
