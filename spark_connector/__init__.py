@@ -8,7 +8,8 @@ Reading::
     df.writeStream.option("checkpointLocation", "/chk/orders").toTable("orders")
 
 ``read_queue`` resolves the format name on the driver (queues, ``DL=`` lists, multiple-element
-names, journals, dead-letter and admin queues), reads with Spark's own Kafka source when it is
+names, journals, dead-letter and admin queues) and checks the driver's principal's right on
+every queue it reaches (``AccessDenied`` otherwise: :mod:`spark_connector.resolve`), reads with Spark's own Kafka source when it is
 on the classpath or with kmq's Python data source (``format("kmq")``) otherwise, and decodes
 the envelopes (:data:`~spark_connector.schema.MESSAGE_SCHEMA`). :func:`decode_messages` decodes
 any DataFrame with Spark's Kafka-source schema; :func:`kafka_source_options` gives the options
@@ -23,7 +24,7 @@ from __future__ import annotations
 from spark_connector.datasource import register
 from spark_connector.decode import DeadLetterTarget, decode_messages
 from spark_connector.read import kafka_source_available, kafka_source_options, read_queue
-from spark_connector.resolve import QueueTarget, Resolution, resolve
+from spark_connector.resolve import Operation, QueueTarget, Resolution, resolve
 from spark_connector.schema import KAFKA_SOURCE_SCHEMA, MESSAGE_SCHEMA
 from spark_connector.session import local_session
 from spark_connector.write import write_messages, write_stream
@@ -32,6 +33,7 @@ __all__ = [
     "KAFKA_SOURCE_SCHEMA",
     "MESSAGE_SCHEMA",
     "DeadLetterTarget",
+    "Operation",
     "QueueTarget",
     "Resolution",
     "decode_messages",

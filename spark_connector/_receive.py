@@ -18,25 +18,24 @@ Removal does what a facade receive does, in bulk:
 3. :meth:`facade.queue.MessageQueue.expire_due`: TTBR-expired messages go to the dead-letter
    queue with NACK_RECEIVE_TIMEOUT, poison records (invalid headers) with
    NACK_RECEIVE_REJECTED.
+
+Each removal first checks, as the facade's receive does, that the query's principal (the
+driver's, carried by the resolution) still has the receive right on every queue: a query whose
+right was revoked fails before it writes a receipt.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from facade.config import KmqConfig
-from facade.destination import Destination
-from facade.errors import EnvelopeError, QueueNotFound
-from facade.formatnames import parse_queue_reference
+from facade.errors import EnvelopeError
 from facade.kafka import KafkaRecord
-from facade.manager import QueueManager
 from facade.queueview import QueueView
 from facade.receipts import ReceiptAction
 from facade.receiving import dead_letter_unreceivable, message_of, write_receive_outputs
-from spark_connector.resolve import QueueTarget, Resolution
+from spark_connector.resolve import DriverQueues, Operation, QueueTarget, Resolution
 
 __all__ = ["BatchRemover", "RemovalStats"]
 
@@ -69,19 +68,22 @@ class RemovalStats:
 class BatchRemover:
     """Removes committed batches' messages through a queue manager opened on the driver.
 
-    Opened lazily (the first removal), with the configuration the query was resolved with,
-    and kept for the life of the query.
+    Opened lazily (the first removal), with the configuration and principal the query was
+    resolved with (:class:`~spark_connector.resolve.DriverQueues`), and kept for the life of
+    the query.
 
     Args:
-        resolution (Resolution): the query's queues and queue manager.
+        resolution (Resolution): the query's queues, queue manager and principal.
+        queues (DriverQueues | None): the query's driver-side queues, shared with its other
+            checks (closed by their owner); None opens them here (closed by :meth:`close`).
     """
 
-    def __init__(self, resolution: Resolution):
+    def __init__(self, resolution: Resolution, queues: DriverQueues | None = None):
         self.resolution = resolution
-        self._manager: QueueManager | None = None
+        self._owned = queues is None
+        self.queues = queues if queues is not None else DriverQueues(resolution)
         self._views: dict[str, QueueView] = {}
         self._queues: dict[str, Any] = {}
-        self._destinations: dict[str, Destination] = {}
 
     def remove(self, start: dict[str, int], end: dict[str, int], at_ms: int) -> RemovalStats:
         """Remove the messages a batch ``[start, end)`` planned at ``at_ms`` delivered.
@@ -95,10 +97,13 @@ class BatchRemover:
             RemovalStats: counts.
 
         Raises:
+            AccessDenied: the principal lacks the receive right (DELETE_MESSAGE, or
+                DELETE_JOURNAL_MESSAGE on a journal) on a queue now: nothing was removed.
             BrokerUnavailable: a receipt or copy was not acknowledged in time (Spark fails the
                 query; the removal is redone on restart and takes what is still pending).
             QueueNotFound: a queue was deleted or recreated since the query started.
         """
+        self.queues.require(Operation.RECEIVE)
         stats = RemovalStats()
         for target in self.resolution.targets:
             first, stop = start.get(target.data_topic, 0), end.get(target.data_topic, 0)
@@ -136,8 +141,8 @@ class BatchRemover:
         journal copies and ACK_RECEIVEs of the messages, written together; a poison record is
         dead-lettered as NACK_RECEIVE_REJECTED. The batch handed its rows out as stored
         (docs/spark.md), so the protection rules refuse nothing here."""
-        manager = self._open()
-        destination = self._destination(target)
+        manager = self.queues.manager
+        destination = self.queues.destination(target)
         messages = []
         for record in records:
             try:
@@ -149,46 +154,25 @@ class BatchRemover:
 
     # -- facade objects, opened once per query ----------------------------------------------
 
-    def _open(self) -> QueueManager:
-        if self._manager is None:
-            r = self.resolution
-            config = KmqConfig.load(bootstrap_servers=r.bootstrap_servers,
-                                    queue_manager=r.queue_manager, home=Path(r.home),
-                                    kafka_options=dict(r.kafka_options))
-            self._manager = QueueManager.open(config)
-        return self._manager
-
-    def _destination(self, target: QueueTarget) -> Destination:
-        destination = self._destinations.get(target.data_topic)
-        if destination is None:
-            destination = self._open().resolve(parse_queue_reference(target.format_name))
-            if destination.topics.data != target.data_topic:
-                raise QueueNotFound(f"queue {target.format_name!r} was recreated since the query "
-                                    "started", queue=target.format_name,
-                                    hint="restart the query with a new checkpoint")
-            self._destinations[target.data_topic] = destination
-        return destination
-
     def _view(self, target: QueueTarget) -> QueueView:
         view = self._views.get(target.data_topic)
         if view is None:
-            view = QueueView(self._open().session, self._destination(target).topics)
+            view = QueueView(self.queues.manager.session, self.queues.destination(target).topics)
             self._views[target.data_topic] = view
         return view
 
     def _queue(self, target: QueueTarget) -> Any:
         queue = self._queues.get(target.data_topic)
         if queue is None:
-            queue = self._open().open_queue(target.format_name)
+            queue = self.queues.manager.open_queue(target.format_name)
             self._queues[target.data_topic] = queue
         return queue
 
     def close(self) -> None:
-        """Close the views and the queue manager."""
+        """Close the views, and the queue manager if this remover opened it."""
         for view in self._views.values():
             view.close()
         self._views.clear()
         self._queues.clear()
-        if self._manager is not None:
-            self._manager.close()
-            self._manager = None
+        if self._owned:
+            self.queues.close()

@@ -16,7 +16,12 @@ takes the Kafka source when its classes are on the driver's classpath
 peek only.
 
 The format name is resolved once, on the driver, when the DataFrame is built (a ``DL=`` list's
-members are read then; a restarted query resolves again).
+members are read then; a restarted query resolves again). The driver's principal must have the
+read's right on every queue it reaches then (PEEK_MESSAGE; receive mode DELETE_MESSAGE, or
+DELETE_JOURNAL_MESSAGE on a journal; see :mod:`spark_connector.resolve`), or ``read_queue``
+raises ``AccessDenied`` and builds nothing. The kmq path checks again whenever the driver plans
+a batch (:mod:`spark_connector.source`); on the kafka path Spark's own source plans them, so a
+running query meets only the Kafka ACLs of the identity it connects as.
 """
 
 from __future__ import annotations
@@ -107,6 +112,10 @@ def read_queue(spark: Any, format_name: str, streaming: bool = True, **options: 
         schema with ``decode=False``), streaming when ``streaming``.
 
     Raises:
+        AccessDenied: the driver's principal lacks PEEK_MESSAGE on a queue ``format_name``
+            reaches (receive mode: DELETE_MESSAGE, or DELETE_JOURNAL_MESSAGE on a journal; a
+            dead-letter queue or machine journal: that right on its queue manager); the
+            message names the queue, the right and the principal. Nothing is read.
         InvalidParameter: an unknown path, mode or on_error; receive mode on a batch read or
             on the kafka path; ``path="kafka"`` without the Kafka source on the classpath.
         FormatNameError, QueueNotFound, DirectoryUnavailable, BrokerUnavailable: resolving
@@ -114,11 +123,14 @@ def read_queue(spark: Any, format_name: str, streaming: bool = True, **options: 
     """
     settings = _split_options(options)
     mode = {k.lower(): v for k, v in settings.source.items()}.get("kmq.mode", "peek").lower()
+    if mode not in ("peek", "receive"):
+        raise InvalidParameter(f"mode must be peek or receive, got {mode!r}")
     if mode == "receive" and not streaming:
         raise InvalidParameter("receive mode needs streaming=True: a batch DataFrame has no "
                                "commit at which its messages could be removed")
     path = _choose_path(spark, settings.path, mode)
-    resolution = resolve(format_name, config=settings.config, **settings.overrides)
+    resolution = resolve(format_name, operation=mode, config=settings.config,
+                         **settings.overrides)
     if path == "kafka":
         raw = _kafka_path(spark, resolution, streaming, settings.source)
     else:

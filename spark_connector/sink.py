@@ -33,6 +33,17 @@ envelope encoded once for all of them), the machine-journal copy (source journal
 time-to-be-received kept in a property as on every journal copy) and the arrival
 acknowledgments (ACK_REACH_QUEUE, posted once the task's records are stored).
 
+Access lists are checked on the driver, for the driver's principal, with the facade's checks
+(:mod:`spark_connector.resolve`), before any row is written: WRITE_MESSAGE (and Send To on
+``DL=`` and ``PUBLIC=`` names) on every queue the format name reaches, and WRITE_MESSAGE on
+every queue of each admin queue the messages may ask acknowledgments on: the ``admin_queue``
+default when acknowledgments may be asked for, and the ``admin_queues`` a writer declares for
+its rows. Unlike a facade send, which writes the permitted copies and dead-letters the refused
+ones, a refused write writes nothing. The driver checks again whenever Spark plans a writer
+(a batch write; a streaming query at its start and at each micro-batch's commit). A row that
+asks for acknowledgments on an admin queue the driver did not check fails its task before any
+copy of it is written: executors cannot check rights themselves.
+
 What the facade does at send and this sink does not (documented in ``docs/spark.md``): queue
 quotas, NACKs and dead-lettering of copies that cannot be delivered (the task fails and Spark
 retries it instead), time-to-reach-queue as a delivery deadline, signing and encryption. The
@@ -63,9 +74,10 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 
 from facade.config import DEFAULT_MAX_SEND_BYTES, KmqConfig
 from facade.envelope import encode_message
-from facade.errors import BrokerUnavailable, InvalidParameter
+from facade.errors import AccessDenied, BrokerUnavailable, InvalidParameter
 from facade.formatnames import SystemQueue
 from facade.kafka import KafkaSession, kafka_error_to_queue_error, map_kafka_errors
+from facade.manager import QueueManager
 from facade.message import (
     Acknowledgment,
     BodyType,
@@ -85,7 +97,7 @@ from facade.sending import (
     stamp_sent,
 )
 from facade.topics import system_topics
-from spark_connector.resolve import QueueTarget, Resolution, resolve
+from spark_connector.resolve import DriverQueues, Operation, QueueTarget, Resolution, resolve_with
 
 __all__ = [
     "ID_NAMESPACE",
@@ -96,6 +108,7 @@ __all__ = [
     "check_schema",
     "message_from_row",
     "normalize_defaults",
+    "require_write_rights",
     "secure_message",
     "writer_options",
 ]
@@ -654,8 +667,6 @@ class KmqCommitMessage(WriterCommitMessage):
         records (int): message copies produced (rows x queues of the format name).
         acknowledgments (int): ACK_REACH_QUEUE messages posted to admin queues.
         journal_copies (int): copies written to the machine journal (PROPID_M_JOURNAL JOURNAL).
-        acknowledgments_skipped (int): arrival ACKs requested for an admin queue the driver did
-            not resolve (see ``docs/spark.md``), so not posted.
     """
 
     scope: str
@@ -664,7 +675,6 @@ class KmqCommitMessage(WriterCommitMessage):
     records: int = 0
     acknowledgments: int = 0
     journal_copies: int = 0
-    acknowledgments_skipped: int = 0
 
 
 class _PartitionWriter:
@@ -712,6 +722,7 @@ class _PartitionWriter:
         except InvalidParameter as exc:
             raise InvalidParameter(f"{self.scope.where(index)}: {exc.message}",
                                    hint=exc.hint) from exc
+        self._require_checked_admin_queue(sent, index)
         copies = SendCopies(sent, len(targets))
         for target in targets:
             copy = copies.copy(target.format_name)
@@ -724,6 +735,25 @@ class _PartitionWriter:
         if sent.admin_queue and sent.acknowledge & Acknowledgment.POSITIVE_ARRIVAL:
             self.pending_acks.append(dataclasses.replace(sent, body=b""))
 
+    def _require_checked_admin_queue(self, sent: Message, index: int) -> None:
+        """Refuse a message that asks for acknowledgments on an admin queue whose
+        WRITE_MESSAGE the driver did not check: the facade refuses a send whose admin queue
+        the sender may not write, and an executor cannot check rights.
+
+        Raises:
+            AccessDenied: naming the row, the admin queue and the principal.
+        """
+        admin_queue = sent.admin_queue
+        if not admin_queue or not sent.acknowledge or admin_queue in self.plan.admin:
+            return
+        principal = self.plan.resolution.principal
+        raise AccessDenied(
+            f"{self.scope.where(index)}: admin queue {admin_queue!r} was not checked on the "
+            f"driver: a row may ask for acknowledgments only on an admin queue whose "
+            f"WRITE_MESSAGE the driver checked for {principal!r}; nothing of this row was "
+            "written", queue=admin_queue,
+            hint="declare it in admin_queues=[...] (or give it as the admin_queue default)")
+
     def _source_journal(self, output: _RecordOutput, copy: Message) -> None:
         """Write ``copy`` (:func:`facade.sending.source_journal_copy`) to the driver queue
         manager's machine journal, as the facade's source journaling does."""
@@ -732,17 +762,15 @@ class _PartitionWriter:
         self.summary.journal_copies += 1
 
     def _acknowledge(self, output: _RecordOutput, sent: Message) -> None:
-        """Post ACK_REACH_QUEUE for each copy of ``sent`` to its admin queue, if resolved."""
-        admin = self.plan.admin.get(sent.admin_queue or "")
+        """Post ACK_REACH_QUEUE for each copy of ``sent`` to its admin queue (resolved and
+        checked on the driver: :meth:`_require_checked_admin_queue`)."""
+        admin_queue = sent.admin_queue
+        assert admin_queue  # only messages with an admin queue are pending
+        admin = self.plan.admin[admin_queue]
         targets = self.plan.resolution.targets
-        if admin is None:
-            self.summary.acknowledgments_skipped += len(targets)
-            return
         sent_id = sent.id
         if sent_id is None:  # stamped before it was written: a bug if not
             raise InvalidParameter("a sent message has no id: it cannot be acknowledged")
-        admin_queue = sent.admin_queue
-        assert admin_queue  # only messages with an admin queue are pending
         for index, target in enumerate(targets):
             guid = uuid.UUID(target.queue_guid) if target.queue_guid else None
             ack = acknowledgment(sent, MessageClass.ACK_REACH_QUEUE, target.format_name, guid)
@@ -763,19 +791,16 @@ class _PartitionWriter:
 
 def _log_totals(what: str, messages: list[Any]) -> None:
     done = [m for m in messages if isinstance(m, KmqCommitMessage)]
-    skipped = sum(m.acknowledgments_skipped for m in done)
     log.info("%s: %d rows, %d copies, %d ACKs, %d journal copies", what,
              sum(m.rows for m in done), sum(m.records for m in done),
              sum(m.acknowledgments for m in done), sum(m.journal_copies for m in done))
-    if skipped:
-        log.warning("%s: %d arrival ACKs not posted: their admin queue was not resolved on the "
-                    "driver (give it as the admin_queue default)", what, skipped)
 
 
 class KmqBatchWriter(DataSourceWriter):
     """``df.write.format("kmq")``: one message per row, ids keyed by the write id.
 
-    Built on the driver at planning and pickled to the tasks. ``write`` runs once per partition
+    Built on the driver at planning, where the rights are checked again
+    (:func:`require_write_rights`), and pickled to the tasks. ``write`` runs once per partition
     on an executor; ``commit``/``abort`` on the driver.
 
     Args:
@@ -784,10 +809,12 @@ class KmqBatchWriter(DataSourceWriter):
 
     Raises:
         InvalidParameter: missing ``kmq.resolution`` option, unknown columns, missing body.
+        AccessDenied: the principal may not write to a queue or admin queue now.
     """
 
     def __init__(self, options: dict[str, str], schema: Any):
         self.plan = _WritePlan.from_options(options, schema, batch=True)
+        require_write_rights(self.plan.resolution, self.plan.admin)
 
     def write(self, iterator: Iterator[Any]) -> KmqCommitMessage:
         """Send this partition's rows; returns once the broker acknowledged every record.
@@ -822,16 +849,22 @@ class KmqStreamWriter(DataSourceStreamWriter):
     the partition and the row's position, so a batch replayed after a failure resends the same
     ids and receivers drop the copies (see :mod:`spark_connector.sink`).
 
+    Spark builds it on the driver when the query starts and again for each micro-batch's
+    commit or abort; each time the rights are checked again (:func:`require_write_rights`), so
+    a revoked right fails the query at the end of the micro-batch in progress.
+
     Args:
         options (dict[str, str]): writer options (see :func:`writer_options`).
         schema (StructType): the streaming DataFrame's schema.
 
     Raises:
         InvalidParameter: missing ``kmq.resolution`` option, unknown columns, missing body.
+        AccessDenied: the principal may not write to a queue or admin queue now.
     """
 
     def __init__(self, options: dict[str, str], schema: Any):
         self.plan = _WritePlan.from_options(options, schema, batch=False)
+        require_write_rights(self.plan.resolution, self.plan.admin)
 
     def write(self, iterator: Iterator[Any]) -> KmqCommitMessage:
         """Send this partition's rows of the current micro-batch (see KmqBatchWriter.write)."""
@@ -866,34 +899,45 @@ def writer_options(schema: Any, format_name: str, *, config: KmqConfig | None = 
                    bootstrap_servers: str | None = None, queue_manager: str | None = None,
                    transactional: bool = False, write_id: str | None = None,
                    flush_timeout: float = DEFAULT_FLUSH_TIMEOUT,
-                   **message_defaults: Any) -> dict[str, str]:
-    """Resolve ``format_name`` on the driver and build the ``format("kmq")`` writer options.
+                   admin_queues: Iterable[str] = (), **message_defaults: Any) -> dict[str, str]:
+    """Resolve ``format_name`` on the driver, check the driver's principal's rights and build
+    the ``format("kmq")`` writer options.
 
     Args:
         schema (StructType): the DataFrame's schema, checked here.
         format_name (str): where to send: a path name, a queue format name, ``PUBLIC=``,
             ``DL=``, or a multiple-element format name (all resolved now, through the directory
             for public queues and distribution lists).
-        config (KmqConfig | None): default :meth:`KmqConfig.load` (``KMQ_HOME``, kmq.toml).
+        config (KmqConfig | None): default :meth:`KmqConfig.load` (``KMQ_HOME``, kmq.toml,
+            ``KMQ_PRINCIPAL``).
         bootstrap_servers (str | None), queue_manager (str | None): configuration overrides;
             the queue manager stamps PROPID_M_SRC_MACHINE_ID and owns the machine journal.
         transactional (bool): produce each task's records in one Kafka transaction.
         write_id (str | None): batch writes only: the key of the message ids; re-running a failed
             batch job with the same write id and input resends the same ids (no duplicates).
         flush_timeout (float): seconds a task waits for acknowledgments before failing.
+        admin_queues (Iterable[str]): admin queues that rows (an ``admin_queue`` column) may
+            ask acknowledgments on, beside the ``admin_queue`` default: each is resolved and
+            checked now, and gets arrival ACKs (PROPID_M_ADMIN_QUEUE).
         **message_defaults: values for missing columns and nulls (see :data:`MESSAGE_COLUMNS`).
 
     Returns:
         dict[str, str]: options for ``df.write.format("kmq")`` / ``writeStream``.
 
     Raises:
+        AccessDenied: the driver's principal lacks WRITE_MESSAGE on a queue ``format_name``
+            reaches (or Send To on a ``DL=`` or ``PUBLIC=`` name), or on a queue of an admin
+            queue that messages may ask acknowledgments on (the ``admin_queue`` default when
+            ``acknowledge`` is a column or a non-zero default, and every ``admin_queues``
+            entry); the message names the queue, the right and the principal. Nothing is
+            written.
         InvalidParameter: schema or defaults invalid (names the column or default), or
             ``format_name`` reaches more queues than the queue manager's ``max_send_fanout``.
             A row is one send: a row whose body times the queues exceeds ``max_send_bytes``
             fails its task (:func:`facade.sending.check_fan_out`).
-        FormatNameError, QueueNotFound, AccessDenied, UnsupportedFormatNameOperation,
+        FormatNameError, QueueNotFound, UnsupportedFormatNameOperation,
         DirectoryUnavailable, BrokerUnavailable: as :func:`spark_connector.resolve.resolve`
-            (for the format name and for a default ``admin_queue``).
+            (for the format name and for the admin queues).
     """
     check_schema(schema)
     defaults = normalize_defaults(message_defaults)
@@ -904,13 +948,16 @@ def writer_options(schema: Any, format_name: str, *, config: KmqConfig | None = 
         config = KmqConfig.load(**overrides)
     elif overrides:
         config = dataclasses.replace(config, **overrides)
-    resolution = resolve(format_name, for_send=True, config=config)
-    check_fan_out((), len(resolution.targets), format_name, max_queues=config.max_send_fanout,
-                  max_bytes=config.max_send_bytes)
+    with QueueManager.open(config, lease_ids=False) as manager:
+        resolution = resolve_with(manager, format_name, Operation.SEND)
+        check_fan_out((), len(resolution.targets), format_name,
+                      max_queues=config.max_send_fanout, max_bytes=config.max_send_bytes)
+        admin = {name: json.loads(resolve_with(manager, name, Operation.ACKNOWLEDGE).to_json())
+                 for name in _admin_queues(defaults, schema, admin_queues)}
     options = {
         OPTION_RESOLUTION: resolution.to_json(),
         OPTION_DEFAULTS: _defaults_to_json(defaults),
-        OPTION_ADMIN: json.dumps(_admin_resolutions(defaults, schema, config)),
+        OPTION_ADMIN: json.dumps(admin),
         OPTION_TRANSACTIONAL: "true" if transactional else "false",
         OPTION_FLUSH_TIMEOUT: str(float(flush_timeout)),
         OPTION_MAX_SEND_BYTES: str(config.max_send_bytes),
@@ -920,17 +967,38 @@ def writer_options(schema: Any, format_name: str, *, config: KmqConfig | None = 
     return options
 
 
-def _admin_resolutions(defaults: Mapping[str, Any], schema: Any,
-                       config: KmqConfig) -> dict[str, Any]:
-    """Resolve the default admin queue when arrival ACKs may be asked for.
+def _admin_queues(defaults: Mapping[str, Any], schema: Any,
+                  declared: Iterable[str]) -> list[str]:
+    """The admin queues the write's messages may ask acknowledgments on, to resolve and check
+    on the driver: the declared ones, and the ``admin_queue`` default when a message may ask
+    (an ``acknowledge`` column, or a non-zero default), as the facade checks a send's admin
+    queue only for messages that ask."""
+    if isinstance(declared, str):
+        raise InvalidParameter("admin_queues must be a list of format names, not one string",
+                               hint=f"admin_queues=[{declared!r}]")
+    names = [str(name) for name in declared]
+    default = defaults.get("admin_queue")
+    may_ask = "acknowledge" in schema.fieldNames() or int(defaults.get("acknowledge", 0))
+    if default and may_ask:
+        names.insert(0, default)
+    return list(dict.fromkeys(names))
 
-    Rows can only name admin queues known before the job runs: a per-row admin queue is
-    carried in the message (receive ACKs work) but its arrival ACKs are skipped and counted.
+
+def require_write_rights(resolution: Resolution, admin: Mapping[str, Resolution]) -> None:
+    """Check again, on the driver, what :func:`writer_options` checked: WRITE_MESSAGE for the
+    resolution's principal on every destination queue and on every queue of each admin queue.
+
+    Args:
+        resolution (Resolution): the write's destinations (``kmq.resolution``).
+        admin (Mapping[str, Resolution]): the admin queues checked for the rows, by name.
+
+    Raises:
+        AccessDenied: a queue refuses the principal now (MQ_ERROR_ACCESS_DENIED naming the
+            queue, the right and the principal).
+        QueueNotFound: a queue was deleted or recreated since the options were made.
+        BrokerUnavailable: the queue manager could not be opened.
     """
-    admin = defaults.get("admin_queue")
-    may_ask = ("acknowledge" in schema.fieldNames()
-               or int(defaults.get("acknowledge", 0)) & Acknowledgment.POSITIVE_ARRIVAL)
-    if not admin or not may_ask:
-        return {}
-    doc = json.loads(resolve(admin, for_send=True, config=config).to_json())
-    return {admin: doc}
+    with DriverQueues(resolution) as queues:
+        queues.require(Operation.SEND)
+        for admin_resolution in admin.values():
+            queues.require(Operation.ACKNOWLEDGE, admin_resolution)

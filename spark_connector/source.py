@@ -61,6 +61,14 @@ start, which Spark only does after the batch's commit-log entry is written) or c
 * messages not yet visible when their range was planned are neither delivered nor removed:
   they stay in the queue for other receivers (the stream has moved past their offsets).
 
+**Access checks**: the options' resolution was checked for the driver's principal when it was
+made (:func:`~spark_connector.resolve.resolve`: PEEK_MESSAGE to peek, DELETE_MESSAGE or
+DELETE_JOURNAL_MESSAGE to receive). The driver checks again, for the principal the resolution
+names (:class:`~spark_connector.resolve.DriverQueues`), whenever it plans a batch read or a
+micro-batch (``partitions``) and before each receive-mode removal, so a revoked right stops the
+query before its next rows or removal (``AccessDenied`` naming the queue, the right and the
+principal).
+
 Offsets (Spark's offset log): ``{"offsets": {topic: next offset}, "from": {topic: first
 offset}, "at_ms": planning instant}``; the initial offset has only ``"offsets"``.
 """
@@ -86,7 +94,7 @@ from pyspark.sql.types import StructType
 from facade.errors import InvalidParameter
 from facade.kafka import KafkaRecord, KafkaSession
 from spark_connector._view import DEFAULT_STALL_TIMEOUT, TopicView, data_records, in_view
-from spark_connector.resolve import Resolution, resolve
+from spark_connector.resolve import DriverQueues, Operation, Resolution, resolve
 
 __all__ = [
     "KmqBatchReader",
@@ -156,13 +164,15 @@ class SourceOptions:
         Raises:
             InvalidParameter: a missing resolution, an unknown mode, or a malformed number,
                 boolean or offsets JSON; the message names the option.
+            AccessDenied: ``kmq.formatName`` names a queue the driver's principal may not
+                read (or, in receive mode, receive from).
         """
         opts = {k.lower(): str(v) for k, v in options.items()}
         kafka = {k[len(KAFKA_PREFIX):]: v for k, v in opts.items() if k.startswith(KAFKA_PREFIX)}
-        resolution = _resolution(opts, kafka.pop("bootstrap.servers", None))
         mode = opts.get(OPT_MODE, "peek").lower()
         if mode not in MODES:
             raise InvalidParameter(f"option kmq.mode must be peek or receive, got {mode!r}")
+        resolution = _resolution(opts, kafka.pop("bootstrap.servers", None), Operation(mode))
         parsed = cls(
             resolution=resolution,
             starting=opts.get(OPT_STARTING, "earliest"),
@@ -184,13 +194,19 @@ class SourceOptions:
         """bool: destructive reading (``kmq.mode=receive``)."""
         return self.mode == "receive"
 
+    @property
+    def operation(self) -> Operation:
+        """Operation: what the query does with its queues (the right it needs on each)."""
+        return Operation.RECEIVE if self.receive else Operation.PEEK
+
     def session(self) -> KafkaSession:
         """Kafka clients for this source (create them where they are used)."""
         return KafkaSession(self.resolution.bootstrap_servers, self.kafka_options,
                             client_id="kmq-spark")
 
 
-def _resolution(opts: Mapping[str, str], bootstrap: str | None) -> Resolution:
+def _resolution(opts: Mapping[str, str], bootstrap: str | None,
+                operation: Operation) -> Resolution:
     text = opts.get(OPT_RESOLUTION)
     if text:
         resolution = Resolution.from_json(text)
@@ -204,7 +220,7 @@ def _resolution(opts: Mapping[str, str], bootstrap: str | None) -> Resolution:
             from pathlib import Path
 
             overrides["home"] = Path(opts[OPT_HOME])
-        resolution = resolve(opts[OPT_FORMAT_NAME], **overrides)
+        resolution = resolve(opts[OPT_FORMAT_NAME], operation=operation, **overrides)
     else:
         raise InvalidParameter("the kmq source needs option kmq.resolution or kmq.formatName",
                                hint="use spark_connector.read_queue(spark, format_name)")
@@ -427,7 +443,13 @@ class KmqBatchReader(DataSourceReader):
 
     def partitions(self) -> list[TopicRange]:
         """One partition per queue topic, from ``startingOffsets`` to ``endingOffsets``
-        (read from the broker now, on the driver)."""
+        (read from the broker now, on the driver).
+
+        Raises:
+            AccessDenied: the resolution's principal may not peek at a queue now.
+        """
+        with DriverQueues(self.options.resolution) as queues:
+            queues.require(self.options.operation)
         topics = self.options.resolution.topics
         marks = self.options.session().watermarks(topics)
         start = resolve_positions(_offsets_spec(self.options.starting, OPT_STARTING), topics,
@@ -496,6 +518,7 @@ class KmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last: dict[str, Any] | None = None
         self._removed: set[str] = set()
         self._remover: Any = None
+        self._queues: DriverQueues | None = None
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -549,7 +572,13 @@ class KmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- planning and reading ------------------------------------------------------------
 
     def partitions(self, start: dict, end: dict) -> list[TopicRange]:
-        """One partition per topic with new offsets (none when ``start == end``)."""
+        """One partition per topic with new offsets (none when ``start == end``).
+
+        Raises:
+            AccessDenied: the resolution's principal may not peek at (receive mode: receive
+                from) a queue now; the batch reads nothing.
+        """
+        self._driver_queues().require(self.options.operation)
         begin = end.get("from", start["offsets"])
         at_ms = end.get("at_ms") if self.options.receive else None
         return plan_partitions(self.options, begin, end["offsets"], at_ms)
@@ -565,10 +594,19 @@ class KmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._remove_batch(end)
 
     def stop(self) -> None:
-        """Release the driver-side queue manager (receive mode)."""
+        """Release the driver-side queue manager."""
         if self._remover is not None:
             self._remover.close()
             self._remover = None
+        if self._queues is not None:
+            self._queues.close()
+            self._queues = None
+
+    def _driver_queues(self) -> DriverQueues:
+        """The query's queues on the driver, open as its principal for the query's life."""
+        if self._queues is None:
+            self._queues = DriverQueues(self.options.resolution)
+        return self._queues
 
     # -- receive mode --------------------------------------------------------------------
 
@@ -583,7 +621,7 @@ class KmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._remover is None:
             from spark_connector._receive import BatchRemover
 
-            self._remover = BatchRemover(self.options.resolution)
+            self._remover = BatchRemover(self.options.resolution, self._driver_queues())
         self._remover.remove(end["from"], end["offsets"], int(end["at_ms"]))
         self._removed.add(key)
 

@@ -43,12 +43,17 @@ def write_messages(df: Any, format_name: str, **kwargs: Any) -> None:
         df (DataFrame): rows with a ``body`` column and optional message columns.
         format_name (str): any queue, ``PUBLIC=``, ``DL=`` or multiple-element format name.
         **kwargs: :func:`writer_options` arguments (configuration, ``transactional``,
-            ``write_id``, ``flush_timeout``) and message defaults (``label=``, ``priority=``...).
+            ``write_id``, ``flush_timeout``, ``admin_queues``) and message defaults
+            (``label=``, ``priority=``...).
 
     Raises:
+        AccessDenied: the driver's principal may not write to a queue ``format_name`` reaches,
+            or to an admin queue the messages may ask acknowledgments on (see
+            :func:`writer_options`); nothing is written.
         InvalidParameter, FormatNameError, QueueNotFound...: see :func:`writer_options`.
         Py4JJavaError / pyspark errors: a task failed for good (its cause names the row or the
-            broker error). Messages of partitions that finished stay delivered; re-run with the
+            broker error, or a row asking for acknowledgments on an admin queue the driver did
+            not check). Messages of partitions that finished stay delivered; re-run with the
             same ``write_id`` to finish without duplicates.
     """
     options = writer_options(df.schema, format_name, **kwargs)
@@ -81,6 +86,8 @@ def write_stream(df: Any, format_name: str, *, checkpoint_location: str,
         StreamingQuery: the started query.
 
     Raises:
+        AccessDenied: as :func:`write_messages`; a right revoked while the query runs fails it
+            at the end of the micro-batch in progress.
         InvalidParameter, FormatNameError, QueueNotFound...: see :func:`writer_options`.
     """
     if kwargs.get("write_id"):
