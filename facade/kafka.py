@@ -125,7 +125,19 @@ _UNAVAILABLE = {
     KafkaError.NOT_ENOUGH_REPLICAS,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NOT_LEADER_FOR_PARTITION,
+    # librdkafka dropped its handle of a broker that left the cluster's metadata (a crashed
+    # broker once the controller fenced it) with this request still on it.
+    KafkaError._DESTROY_BROKER,
+    # A new leader answers offset queries so until its high watermark has caught up.
+    KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
 }
+#: Errors of a request to a partition whose leader is moving (see TopicReader._worth_retrying).
+_LEADER_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                  KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER,
+                  KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
+                  KafkaError.UNKNOWN_LEADER_EPOCH}
 _NOT_FOUND = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 _DENIED = {
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
@@ -219,11 +231,20 @@ def kafka_error_to_queue_error(error: KafkaError, operation: str, topic: str | N
 
 @contextmanager
 def map_kafka_errors(operation: str, topic: str | None = None) -> Iterator[None]:
-    """Re-raise ``KafkaException`` as the matching :class:`MessageQueueError`, chained."""
+    """Re-raise ``KafkaException`` as the matching :class:`MessageQueueError`, chained, and an
+    admin request's future that got no result in time (``TimeoutError``) as
+    :class:`BrokerUnavailable`."""
     try:
         yield
     except KafkaException as exc:
         raise _queue_error(exc, operation, topic) from exc
+    except TimeoutError as exc:
+        if isinstance(exc, MessageQueueError):
+            raise  # ReceiveTimeout is a TimeoutError too, and already kmq's
+        where = f" (topic {topic!r})" if topic else ""
+        raise BrokerUnavailable(f"{operation}{where} failed: the Kafka cluster did not answer "
+                                "in time", hint="check that the Kafka brokers are running and "
+                                "that most of the KRaft controllers are") from exc
 
 
 def _queue_error(exc: KafkaException, operation: str, topic: str | None) -> MessageQueueError:
@@ -1094,9 +1115,12 @@ class TopicReader:
         """Whether an offsets query that failed with ``exc`` may succeed if asked again.
 
         A new topic's leader, or one that just moved, answers NOT_LEADER until the brokers have
-        the metadata (Kafka's clients retry those). librdkafka's "unknown partition" only says
-        that its metadata cache lacks the topic: the cluster is asked. A topic it knows is
-        retried; one it says does not exist is :class:`QueueNotFound`; no answer is
+        the metadata, and OFFSET_NOT_AVAILABLE until its high watermark has caught up (Kafka's
+        clients retry those). A query sent to a leader that just crashed fails with a transport
+        error, or with a destroyed broker handle once the crashed broker left the metadata:
+        asked again, it goes to the new leader. librdkafka's "unknown partition" only says that
+        its metadata cache lacks the topic: the cluster is asked. A topic it knows is retried;
+        one it says does not exist is :class:`QueueNotFound`; no answer is
         :class:`BrokerUnavailable`, never "not found".
 
         Raises:
@@ -1106,7 +1130,7 @@ class TopicReader:
         error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         if error is None:
             return False
-        if error.code() in (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE):
+        if error.code() in _LEADER_MOVING:
             return True
         if error.code() not in _NOT_FOUND:
             return False
