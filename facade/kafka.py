@@ -122,7 +122,6 @@ _UNAVAILABLE = {
     KafkaError._TIMED_OUT,
     KafkaError._RESOLVE,
     KafkaError.REQUEST_TIMED_OUT,
-    KafkaError.NOT_ENOUGH_REPLICAS,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NOT_LEADER_FOR_PARTITION,
     # librdkafka dropped its handle of a broker that left the cluster's metadata (a crashed
@@ -138,6 +137,8 @@ _LEADER_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVA
                   KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER,
                   KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
                   KafkaError.UNKNOWN_LEADER_EPOCH}
+#: The leader has fewer in-sync replicas than the topic's ``min.insync.replicas``.
+_TOO_FEW_REPLICAS = {KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
 _NOT_FOUND = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 _DENIED = {
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
@@ -203,6 +204,11 @@ def refusal(error: Any) -> Refusal | None:
     return _REFUSALS.get(error.code())
 
 
+def _nodes(ids: Iterable[int]) -> str:
+    """Broker ids as text: ``1, 3``."""
+    return ", ".join(str(node) for node in sorted(ids))
+
+
 def kafka_error_to_queue_error(error: KafkaError, operation: str, topic: str | None = None) -> MessageQueueError:
     """Translate one ``KafkaError`` into the most specific kmq error.
 
@@ -218,6 +224,12 @@ def kafka_error_to_queue_error(error: KafkaError, operation: str, topic: str | N
     code = error.code()
     where = f" (topic {topic!r})" if topic else ""
     text = f"{operation}{where} failed: {error.str()}"
+    if code in _TOO_FEW_REPLICAS:
+        return BrokerUnavailable(
+            f"{text} ({error.name()}): fewer replicas of the partition are in sync than the "
+            "topic's min.insync.replicas, so the leader refuses acks=all writes",
+            hint="start the Kafka brokers that are down, or let the lagging replicas catch up; "
+                 "writes are acknowledged again once enough replicas are in sync")
     if code in _UNAVAILABLE:
         return BrokerUnavailable(text, hint="check that the Kafka broker is running and reachable")
     if code in _NOT_FOUND:
@@ -591,6 +603,63 @@ class KafkaSession:
         with map_kafka_errors("read cluster metadata"):
             return len(self.admin.list_topics(timeout=ADMIN_TIMEOUT).brokers)
 
+    def write_problem(self, topic: str, timeout: float = 5.0) -> tuple[str, str] | None:
+        """Why the cluster cannot acknowledge an ``acks=all`` write to ``topic`` now, as its
+        metadata shows: no leader, fewer in-sync replicas than the topic's
+        ``min.insync.replicas`` (the leader answers NOT_ENOUGH_REPLICAS, which producers retry
+        silently until their ``message.timeout.ms``), or in-sync replicas whose brokers refuse
+        connections (the leader waits for them until the KRaft controller drops them from the
+        in-sync replicas, which it cannot do while most controllers are down).
+
+        For the error of a write that was not acknowledged in time: best effort, it never
+        raises, and a cluster that does not answer gives None.
+
+        Args:
+            topic (str): a single-partition topic.
+            timeout (float): seconds for each metadata request.
+
+        Returns:
+            tuple[str, str] | None: (the cause, the fix), or None when the metadata shows
+            nothing that blocks a write.
+        """
+        try:
+            metadata = self.admin.list_topics(topic=topic, timeout=timeout)
+        except KafkaException:
+            return None
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or 0 not in found.partitions:
+            return None
+        partition = found.partitions[0]
+        replicas, in_sync = list(partition.replicas), list(partition.isrs)
+        down = [node for node in replicas if node not in metadata.brokers
+                or refused_bootstrap_servers(f"{metadata.brokers[node].host}:"
+                                             f"{metadata.brokers[node].port}", 0.5)]
+        restart = (f"start the Kafka brokers that are down (nodes {_nodes(down)})" if down
+                   else "bring the other replicas' brokers back in sync")
+        if partition.leader < 0:
+            return (f"partition 0 of topic {topic!r} has no leader (replicas on nodes "
+                    f"{_nodes(replicas)}, in sync: {_nodes(in_sync) or 'none'})",
+                    f"{restart}: a leader is elected once an in-sync replica is back")
+        try:
+            value = self.topic_configs([topic], timeout)[topic].get("min.insync.replicas", "")
+            min_insync = int(value) if value.isdigit() else None
+        except MessageQueueError:
+            min_insync = None
+        if min_insync is not None and len(in_sync) < min_insync:
+            return (f"topic {topic!r} has {len(in_sync)} in-sync replica(s) (nodes "
+                    f"{_nodes(in_sync)}) of {len(replicas)}, fewer than its "
+                    f"min.insync.replicas={min_insync}: its leader, node {partition.leader}, "
+                    "refuses acks=all writes (NOT_ENOUGH_REPLICAS)",
+                    f"{restart}; writes are acknowledged again once {min_insync} replicas are "
+                    "in sync")
+        silent = [node for node in in_sync if node in down]
+        if silent:
+            return (f"the in-sync replicas of topic {topic!r} on nodes {_nodes(silent)} do not "
+                    f"answer: its leader, node {partition.leader}, waits for them before it "
+                    "acknowledges an acks=all write, until the KRaft controller drops them from "
+                    "the in-sync replicas (which needs most controllers running)", restart)
+        return None
+
     def delete_records_support(self) -> tuple[bool, str]:
         """Whether the broker deletes records below an offset (Kafka's DeleteRecords), which kmq
         uses to free what every process has removed (docs/design.md, "Retention").
@@ -669,11 +738,13 @@ class KafkaSession:
             described[name] = TopicDescription(name, len(partitions), replicas, configs[name])
         return described
 
-    def topic_configs(self, names: Sequence[str]) -> dict[str, dict[str, str]]:
+    def topic_configs(self, names: Sequence[str],
+                      timeout: float = ADMIN_TIMEOUT) -> dict[str, dict[str, str]]:
         """The topic configs the broker reports for each topic (DescribeConfigs).
 
         Args:
             names (Sequence[str]): existing topics.
+            timeout (float): seconds the request may take.
 
         Returns:
             dict[str, dict[str, str]]: config name -> value per topic; configs whose value the
@@ -687,10 +758,10 @@ class KafkaSession:
             return {}
         resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
         result = {}
-        futures = self.admin.describe_configs(resources, request_timeout=ADMIN_TIMEOUT)
+        futures = self.admin.describe_configs(resources, request_timeout=timeout)
         for resource, future in futures.items():
             with map_kafka_errors("describe topic configs", resource.name):
-                entries = future.result(ADMIN_TIMEOUT)
+                entries = future.result(timeout)
             result[resource.name] = {key: entry.value for key, entry in entries.items()
                                      if entry.value is not None}
         return result
