@@ -63,6 +63,7 @@ from facade.errors import (
     BrokerUnavailable,
     MessageQueueError,
     QueueNotFound,
+    TransientQueueError,
 )
 from facade.kafka import NO_LINGER, PendingRecord, produce_async
 from facade.kafkaseam import KafkaSession
@@ -279,8 +280,21 @@ class MessageIdAllocator:
             self._blocks.close()
 
     def _take_block(self) -> None:
-        lease, self._pending = self._pending or self._blocks.request(), None
-        block = lease.wait(self.timeout)  # a failed lease is dropped: the next need asks anew
+        deadline = time.monotonic() + self.timeout
+        lease, self._pending = self._pending, None
+        block = None
+        if lease is not None:
+            try:
+                block = lease.wait(self.timeout)
+            except TransientQueueError:
+                # Asked for in advance, it may have failed long ago, while the broker was away:
+                # that says nothing of now, so it is asked for again (a failure of the lease
+                # asked for now reaches the caller; the next need asks anew). One that failed
+                # while this need waited for it did say so.
+                if time.monotonic() > deadline - self.timeout / 2:
+                    raise
+        if block is None:
+            block = self._blocks.request().wait(max(deadline - time.monotonic(), 0.0))
         if block <= self._last_block:
             raise BrokerError(
                 f"message-id block {block} leased after block {self._last_block}: the block "
