@@ -149,12 +149,11 @@ class QueueView:
         #: time.monotonic() of this view's last claim that lost an offset (see pick_head).
         self._lost_at: float | None = None
         # Receipts are single, latency-critical records: no batching delay. acks=all makes an
-        # acknowledged receipt durable; idempotence is not needed, because a claim waits for its
-        # receipt before the next one (no reordering) and a retried duplicate is a later receipt
-        # naming offsets its first copy already won, so it changes nothing. It costs about 50 us
-        # per receipt (docs/performance.md).
-        self._producer = session.producer(Delivery.RECOVERABLE, extra={
-            "linger.ms": 0, "enable.idempotence": False})
+        # acknowledged receipt durable. Idempotence keeps a retried receipt from being written
+        # twice: a request that timed out or met a leader change may have been appended before
+        # it was sent again, and a second copy of a claim could take another message (a
+        # first-of receipt) or one released since (docs/design.md, "A receipt is written once").
+        self._producer = session.producer(Delivery.RECOVERABLE, extra={"linger.ms": 0})
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -416,8 +415,10 @@ class QueueView:
             # A purge removes a range rather than naming offsets: free the records it removed.
             self.records.retain(self._in_queue)
         # Keep only the verdicts this view is waiting for: other processes' receipts flow
-        # through here too, and storing theirs would grow without bound.
-        if receipt.claim_id in self._awaiting:
+        # through here too, and storing theirs would grow without bound. The first copy of a
+        # receipt decides its claim: a copy a producer retry wrote again comes later and loses
+        # what the first won, and taking its verdict would drop a message the claim removed.
+        if receipt.claim_id in self._awaiting and receipt.claim_id not in self._outcomes:
             self._outcomes[receipt.claim_id] = outcome
 
     # -- claiming ------------------------------------------------------------------------------
