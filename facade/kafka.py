@@ -120,6 +120,8 @@ _UNAVAILABLE = {
     KafkaError._TRANSPORT,
     KafkaError._ALL_BROKERS_DOWN,
     KafkaError._TIMED_OUT,
+    # A request that was never sent: its broker's connection was down for its whole timeout.
+    KafkaError._TIMED_OUT_QUEUE,
     KafkaError._RESOLVE,
     KafkaError.REQUEST_TIMED_OUT,
     KafkaError.LEADER_NOT_AVAILABLE,

@@ -2,10 +2,10 @@
 
 Found by ``tests/faults/test_three_brokers.py`` on a three-node cluster: while a crashed
 leader left the metadata, a send failed with "Broker handle destroyed without termination"
-(its registry refresh asked the end offsets) and a receive with "Leader high watermark is not
-caught up" (its starvation check), both as a BrokerError, which ended the receiver process;
-and with two brokers down an admin request's future raised a bare TimeoutError. Stand-ins
-replace the broker here; the fault suite drives the real cluster.
+(its registry refresh asked the end offsets) and receives with "Leader high watermark is not
+caught up" and "Timed out in queue" (their starvation check), all as a BrokerError, which
+ended the receiver process; and with two brokers down an admin request's future raised a bare
+TimeoutError. Stand-ins replace the broker here; the fault suite drives the real cluster.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ from facade.kafka import TopicReader, kafka_error_to_queue_error, map_kafka_erro
 TOPIC = "kmq.t.private.q"
 
 
-@pytest.mark.parametrize("code", [KafkaError._DESTROY_BROKER, KafkaError.OFFSET_NOT_AVAILABLE])
+@pytest.mark.parametrize("code", [KafkaError._DESTROY_BROKER, KafkaError.OFFSET_NOT_AVAILABLE,
+                                  KafkaError._TIMED_OUT_QUEUE])
 def test_a_leader_change_is_unavailable_not_a_broker_error(code: int) -> None:
-    # A receive's starvation check met OFFSET_NOT_AVAILABLE from a new leader: as a
-    # BrokerError it ended the receive (and the receiver process) for good.
+    # A receive's starvation check met OFFSET_NOT_AVAILABLE from a new leader, and "Timed out
+    # in queue" while a crashed node's connection was down: as a BrokerError each ended the
+    # receive (and the receiver process) for good.
     error = kafka_error_to_queue_error(KafkaError(code), "read end offsets", TOPIC)
     assert isinstance(error, BrokerUnavailable)
 
