@@ -485,7 +485,8 @@ class QueueView:
         the verdict (the claim stays awaited until then).
 
         Raises:
-            BrokerUnavailable: the receipt was not acknowledged, or not read back, in time.
+            BrokerUnavailable: the receipt was not acknowledged, or not read back, in time, or
+                reading back failed otherwise (the message names that error).
             BrokerError: the broker refused the receipt (nothing was appended).
         """
         claim_id = pending.receipt.claim_id
@@ -512,8 +513,17 @@ class QueueView:
                     f"receipt {claim_id} for {self.topics.data!r} was not read back "
                     f"within {CLAIM_TIMEOUT:g} s", hint="check that the Kafka broker is running")
             # Contended: read the receipts before ours (fetching them again if paused).
-            self._resume_receipts()
-            self._apply(self._reader.poll(0.05))
+            try:
+                self._resume_receipts()
+                self._apply(self._reader.poll(0.05))
+            except BrokerUnavailable:
+                raise
+            except MessageQueueError as exc:
+                # Ours is in the log and may have won: the caller must keep the claim and ask
+                # again, as for a verdict not read in time, or the message it won is lost.
+                raise BrokerUnavailable(
+                    f"receipt {claim_id} for {self.topics.data!r} is in the log but its verdict "
+                    f"could not be read: {exc.message}", hint=exc.hint) from exc
         self._awaiting.pop(claim_id, None)
         outcome = self._outcomes.pop(claim_id)
         if outcome.lost:

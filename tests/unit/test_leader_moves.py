@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from facade.errors import BrokerUnavailable, ReceiveTimeout
+from facade.errors import BrokerError, BrokerUnavailable, ReceiveTimeout
 from facade.kafka import TopicReader, kafka_error_to_queue_error, map_kafka_errors
+from facade.manager import QueueManager
+from facade.message import Message
 
 TOPIC = "kmq.t.private.q"
 
@@ -66,3 +68,34 @@ def test_end_offsets_ask_again_while_the_leader_moves(code: int) -> None:
     finally:
         reader._consumer = real
         reader.close()
+
+
+def test_a_receive_whose_verdict_cannot_be_read_keeps_what_its_receipt_won(
+        memory_qm: QueueManager) -> None:
+    # On the cluster the read-back of a receipt already in the log failed with a BrokerError
+    # (above): the receive raised it and gave up its claim, and the message the receipt had
+    # won was removed from the queue and handed to nobody.
+    sender = memory_qm.create_queue(r".\private$\readback")
+    _, second = sender.send_many([Message(body=b"1"), Message(body=b"2")], wait=True)
+    mine, other = (memory_qm.open_queue(r".\private$\readback") for _ in range(2))
+    view = mine._open_view()
+    start_claim, poll = view.start_claim, view._reader.poll
+    failures: list[BrokerError] = []
+
+    def claim_behind_another(*args: Any, **kwargs: Any) -> Any:
+        # Another receiver's receipt lands first: this claim's verdict needs it read back.
+        assert other.receive(timeout=5).body == b"1"
+        failures.append(BrokerError("read topics failed: Local: Broker handle destroyed"))
+        view.start_claim = start_claim  # type: ignore[method-assign]
+        return start_claim(*args, **kwargs)
+
+    def failing_poll(timeout: float, max_records: int = 1000) -> Any:
+        if failures:
+            raise failures.pop()
+        return poll(timeout, max_records)
+
+    view.start_claim = claim_behind_another  # type: ignore[method-assign]
+    view._reader.poll = failing_poll  # type: ignore[method-assign]
+    with pytest.raises(BrokerUnavailable, match="is in the log but its verdict could not be"):
+        mine.receive_by_id(second.id)
+    assert mine.receive(timeout=5).body == b"2"
