@@ -92,6 +92,9 @@ _WARNED_LESS_DURABLE: set[tuple[str, int, int]] = set()
 
 #: Seconds an administrative request (create, delete, metadata) may take.
 ADMIN_TIMEOUT = 15.0
+#: Seconds a topic must be reported missing before a read believes it (brokers learn a new
+#: topic from the KRaft controller one after another, within milliseconds).
+MISSING_GRACE = 2.0
 #: Seconds of one metadata request of KafkaSession.ping, which repeats it until its timeout.
 _PING_STEP = 1.0
 #: librdkafka ``fetch.wait.max.ms`` a reader starts with: the longest a broker may hold a fetch
@@ -127,16 +130,31 @@ _UNAVAILABLE = {
     KafkaError._TRANSPORT,
     KafkaError._ALL_BROKERS_DOWN,
     KafkaError._TIMED_OUT,
+    # A request that was never sent: its broker's connection was down for its whole timeout.
+    KafkaError._TIMED_OUT_QUEUE,
     KafkaError._RESOLVE,
     KafkaError.REQUEST_TIMED_OUT,
-    KafkaError.NOT_ENOUGH_REPLICAS,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NOT_LEADER_FOR_PARTITION,
+    # librdkafka dropped its handle of a broker that left the cluster's metadata (a crashed
+    # broker once the controller fenced it) with this request still on it.
+    KafkaError._DESTROY_BROKER,
+    # A new leader answers offset queries so until its high watermark has caught up.
+    KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
 }
 #: What to do when the cluster's ACLs refuse a request (docs/design.md, "Security model").
 _KAFKA_ACL_HINT = ("the Kafka cluster's ACLs refuse this principal: an administrator runs "
                    "kmq acl sync (it mirrors queue rights), or grants the right with kafka-acls "
                    "(registry writes, topic creation)")
+#: Errors of a request to a partition whose leader is moving (see TopicReader._worth_retrying).
+_LEADER_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                  KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER,
+                  KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
+                  KafkaError.UNKNOWN_LEADER_EPOCH}
+#: The leader has fewer in-sync replicas than the topic's ``min.insync.replicas``.
+_TOO_FEW_REPLICAS = {KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
 _NOT_FOUND = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 _DENIED = {
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
@@ -202,6 +220,11 @@ def refusal(error: Any) -> Refusal | None:
     return _REFUSALS.get(error.code())
 
 
+def _nodes(ids: Iterable[int]) -> str:
+    """Broker ids as text: ``1, 3``."""
+    return ", ".join(str(node) for node in sorted(ids))
+
+
 def kafka_error_to_queue_error(error: KafkaError, operation: str, topic: str | None = None,
                                servers: str | None = None) -> MessageQueueError:
     """Translate one ``KafkaError`` into the most specific kmq error.
@@ -220,6 +243,12 @@ def kafka_error_to_queue_error(error: KafkaError, operation: str, topic: str | N
     code = error.code()
     where = f" (topic {topic!r})" if topic else ""
     text = f"{operation}{where} failed: {error.str()}"
+    if code in _TOO_FEW_REPLICAS:
+        return BrokerUnavailable(
+            f"{text} ({error.name()}): fewer replicas of the partition are in sync than the "
+            "topic's min.insync.replicas, so the leader refuses acks=all writes",
+            hint="start the Kafka brokers that are down, or let the lagging replicas catch up; "
+                 "writes are acknowledged again once enough replicas are in sync")
     if code in _UNAVAILABLE:
         at = f" at {servers}" if servers else ""
         return BrokerUnavailable(text, hint=f"check that the Kafka brokers{at} are running and "
@@ -236,12 +265,21 @@ def kafka_error_to_queue_error(error: KafkaError, operation: str, topic: str | N
 @contextmanager
 def map_kafka_errors(operation: str, topic: str | None = None,
                      servers: str | None = None) -> Iterator[None]:
-    """Re-raise ``KafkaException`` as the matching :class:`MessageQueueError`, chained
-    (``servers``: see :func:`kafka_error_to_queue_error`)."""
+    """Re-raise ``KafkaException`` as the matching :class:`MessageQueueError`, chained, and an
+    admin request's future that got no result in time (``TimeoutError``) as
+    :class:`BrokerUnavailable` (``servers``: see :func:`kafka_error_to_queue_error`)."""
     try:
         yield
     except KafkaException as exc:
         raise _queue_error(exc, operation, topic, servers) from exc
+    except TimeoutError as exc:
+        if isinstance(exc, MessageQueueError):
+            raise  # ReceiveTimeout is a TimeoutError too, and already kmq's
+        where = f" (topic {topic!r})" if topic else ""
+        at = f" at {servers}" if servers else ""
+        raise BrokerUnavailable(f"{operation}{where} failed: the Kafka cluster{at} did not "
+                                "answer in time", hint="check that the Kafka brokers are running "
+                                "and that most of the KRaft controllers are") from exc
 
 
 def _queue_error(exc: KafkaException, operation: str, topic: str | None,
@@ -663,6 +701,63 @@ class KafkaSession:
             return len(self.admin.list_topics(topic=QUEUE_REGISTRY_TOPIC,
                                               timeout=ADMIN_TIMEOUT).brokers)
 
+    def write_problem(self, topic: str, timeout: float = 5.0) -> tuple[str, str] | None:
+        """Why the cluster cannot acknowledge an ``acks=all`` write to ``topic`` now, as its
+        metadata shows: no leader, fewer in-sync replicas than the topic's
+        ``min.insync.replicas`` (the leader answers NOT_ENOUGH_REPLICAS, which producers retry
+        silently until their ``message.timeout.ms``), or in-sync replicas whose brokers refuse
+        connections (the leader waits for them until the KRaft controller drops them from the
+        in-sync replicas, which it cannot do while most controllers are down).
+
+        For the error of a write that was not acknowledged in time: best effort, it never
+        raises, and a cluster that does not answer gives None.
+
+        Args:
+            topic (str): a single-partition topic.
+            timeout (float): seconds for each metadata request.
+
+        Returns:
+            tuple[str, str] | None: (the cause, the fix), or None when the metadata shows
+            nothing that blocks a write.
+        """
+        try:
+            metadata = self.admin.list_topics(topic=topic, timeout=timeout)
+        except KafkaException:
+            return None
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or 0 not in found.partitions:
+            return None
+        partition = found.partitions[0]
+        replicas, in_sync = list(partition.replicas), list(partition.isrs)
+        down = [node for node in replicas if node not in metadata.brokers
+                or refused_bootstrap_servers(f"{metadata.brokers[node].host}:"
+                                             f"{metadata.brokers[node].port}", 0.5)]
+        restart = (f"start the Kafka brokers that are down (nodes {_nodes(down)})" if down
+                   else "bring the other replicas' brokers back in sync")
+        if partition.leader < 0:
+            return (f"partition 0 of topic {topic!r} has no leader (replicas on nodes "
+                    f"{_nodes(replicas)}, in sync: {_nodes(in_sync) or 'none'})",
+                    f"{restart}: a leader is elected once an in-sync replica is back")
+        try:
+            value = self.topic_configs([topic], timeout)[topic].get("min.insync.replicas", "")
+            min_insync = int(value) if value.isdigit() else None
+        except MessageQueueError:
+            min_insync = None
+        if min_insync is not None and len(in_sync) < min_insync:
+            return (f"topic {topic!r} has {len(in_sync)} in-sync replica(s) (nodes "
+                    f"{_nodes(in_sync)}) of {len(replicas)}, fewer than its "
+                    f"min.insync.replicas={min_insync}: its leader, node {partition.leader}, "
+                    "refuses acks=all writes (NOT_ENOUGH_REPLICAS)",
+                    f"{restart}; writes are acknowledged again once {min_insync} replicas are "
+                    "in sync")
+        silent = [node for node in in_sync if node in down]
+        if silent:
+            return (f"the in-sync replicas of topic {topic!r} on nodes {_nodes(silent)} do not "
+                    f"answer: its leader, node {partition.leader}, waits for them before it "
+                    "acknowledges an acks=all write, until the KRaft controller drops them from "
+                    "the in-sync replicas (which needs most controllers running)", restart)
+        return None
+
     def delete_records_support(self) -> tuple[bool, str]:
         """Whether the broker deletes records below an offset (Kafka's DeleteRecords), which kmq
         uses to free what every process has removed (docs/design.md, "Retention").
@@ -745,11 +840,13 @@ class KafkaSession:
             described[name] = TopicDescription(name, len(partitions), replicas, configs[name])
         return described
 
-    def topic_configs(self, names: Sequence[str]) -> dict[str, dict[str, str]]:
+    def topic_configs(self, names: Sequence[str],
+                      timeout: float = ADMIN_TIMEOUT) -> dict[str, dict[str, str]]:
         """The topic configs the broker reports for each topic (DescribeConfigs).
 
         Args:
             names (Sequence[str]): existing topics.
+            timeout (float): seconds the request may take.
 
         Returns:
             dict[str, dict[str, str]]: config name -> value per topic; configs whose value the
@@ -763,10 +860,10 @@ class KafkaSession:
             return {}
         resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
         result = {}
-        futures = self.admin.describe_configs(resources, request_timeout=ADMIN_TIMEOUT)
+        futures = self.admin.describe_configs(resources, request_timeout=timeout)
         for resource, future in futures.items():
             with map_kafka_errors("describe topic configs", resource.name, servers=self.bootstrap_servers):
-                entries = future.result(ADMIN_TIMEOUT)
+                entries = future.result(timeout)
             result[resource.name] = {key: entry.value for key, entry in entries.items()
                                      if entry.value is not None}
         return result
@@ -1192,6 +1289,7 @@ class TopicReader:
             BrokerUnavailable: no answer within ``timeout`` seconds.
         """
         ends = {}
+        missing_since: dict[str, float] = {}
         deadline = time.monotonic() + timeout
         with map_kafka_errors("read end offsets", servers=self.bootstrap_servers):
             for topic in topics:
@@ -1202,20 +1300,27 @@ class TopicReader:
                             cached=False)
                         break
                     except KafkaException as exc:
-                        if time.monotonic() > deadline or not self._worth_retrying(exc, topic, deadline):
+                        if time.monotonic() > deadline or not self._worth_retrying(
+                                exc, topic, deadline, missing_since):
                             raise
                         time.sleep(0.05)
                 ends[topic] = max(high, 0)
         return ends
 
-    def _worth_retrying(self, exc: KafkaException, topic: str, deadline: float) -> bool:
+    def _worth_retrying(self, exc: KafkaException, topic: str, deadline: float,
+                        missing_since: dict[str, float]) -> bool:
         """Whether an offsets query that failed with ``exc`` may succeed if asked again.
 
         A new topic's leader, or one that just moved, answers NOT_LEADER until the brokers have
-        the metadata (Kafka's clients retry those). librdkafka's "unknown partition" only says
-        that its metadata cache lacks the topic: the cluster is asked. A topic it knows is
-        retried; one it says does not exist is :class:`QueueNotFound`; no answer is
-        :class:`BrokerUnavailable`, never "not found".
+        the metadata, and OFFSET_NOT_AVAILABLE until its high watermark has caught up (Kafka's
+        clients retry those). A query sent to a leader that just crashed fails with a transport
+        error, or with a destroyed broker handle once the crashed broker left the metadata:
+        asked again, it goes to the new leader. librdkafka's "unknown partition" only says that
+        its metadata cache lacks the topic: the cluster is asked. A topic it knows is retried;
+        one it says does not exist is :class:`QueueNotFound` once it has said so for
+        :data:`MISSING_GRACE` seconds (``missing_since``: when each topic was first said
+        missing in this query), because on several brokers one may still lack a topic another
+        has just listed; no answer is :class:`BrokerUnavailable`, never "not found".
 
         Raises:
             QueueNotFound: the cluster answered that ``topic`` does not exist.
@@ -1224,7 +1329,7 @@ class TopicReader:
         error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         if error is None:
             return False
-        if error.code() in (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE):
+        if error.code() in _LEADER_MOVING:
             return True
         if error.code() not in _NOT_FOUND:
             return False
@@ -1239,6 +1344,9 @@ class TopicReader:
         found = metadata.topics.get(topic)
         if found is None or (found.error is not None
                              and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            first = missing_since.setdefault(topic, time.monotonic())
+            if time.monotonic() - first < MISSING_GRACE and time.monotonic() < deadline:
+                return True
             raise QueueNotFound(f"topic {topic!r} does not exist on the Kafka cluster at {servers}",
                                 queue=topic, hint="create the queue first (kmq queue create)") from exc
         return True

@@ -289,6 +289,13 @@ class KafkaSession(Protocol):
         """
         ...
 
+    def write_problem(self, topic: str, timeout: float = 5.0) -> tuple[str, str] | None:
+        """Why the cluster cannot acknowledge an ``acks=all`` write to ``topic`` now (no leader,
+        too few in-sync replicas, in-sync replicas down), as ``(cause, fix)``; None when it
+        sees nothing that blocks one. For the error of a write not acknowledged in time; never
+        raises."""
+        ...
+
     def delete_records_support(self) -> tuple[bool, str]:
         """Whether the broker deletes records below an offset (DeleteRecords), and why not."""
         ...

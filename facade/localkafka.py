@@ -218,6 +218,32 @@ class LocalKafka:
         """True if every node's process is alive."""
         return bool(self.nodes) and all(node.alive() for node in self.nodes)
 
+    def active_controller(self) -> int | None:
+        """The ``node.id`` of the active KRaft controller, as the running nodes last recorded it.
+
+        Read from each running node's ``quorum-state`` file (the leader of the highest epoch),
+        not from a client: a Kafka broker answers DescribeCluster and Metadata with a random
+        broker as "controller", since clients never talk to a KRaft controller.
+
+        Returns:
+            int | None: the node id; None while no running node knows of a leader (an election
+            under way, or too few voters running for one).
+        """
+        best: tuple[int, int] | None = None
+        for node in self.nodes:
+            if not node.alive():
+                continue
+            path = self.node_dir(node.node_id) / "data" / "__cluster_metadata-0" / "quorum-state"
+            try:
+                state = json.loads(path.read_text())
+            except (FileNotFoundError, ValueError):
+                continue  # not written yet, or caught mid-write: the other nodes tell
+            epoch, leader = state.get("leaderEpoch", -1), state.get("leaderId", -1)
+            if isinstance(leader, int) and leader > 0 and isinstance(epoch, int) \
+                    and (best is None or epoch > best[0]):
+                best = (epoch, leader)
+        return None if best is None else best[1]
+
     def to_dict(self) -> dict:
         """JSON-ready state for ``kmq dev status --json``."""
         record = self._record

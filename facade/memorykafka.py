@@ -597,6 +597,10 @@ class MemoryKafkaSession:
         with self.cluster.changed:
             return {name: dict(self.cluster.log(name).config) for name in names}
 
+    def write_problem(self, topic: str, timeout: float = 5.0) -> tuple[str, str] | None:
+        """None: a topic in memory has no replicas that could be missing."""
+        return None
+
     def delete_records_support(self) -> tuple[bool, str]:
         """DeleteRecords is supported."""
         return (True, "")

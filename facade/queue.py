@@ -50,7 +50,14 @@ from facade.errors import (
     TransactionUsage,
     UnsupportedFormatNameOperation,
 )
-from facade.message import JournalLevel, Message, MessageClass, MessageId, check_enforceable
+from facade.message import (
+    Delivery,
+    JournalLevel,
+    Message,
+    MessageClass,
+    MessageId,
+    check_enforceable,
+)
 from facade.peeklock import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, PeekLockReceives, unlocked
 from facade.protection import ProtectionLevel
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
@@ -95,6 +102,9 @@ _MAX_LOOKUP_ID = 2**64 - 1
 #: ``kmq.reason`` of a poison record found by its headers (a POISON claim's own reason, e.g. the
 #: decode error a peek met, takes precedence).
 _BAD_HEADERS = "record headers are not a kmq envelope's"
+#: Destinations whose topics a send not acknowledged in time asks the cluster about (each
+#: question may take seconds while brokers are down).
+_EXPLAINED_TOPICS = 3
 
 
 class MessageQueue(PeekLockReceives):
@@ -371,8 +381,8 @@ class MessageQueue(PeekLockReceives):
             manager.transmitter.submit_many(accepted, tracker)
         if tracker is not None:
             if not tracker.wait(timeout):
-                raise BrokerUnavailable(f"send to {self.format_name!r} not acknowledged within "
-                                        f"{timeout:g} s", queue=self.format_name)
+                raise self._unacknowledged([item[0] for item in accepted],
+                                           [item[1] for item in accepted], timeout)
             if tracker.errors:
                 raise BrokerError(f"send to {self.format_name!r} failed: "
                                   + "; ".join(f"{q}: {e}" for q, e in tracker.errors.items()),
@@ -397,6 +407,31 @@ class MessageQueue(PeekLockReceives):
             error.sent = sent_messages  # type: ignore[attr-defined]
             raise error
         return sent_messages
+
+    def _unacknowledged(self, destinations: list[Destination], copies: list[Message],
+                        timeout: float) -> BrokerUnavailable:
+        """The error of a waiting send not acknowledged within ``timeout`` seconds: why, as the
+        cluster's metadata shows it for the first :data:`_EXPLAINED_TOPICS` destinations (the
+        producer retries NOT_ENOUGH_REPLICAS and leader changes silently, so only the cluster
+        can say), and what becomes of the copies."""
+        causes, fixes = [], []
+        for topic in list(dict.fromkeys(d.topics.data for d in destinations))[:_EXPLAINED_TOPICS]:
+            problem = self.manager.session.write_problem(topic)
+            if problem is not None:
+                causes.append(problem[0])
+                fixes.append(problem[1])
+        if any(copy.delivery is Delivery.RECOVERABLE for copy in copies):
+            fate = ("the RECOVERABLE copies stay in the outgoing queue and are delivered once the "
+                    "broker acknowledges them, or dead-lettered when their time-to-reach-queue "
+                    "runs out")
+        else:
+            fate = ("the EXPRESS copies arrive only if the broker acknowledges them within their "
+                    "time-to-reach-queue")
+        why = f": {'; '.join(causes)}" if causes else ""
+        return BrokerUnavailable(
+            f"send to {self.format_name!r} not acknowledged within {timeout:g} s{why}; {fate}",
+            queue=self.format_name,
+            hint="; ".join(fixes) or "check that the Kafka brokers are running and reachable")
 
     def _send_in_transaction(self, messages: tuple[Message, ...], destinations: list[Destination],
                              transaction: MessageQueueTransaction) -> list[Message]:

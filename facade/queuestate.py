@@ -36,8 +36,9 @@ int of 32, its offset an int of 32), a slot in the chunked array of pending entr
 its slot in its priority lane (9) and its state code (1): about 200 bytes in all
 (``benchmarks/state_bench.py``, docs/performance.md). A removed one costs one byte (its state
 code) until the floor passes it, plus its dedupe key while inside the dedupe window. A held
-offset keeps its entry (so a release needs no re-fetch) until its lock is settled; the ids of
-the last :data:`LOCK_MEMORY` locks are kept to ignore duplicated LOCK receipts.
+offset keeps its entry (so a release needs no re-fetch) until its lock is settled; the claim
+ids of the last :data:`LOCK_MEMORY` locks and first-of receipts are kept to ignore their
+duplicates.
 """
 
 from __future__ import annotations
@@ -73,9 +74,10 @@ __all__ = [
 #: key is at most this many offsets earlier. Part of the protocol: every process must use the
 #: same value, or they disagree about duplicates. Worst case about 150 bytes per key held.
 DEDUPE_WINDOW = 1 << 18
-#: How many of the latest LOCK/PREFETCH claim ids a state remembers: a lock receipt whose
-#: claim id is among them is a duplicate (a producer retry) and takes nothing, even after the
-#: first copy was released. Part of the protocol, like :data:`DEDUPE_WINDOW`.
+#: How many of the latest LOCK/PREFETCH and first-of (RECEIVE_FIRST, LOCK_FIRST) claim ids a
+#: state remembers: such a receipt whose claim id is among them is a duplicate (a producer
+#: retry) and takes nothing, even after the first copy's lock was released or while offsets it
+#: names are still pending. Part of the protocol, like :data:`DEDUPE_WINDOW`.
 LOCK_MEMORY = 1 << 14
 
 _PRIORITIES = 8  # MSMQ priorities 0 (lowest) to 7 (highest)
@@ -987,9 +989,9 @@ class QueueState:
         pending offset below ``purge_below``, leaving held ones alone. A receipt that names a
         lock in ``completes`` settles the offsets that lock still holds (see the module
         docstring). A system claim (EXPIRE, MOVE, REJECT, POISON) that won offsets stays in
-        :meth:`incomplete_claims` until a COMPLETED receipt names it. A LOCK or PREFETCH whose
-        claim id is among the last :data:`LOCK_MEMORY` locks is a duplicate and loses
-        everything. Offsets below the floor are settled: naming one loses. A RECEIVE_FIRST or
+        :meth:`incomplete_claims` until a COMPLETED receipt names it. A LOCK, PREFETCH,
+        RECEIVE_FIRST or LOCK_FIRST whose claim id is among the last :data:`LOCK_MEMORY` of
+        those is a duplicate and loses everything. Offsets below the floor are settled: naming one loses. A RECEIVE_FIRST or
         LOCK_FIRST takes only the first offset it names that is pending, as a RECEIVE or LOCK
         would; the ones before it are lost, the ones after it left alone.
 
@@ -1020,12 +1022,16 @@ class QueueState:
             # A lock settled already (or never taken): nothing to settle, every offset lost.
             return ClaimOutcome(receipt.claim_id, (), named)
         lock = None
-        if action.is_lock:
-            if receipt.claim_id in self._lock_ids:  # a duplicate of an earlier lock receipt
+        first_only = action in FIRST_OF_ACTIONS
+        if action.is_lock or first_only:
+            # A claim that may take again once its first copy is applied (a lock after its
+            # release, a first-of receipt the next pending offset it names) takes nothing as
+            # a duplicate, which a producer retry can write.
+            if receipt.claim_id in self._lock_ids:
                 return ClaimOutcome(receipt.claim_id, (), named)
             self._remember_lock(receipt.claim_id)
-            lock = _Lock(receipt, receipt_offset)
-        first_only = action in FIRST_OF_ACTIONS
+            if action.is_lock:
+                lock = _Lock(receipt, receipt_offset)
         code = _LOCKED if lock is not None else _removed_code(
             ReceiptAction.RECEIVE if first_only else action)
         won: list[int] = []

@@ -153,12 +153,11 @@ class QueueView:
         #: time.monotonic() of this view's last claim that lost an offset (see pick_head).
         self._lost_at: float | None = None
         # Receipts are single, latency-critical records: no batching delay. acks=all makes an
-        # acknowledged receipt durable; idempotence is not needed, because a claim waits for its
-        # receipt before the next one (no reordering) and a retried duplicate is a later receipt
-        # naming offsets its first copy already won, so it changes nothing. It costs about 50 us
-        # per receipt (docs/performance.md).
-        self._producer = session.producer(Delivery.RECOVERABLE, extra={
-            "linger.ms": 0, "enable.idempotence": False})
+        # acknowledged receipt durable. Idempotence keeps a retried receipt from being written
+        # twice: a request that timed out or met a leader change may have been appended before
+        # it was sent again, and a second copy of a claim could take another message (a
+        # first-of receipt) or one released since (docs/design.md, "A receipt is written once").
+        self._producer = session.producer(Delivery.RECOVERABLE, extra={"linger.ms": 0})
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -420,8 +419,10 @@ class QueueView:
             # A purge removes a range rather than naming offsets: free the records it removed.
             self.records.retain(self._in_queue)
         # Keep only the verdicts this view is waiting for: other processes' receipts flow
-        # through here too, and storing theirs would grow without bound.
-        if receipt.claim_id in self._awaiting:
+        # through here too, and storing theirs would grow without bound. The first copy of a
+        # receipt decides its claim: a copy a producer retry wrote again comes later and loses
+        # what the first won, and taking its verdict would drop a message the claim removed.
+        if receipt.claim_id in self._awaiting and receipt.claim_id not in self._outcomes:
             self._outcomes[receipt.claim_id] = outcome
 
     # -- claiming ------------------------------------------------------------------------------
@@ -488,7 +489,8 @@ class QueueView:
         the verdict (the claim stays awaited until then).
 
         Raises:
-            BrokerUnavailable: the receipt was not acknowledged, or not read back, in time.
+            BrokerUnavailable: the receipt was not acknowledged, or not read back, in time, or
+                reading back failed otherwise (the message names that error).
             BrokerError: the broker refused the receipt (nothing was appended).
         """
         claim_id = pending.receipt.claim_id
@@ -515,8 +517,17 @@ class QueueView:
                     f"receipt {claim_id} for {self.topics.data!r} was not read back "
                     f"within {CLAIM_TIMEOUT:g} s", hint="check that the Kafka broker is running")
             # Contended: read the receipts before ours (fetching them again if paused).
-            self._resume_receipts()
-            self._apply(self._reader.poll(0.05))
+            try:
+                self._resume_receipts()
+                self._apply(self._reader.poll(0.05))
+            except BrokerUnavailable:
+                raise
+            except MessageQueueError as exc:
+                # Ours is in the log and may have won: the caller must keep the claim and ask
+                # again, as for a verdict not read in time, or the message it won is lost.
+                raise BrokerUnavailable(
+                    f"receipt {claim_id} for {self.topics.data!r} is in the log but its verdict "
+                    f"could not be read: {exc.message}", hint=exc.hint) from exc
         self._awaiting.pop(claim_id, None)
         outcome = self._outcomes.pop(claim_id)
         if outcome.lost:

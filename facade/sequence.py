@@ -58,7 +58,13 @@ import time
 import uuid
 from typing import Any, Protocol
 
-from facade.errors import BrokerError, MessageQueueError, QueueNotFound
+from facade.errors import (
+    BrokerError,
+    BrokerUnavailable,
+    MessageQueueError,
+    QueueNotFound,
+    TransientQueueError,
+)
 from facade.kafka import NO_LINGER, PendingRecord, produce_async
 from facade.kafkaseam import KafkaSession
 from facade.message import Delivery, MessageId
@@ -108,15 +114,28 @@ class BlockSource(Protocol):
 
 
 class _KafkaLease:
-    __slots__ = ("_pending", "_topic")
+    __slots__ = ("_pending", "_topic", "_session")
 
-    def __init__(self, pending: PendingRecord, topic: str):
+    def __init__(self, pending: PendingRecord, topic: str, session: KafkaSession):
         self._pending = pending
         self._topic = topic
+        self._session = session
 
     def wait(self, timeout: float) -> int:
         try:
             offset = self._pending.wait(timeout)
+        except (BrokerUnavailable, BrokerError) as exc:
+            if isinstance(exc, BrokerError) and exc.kafka_code != "_MSG_TIMED_OUT":
+                raise
+            # Not acknowledged in time, by the wait or by the record's own timeout: the
+            # producer retried in silence, so the cluster is asked why.
+            problem = self._session.write_problem(self._topic)
+            why = f": {problem[0]}" if problem else ""
+            raise BrokerUnavailable(
+                f"lease a message-id block (topic {self._topic!r}) not acknowledged within "
+                f"{timeout:.2g} s{why}; no message id can be drawn until one is",
+                hint=problem[1] if problem else "check that the Kafka brokers are running "
+                "and reachable") from exc
         except QueueNotFound as exc:
             raise BrokerError(
                 f"the message-id block topic {self._topic!r} does not exist",
@@ -179,7 +198,7 @@ class KafkaBlockSource:
                             "time": time.time()}).encode()
         pending = produce_async(self._producer, self.topic, value, key=self._key,
                                 operation="lease a message-id block")
-        return _KafkaLease(pending, self.topic)
+        return _KafkaLease(pending, self.topic, self._session)
 
     def close(self) -> None:
         """Wait (up to the timeout) for a lease still in flight, then release the producer."""
@@ -261,8 +280,21 @@ class MessageIdAllocator:
             self._blocks.close()
 
     def _take_block(self) -> None:
-        lease, self._pending = self._pending or self._blocks.request(), None
-        block = lease.wait(self.timeout)  # a failed lease is dropped: the next need asks anew
+        deadline = time.monotonic() + self.timeout
+        lease, self._pending = self._pending, None
+        block = None
+        if lease is not None:
+            try:
+                block = lease.wait(self.timeout)
+            except TransientQueueError:
+                # Asked for in advance, it may have failed long ago, while the broker was away:
+                # that says nothing of now, so it is asked for again (a failure of the lease
+                # asked for now reaches the caller; the next need asks anew). One that failed
+                # while this need waited for it did say so.
+                if time.monotonic() > deadline - self.timeout / 2:
+                    raise
+        if block is None:
+            block = self._blocks.request().wait(max(deadline - time.monotonic(), 0.0))
         if block <= self._last_block:
             raise BrokerError(
                 f"message-id block {block} leased after block {self._last_block}: the block "

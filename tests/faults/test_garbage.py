@@ -337,7 +337,10 @@ def test_garbage_in_every_kmq_topic(fault_qm: QueueManager, fault_config: KmqCon
             raw.write(topic, receipts_garbage(rng))
         for topic in (QUEUE_REGISTRY_TOPIC, QUEUE_MANAGER_REGISTRY_TOPIC):
             raw.write(topic, registry_garbage(rng, topic))
-        raw.write(id_block_topic(qm.name), _common(rng))
+        # The id-block topic is compacted: Kafka refuses a record without a key there, and the
+        # whole batch it is in, so the keyless garbage gets a key.
+        raw.write(id_block_topic(qm.name), [Garbage(g.kind, g.key or b"garbage", g.value, g.headers)
+                                            for g in _common(rng)])
         raw.write(snapshots, snapshot_garbage(rng, topics["garbage2"].data.encode()))
         if round_ == 0:
             # Under real keys, followed by nothing: every view keeps the previous valid value.

@@ -81,10 +81,10 @@ def run_sender(args: dict[str, Any]) -> None:
             recorder.sent(key, label, outcome=promised, message_id=str(sent.id), **fields)
         except DirectoryUnavailable as exc:
             recorder.sent(key, label, outcome=REFUSED, **fields)
-            recorder.event("note", error=str(exc)[:200])
+            recorder.event("note", error=str(exc)[:300], error_class=type(exc).__name__)
         except MessageQueueError as exc:
             recorder.sent(key, label, outcome=FAILED, **fields)
-            recorder.event("note", error=str(exc)[:200])
+            recorder.event("note", error=str(exc)[:300], error_class=type(exc).__name__)
         seq += 1
         if interval:
             time.sleep(interval)
@@ -119,7 +119,7 @@ def _send_batches(queue: Any, recorder: Recorder, args: dict[str, Any], label: s
             outcome = REFUSED if isinstance(exc, DirectoryUnavailable) else FAILED
             for key, n in keys:
                 recorder.sent(key, label, outcome=outcome, seq=n, **common)
-            recorder.event("note", error=str(exc)[:200])
+            recorder.event("note", error=str(exc)[:300], error_class=type(exc).__name__)
         seq += batch
     recorder.event("note", done=seq)
 

@@ -114,6 +114,21 @@ def test_a_block_needed_while_the_broker_is_away_fails_and_no_id_repeats() -> No
     assert not seen & set(after) and len(set(after)) == len(after)
 
 
+def test_an_advance_request_that_failed_while_the_broker_was_away_is_asked_again_when_needed(
+) -> None:
+    # On a three-node cluster the advance lease timed out while two brokers were down; the
+    # block ran out after they were back, and the send then failed with that old timeout.
+    source = _Partition()
+    ids = MessageIdAllocator(GUID, source, timeout=5.0)
+    ids.prepare()
+    source.down = True                  # the advance request fails...
+    got = [ids.new().sequence for _ in range(BLOCK_SIZE // 2)]
+    source.down = False                 # ...and the broker is back before the block runs out
+    got += [ids.new().sequence for _ in range(BLOCK_SIZE // 2 + 1)]
+    assert got[-1] == BLOCK_SIZE and len(set(got)) == len(got)
+    assert source.requests == 3
+
+
 def test_a_refused_advance_request_is_logged_and_asked_again_when_needed(
         caplog: pytest.LogCaptureFixture) -> None:
     source = _Partition()

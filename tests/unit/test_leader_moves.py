@@ -1,0 +1,101 @@
+"""Errors of reads while a partition's leader moves (a broker crashed or was stopped).
+
+Found by ``tests/faults/test_three_brokers.py`` on a three-node cluster: while a crashed
+leader left the metadata, a send failed with "Broker handle destroyed without termination"
+(its registry refresh asked the end offsets) and receives with "Leader high watermark is not
+caught up" and "Timed out in queue" (their starvation check), all as a BrokerError, which
+ended the receiver process; and with two brokers down an admin request's future raised a bare
+TimeoutError. Stand-ins replace the broker here; the fault suite drives the real cluster.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from facade.errors import BrokerError, BrokerUnavailable, ReceiveTimeout
+from facade.kafka import TopicReader, kafka_error_to_queue_error, map_kafka_errors
+from facade.manager import QueueManager
+from facade.message import Message
+
+TOPIC = "kmq.t.private.q"
+
+
+@pytest.mark.parametrize("code", [KafkaError._DESTROY_BROKER, KafkaError.OFFSET_NOT_AVAILABLE,
+                                  KafkaError._TIMED_OUT_QUEUE])
+def test_a_leader_change_is_unavailable_not_a_broker_error(code: int) -> None:
+    # A receive's starvation check met OFFSET_NOT_AVAILABLE from a new leader, and "Timed out
+    # in queue" while a crashed node's connection was down: as a BrokerError each ended the
+    # receive (and the receiver process) for good.
+    error = kafka_error_to_queue_error(KafkaError(code), "read end offsets", TOPIC)
+    assert isinstance(error, BrokerUnavailable)
+
+
+def test_an_admin_request_without_an_answer_is_unavailable() -> None:
+    # describe_configs' future raised a bare TimeoutError past kmq's error tree while two of
+    # three brokers (and so most KRaft controllers) were down.
+    with pytest.raises(BrokerUnavailable, match="describe topic configs .* did not answer"):
+        with map_kafka_errors("describe topic configs", TOPIC):
+            raise concurrent.futures.TimeoutError()
+    with pytest.raises(ReceiveTimeout):
+        with map_kafka_errors("read topics"):
+            raise ReceiveTimeout("no message")
+
+
+@pytest.mark.parametrize("code", [KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT,
+                                  KafkaError.OFFSET_NOT_AVAILABLE,
+                                  KafkaError.NOT_LEADER_FOR_PARTITION])
+def test_end_offsets_ask_again_while_the_leader_moves(code: int) -> None:
+    # No broker: librdkafka connects lazily, and the one broker call is replaced below.
+    reader = TopicReader({"bootstrap.servers": "127.0.0.1:9"})
+    real = reader._consumer
+    answers: list[Any] = [KafkaException(KafkaError(code)), (0, 7)]
+
+    def get_watermark_offsets(part: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    reader._consumer = SimpleNamespace(  # type: ignore[assignment]
+        get_watermark_offsets=get_watermark_offsets)
+    try:
+        assert reader.end_offsets([TOPIC], timeout=5.0) == {TOPIC: 7}
+    finally:
+        reader._consumer = real
+        reader.close()
+
+
+def test_a_receive_whose_verdict_cannot_be_read_keeps_what_its_receipt_won(
+        memory_qm: QueueManager) -> None:
+    # On the cluster the read-back of a receipt already in the log failed with a BrokerError
+    # (above): the receive raised it and gave up its claim, and the message the receipt had
+    # won was removed from the queue and handed to nobody.
+    sender = memory_qm.create_queue(r".\private$\readback")
+    _, second = sender.send_many([Message(body=b"1"), Message(body=b"2")], wait=True)
+    mine, other = (memory_qm.open_queue(r".\private$\readback") for _ in range(2))
+    view = mine._open_view()
+    start_claim, poll = view.start_claim, view._reader.poll
+    failures: list[BrokerError] = []
+
+    def claim_behind_another(*args: Any, **kwargs: Any) -> Any:
+        # Another receiver's receipt lands first: this claim's verdict needs it read back.
+        assert other.receive(timeout=5).body == b"1"
+        failures.append(BrokerError("read topics failed: Local: Broker handle destroyed"))
+        view.start_claim = start_claim  # type: ignore[method-assign]
+        return start_claim(*args, **kwargs)
+
+    def failing_poll(timeout: float, max_records: int = 1000) -> Any:
+        if failures:
+            raise failures.pop()
+        return poll(timeout, max_records)
+
+    view.start_claim = claim_behind_another  # type: ignore[method-assign]
+    view._reader.poll = failing_poll  # type: ignore[method-assign]
+    with pytest.raises(BrokerUnavailable, match="is in the log but its verdict could not be"):
+        mine.receive_by_id(second.id)
+    assert mine.receive(timeout=5).body == b"2"
