@@ -991,9 +991,10 @@ class QueueState:
         docstring). A system claim (EXPIRE, MOVE, REJECT, POISON) that won offsets stays in
         :meth:`incomplete_claims` until a COMPLETED receipt names it. A LOCK, PREFETCH,
         RECEIVE_FIRST or LOCK_FIRST whose claim id is among the last :data:`LOCK_MEMORY` of
-        those is a duplicate and loses everything. Offsets below the floor are settled: naming one loses. A RECEIVE_FIRST or
-        LOCK_FIRST takes only the first offset it names that is pending, as a RECEIVE or LOCK
-        would; the ones before it are lost, the ones after it left alone.
+        those is a duplicate and loses everything. Offsets below the floor are settled: naming
+        one loses. A RECEIVE_FIRST or LOCK_FIRST takes only the first offset it names that is
+        pending, as a RECEIVE or LOCK would; the ones before it are lost, the ones after it
+        left alone.
 
         Args:
             receipt (Receipt): the decoded receipt.

@@ -62,7 +62,7 @@ def _receive_until(queue, history: History, stop: threading.Event, name: str) ->
 
 
 def test_broker_restart_under_load(private_broker: PrivateBroker, kmq_home: Path,
-                                   history_path: Path) -> None:
+                                   history_path: Path, request: pytest.FixtureRequest) -> None:
     config = KmqConfig.load(bootstrap_servers=private_broker.bootstrap_servers,
                             queue_manager=f"fr-{uuid.uuid4().hex[:8]}")
     history = History()
@@ -76,6 +76,8 @@ def test_broker_restart_under_load(private_broker: PrivateBroker, kmq_home: Path
                      history=str(history_path / "survivor.jsonl"), **common)
     victim = start("sender", kmq_home, actor="victim", ttrq=60.0,
                    history=str(history_path / "victim.jsonl"), **common)
+    for worker in (survivor, victim):
+        request.addfinalizer(worker.kill)   # a failed test leaves no sender sending for good
     survivor.ready()
     victim.ready()
     stop_receiving = threading.Event()
