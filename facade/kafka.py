@@ -1268,6 +1268,15 @@ class TopicReader:
             high >= 0 and self._stable_end.get(topic) == position
             for topic, (position, high) in lagging.items())
 
+    def _fetch_state(self, topics: Iterable[str]) -> str:
+        """What the reader knows of each topic's fetching, for an error that says it is stuck:
+        the last stable offset librdkafka last reported the end at, pause state, fetch wait."""
+        with self._state_lock:
+            parts = [f"{topic}: end last reported at {self._stable_end.get(topic, 'none')}"
+                     f"{', paused' if topic in self._paused else ''}"
+                     f"{', resting' if topic in self._rested else ''}" for topic in topics]
+        return f"{'; '.join(parts)}; fetch.wait.max.ms {self._wait_ms}"
+
     def log_start(self, topic: str) -> int:
         """The log start offset of ``topic`` (partition 0) from the latest fetch response, 0
         while none is known: records below it were deleted."""
@@ -1437,7 +1446,8 @@ class TopicReader:
                 if now - started > timeout:
                     raise BrokerUnavailable(
                         f"could not read {', '.join(topics)} up to the end within {timeout:g} s "
-                        f"({_describe_lag(lagging)})", hint="check that the Kafka broker is running")
+                        f"({_describe_lag(lagging)}; {self._fetch_state(lagging)})",
+                        hint="check that the Kafka broker is running")
             if now - checked > STARVED_AFTER:
                 # Still behind and no record came: short fetch waits are what keeps a slow
                 # broker from answering (see _check_starved). A reader that moves is not

@@ -17,7 +17,6 @@ partition has its three replicas in sync again before the next begins.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import time
 import uuid
@@ -30,6 +29,7 @@ from confluent_kafka.admin import AdminClient
 
 from facade.config import KmqConfig
 from facade.errors import BrokerUnavailable
+from facade.kafka import client_logging
 from facade.manager import QueueManager
 from facade.message import Delivery, Message
 from tests.faults.conftest import eventually, report
@@ -61,15 +61,23 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateBroker]
     try:
         yield broker
     finally:
+        # librdkafka clients keep reconnecting to a stopped cluster for as long as they live.
+        _ADMINS.clear()
         broker.close()
 
 
 # -- the cluster ---------------------------------------------------------------------------------
 
 
-@functools.cache
+#: One admin client per cluster, dropped with the cluster (see the fixture).
+_ADMINS: dict[str, AdminClient] = {}
+
+
 def _admin(bootstrap_servers: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap_servers})
+    if bootstrap_servers not in _ADMINS:
+        _ADMINS[bootstrap_servers] = AdminClient({**client_logging(),
+                                                  "bootstrap.servers": bootstrap_servers})
+    return _ADMINS[bootstrap_servers]
 
 
 def _partition(cluster: PrivateBroker, topic: str):  # noqa: ANN202 - confluent's PartitionMetadata
