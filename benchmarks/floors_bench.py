@@ -26,7 +26,7 @@ by the cores the receivers and the broker share (``docs/performance.md``).
 
 CPU parts: the minimum over ``--rounds`` of the mean of ``--messages`` calls (a floor is a
 best case). Broker parts: the minimum over the rounds too, each round on the same broker.
-Results: docs/performance.md, "What the remaining targets would need".
+Results: docs/performance.md, "Floors of the open targets".
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ say what share of a send the layout can win at most. Minimum of ``--rounds`` rep
     KMQ_BOOTSTRAP_SERVERS=127.0.0.1:9092 .venv/bin/python benchmarks/wire_format_bench.py
     .venv/bin/python benchmarks/wire_format_bench.py --no-broker   # encode/decode/size only
 
-Results and the decision: docs/performance.md, "Wire format"; schemas/README.md.
+Results and the decision: schemas/README.md.
 """
 
 from __future__ import annotations
