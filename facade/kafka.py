@@ -1451,8 +1451,7 @@ class TopicReader:
             if now - checked > STARVED_AFTER:
                 # Still behind and no record came: short fetch waits are what keeps a slow
                 # broker from answering (see _check_starved). A reader that moves is not
-                # starved: a longer wait would only slow it, e.g. where each transaction
-                # marker costs one fetch more (QueueView._rewind).
+                # starved: a longer wait would only slow it.
                 checked = now
                 if self._next == positions:
                     self._lengthen_fetch_wait("did not catch up")

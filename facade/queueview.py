@@ -16,12 +16,10 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Iterable
 from itertools import islice
 from dataclasses import dataclass
 from typing import Any
 
-from facade.envelope import HEADER_TXN
 from facade.errors import (
     AccessDenied,
     BrokerError,
@@ -48,8 +46,6 @@ log = logging.getLogger("kmq.queueview")
 
 #: Seconds a claim may wait for its own receipt to come back before the broker is deemed gone.
 CLAIM_TIMEOUT = 30.0
-#: Seconds a view re-reads a topic from a gap in its offsets before taking the gap as real.
-GAP_PATIENCE = 1.0
 #: Seconds a view may take to read its topics to their end (a queue's whole history on open).
 CATCH_UP_TIMEOUT = 60.0
 #: librdkafka settings of the view's reader. It keeps no bodies, so what librdkafka fetches
@@ -130,12 +126,6 @@ class QueueView:
         self._awaiting: dict[str, int | None] = {}
         #: Own receipts applied at their acknowledged offset before being read back.
         self._applied_ahead: dict[int, _OwnReceipt] = {}
-        #: (topic, first missing offset) -> when the gap was first seen (see _rewind).
-        self._gaps: dict[tuple[str, int], float] = {}
-        #: Per topic: transaction markers due after the transactional records applied (see
-        #: _note_transaction), and the transaction of the last such record.
-        self._markers_due: dict[str, int] = {}
-        self._last_transaction: dict[str, str] = {}
         self._outcomes: dict[str, ClaimOutcome] = {}
         self._reader = session.reader(extra=_READER_SETTINGS)
         self._reader.assign({topics.data: self.state.data_offset,
@@ -146,8 +136,6 @@ class QueueView:
         self._receive_only = True
         #: Whether both topics were read to their end once (see load()).
         self._loaded = False
-        #: Set by _reopen: the state was replaced, drop the rest of the batch being applied.
-        self._reopened = False
         #: Receipts-topic records that are not valid receipts, skipped by every process alike.
         self.malformed_receipts = 0
         #: time.monotonic() of this view's last claim that lost an offset (see pick_head).
@@ -198,84 +186,44 @@ class QueueView:
             self._receipts_paused = False
 
     def _apply(self, records: list[KafkaRecord]) -> int:
-        rewound: set[str] = set()
         for record in records:
             topic = record.topic
-            if topic in rewound:
-                continue  # read again, in order, after the rewind
             data = topic == self.topics.data
             expected = self.state.data_offset if data else self.state.receipts_offset
-            if record.offset > expected and self._rewind(topic, expected, record.offset):
-                rewound.add(topic)
-                if self._reopened:
-                    self._reopened = False
-                    rewound.update((self.topics.data, self.topics.receipts))
-                continue
-            if self._gaps:
-                self._gaps.pop((topic, record.offset), None)
+            if record.offset > expected and self._reopen_after_gap(topic, expected):
+                break  # opened again from a snapshot: the rest is read again from there
             if data:
                 self._add_data(record)
             else:
                 self._add_receipt(record)
         return len(records)
 
-    def _note_transaction(self, topic: str, transaction_id: str | None) -> None:
-        """Count the marker a Kafka transaction leaves after its records in ``topic``.
+    def _reopen_after_gap(self, topic: str, expected: int) -> bool:
+        """Handle a record that follows a gap in ``topic``'s offsets from ``expected`` on.
 
-        Every committed (or aborted) Kafka transaction appends one control record to each
-        partition it wrote, after its own records; consumers never see it, so it is a one-offset
-        gap. Records of one kmq transaction carry its id (``kmq.txn`` / the receipt's
-        ``transaction_id``) and are written together, so a change of id is a new marker due.
-        """
-        if transaction_id is not None and self._last_transaction.get(topic) != transaction_id:
-            self._last_transaction[topic] = transaction_id
-            self._markers_due[topic] = self._markers_due.get(topic, 0) + 1
-
-    def _rewind(self, topic: str, expected: int, found: int) -> bool:
-        """Handle a record that follows a gap: read the topic again from the gap, unless the gap
-        is the markers of transactions whose records this view applied (Kafka's only holes in
-        an uncompacted log) and a second fetch from the gap skipped it too, or the gap has
-        lasted :data:`GAP_PATIENCE` seconds (then it is real).
-
-        Kafka's log has no holes below the high watermark but transaction markers (kmq's queue
-        topics are not compacted), so on Kafka a rewind only ever skips markers. It stays as a
-        guard because the cost of a missed record is high: a view that missed a receipt would let
-        two receivers win one message, and one that missed a data record would never deliver it
-        (``tests/faults/test_offset_gaps.py`` shows a broker that exposes such a gap).
-        Re-reading from the gap gets the late record once it is visible.
-
-        Offsets below the topic's log start are gone for good (deleted): a data gap there is
-        real at once; receipts missing there were deleted by retention while this view lagged
-        behind, so it opens again from the newest snapshot (see _reopen).
+        Apache Kafka never shows a read_committed reader a record before an earlier one: below
+        the last stable offset, the holes in an uncompacted log are the markers that end
+        transactions and the records of aborted transactions, and they never fill. Such a gap
+        is skipped. Offsets below the topic's log start (from the fetch response that brought
+        the record) were deleted: a data gap there is skipped too, but receipts this view had
+        not read were deleted by retention while it lagged behind, and skipping them could let
+        two receivers win one message, so the view opens again from the newest snapshot (see
+        _reopen).
 
         Returns:
-            bool: True when the reader was rewound (drop the rest of this topic's batch).
+            bool: True when the view opened again (drop the rest of the batch: it is read
+            again from the snapshot's offsets).
 
         Raises:
             BrokerError: receipts this view had not read were deleted and it cannot open again
                 (see _reopen).
         """
+        if topic != self.topics.receipts:
+            return False
         log_start = self._reader.log_start(topic)
-        if expected < log_start:
-            if topic == self.topics.receipts:
-                self._reopen(log_start)
-                return True
+        if expected >= log_start:
             return False
-        key = (topic, expected)
-        due = self._markers_due.get(topic, 0)
-        if found - expected <= due and key in self._gaps:
-            # Markers were due here, and a second fetch from the gap skipped it too.
-            self._markers_due[topic] = due - (found - expected)
-            del self._gaps[key]
-            return False
-        now = time.monotonic()
-        first = self._gaps.setdefault(key, now)
-        if now - first > GAP_PATIENCE:
-            del self._gaps[key]
-            log.info("offsets %d-%d of %r stay missing; taken as a real gap", expected,
-                     found - 1, topic)
-            return False
-        self._reader.seek(topic, expected)
+        self._reopen(log_start)
         return True
 
     def catch_up(self, timeout: float = CATCH_UP_TIMEOUT, *, for_good: bool = True) -> None:
@@ -363,8 +311,6 @@ class QueueView:
 
     def _add_data(self, record: KafkaRecord) -> None:
         entry = IndexEntry.from_record(record.offset, len(record.value or b""), record.headers)
-        if record.headers:
-            self._note_transaction(record.topic, _header(record.headers, HEADER_TXN))
         self.state.add(entry)
         self._since_snapshot += 1
         if self._in_queue(record.offset):
@@ -405,8 +351,6 @@ class QueueView:
                     "skips it", record.topic, record.partition, record.offset, error.message)
 
     def _apply_receipt(self, receipt: Receipt, receipt_offset: int) -> None:
-        if receipt.action is ReceiptAction.COMPLETED:  # the only receipts written in a Kafka transaction
-            self._note_transaction(self.topics.receipts, receipt.transaction_id)
         outcome = self.state.apply(receipt, receipt_offset)
         # A receipt counts once per message it names: one receive_many receipt changes as
         # much state as a hundred single receives.
@@ -616,7 +560,7 @@ class QueueView:
         """The state from the valid snapshot of this queue that covers the most, else an
         empty state. Invalid and stale snapshots are skipped (see _skip_snapshot). Without a
         snapshot the logs are read from offset 0; a log start above it shows up as a gap below
-        the log start (see _rewind), so a plain open costs no extra round trip.
+        the log start (see _reopen_after_gap), so a plain open costs no extra round trip.
 
         Args:
             covering_at_most (int | None): use only snapshots covering receipts below this
@@ -698,14 +642,10 @@ class QueueView:
             raise self._receipts_missing(receipts_start)
         self.state = state
         self._applied_ahead.clear()
-        self._gaps.clear()
-        self._markers_due.clear()
-        self._last_transaction.clear()
         self.records.retain(self._in_queue)
         self._reader.seek(self.topics.data, self.state.data_offset)
         self._reader.seek(self.topics.receipts, self.state.receipts_offset)
         self._since_snapshot = 0
-        self._reopened = True
 
     def _state_at_log_start(self, bounds: dict[str, tuple[int, int]]) -> QueueState:
         """An empty state for reading the logs from their start. Data records below the data
@@ -882,15 +822,3 @@ class QueueView:
 def _coverage(snapshot: QueueSnapshotRecord) -> tuple[int, int]:
     """How far a snapshot reaches: the later of two snapshots of a queue covers more."""
     return (snapshot.state.receipts_offset, snapshot.state.data_offset)
-
-
-def _header(headers: Iterable[tuple[str, bytes | None]], name: str) -> str | None:
-    """The text of header ``name``, or None (also when it is not valid UTF-8)."""
-    for key, value in headers:
-        if key == name and value is not None:
-            try:
-                return value.decode("utf-8")
-            except UnicodeDecodeError:
-                return None
-    return None
-

@@ -1,21 +1,18 @@
-"""A broker that shows a tailing reader a record before an earlier one (Tansu 0.6 does).
+"""Gaps in a queue topic's offsets, as a queue view meets them.
 
-Kafka never exposes a hole below the high watermark except transaction markers, but Tansu 0.6
-sometimes answers a fetch with a record written concurrently before an earlier one is
-visible, and the consumer moves past the earlier one for good. A queue view that missed a
-receipt would let two receivers win one message (the two-receiver test saw it once), and one
-that missed a data record would never deliver it. A view therefore re-reads a topic from a gap
-until it fills, and takes it as real only after ``GAP_PATIENCE`` seconds. These tests feed a
-view a gap through a stand-in reader, so the broker's timing does not decide the outcome.
+Apache Kafka never shows a read_committed reader a record before an earlier one: the holes below
+the last stable offset are transaction markers and the records of aborted transactions, and
+they never fill, so a view skips them without reading again. Offsets below the log start were
+deleted: a data gap there is skipped too, but receipts a view had not read make it open again
+from a snapshot (or fail clearly), because skipping them could let two receivers win one
+message. These tests feed a view gaps through a stand-in reader, so the broker's timing does not
+decide the outcome.
 """
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-import facade.queueview as queueview
 from facade.errors import BrokerError
 from facade.kafka import KafkaRecord
 from facade.queuestate import QueueState
@@ -53,9 +50,8 @@ def _view(reader: _Reader) -> QueueView:
     view.state = QueueState()
     view.records = RecordCache(None, TOPICS.data)
     view._awaiting, view._outcomes, view._since_snapshot = {}, {}, 0
-    view._retention, view._reopened = ReceiptsRetention(TOPICS.data), False
-    view._applied_ahead, view._gaps = {}, {}
-    view._markers_due, view._last_transaction = {}, {}
+    view._retention = ReceiptsRetention(TOPICS.data)
+    view._applied_ahead = {}
     view._receipts_paused, view._receive_only = False, True
     view._reader = reader
     view._session = _NoSnapshots()
@@ -75,34 +71,12 @@ def _receipt(offset: int, data_offset: int, claim=None) -> KafkaRecord:
     return KafkaRecord(TOPICS.receipts, 0, offset, 0, None, encode_receipt(claim), ())
 
 
-def test_a_gap_in_the_receipts_is_read_again_and_applied_in_order() -> None:
-    # Receipts 0 and 1 both claim data offset 7; the broker shows receipt 1 first.
-    first = new_claim(ReceiptAction.RECEIVE, (7,), "receiver-a")
-    second = new_claim(ReceiptAction.RECEIVE, (7,), "receiver-b")
-    reader = _Reader([[_receipt(1, 7, second)],
-                      [_receipt(0, 7, first), _receipt(1, 7, second)]])
-    view = _view(reader)
-    view._awaiting.update({first.claim_id: None, second.claim_id: None})
-    view.refresh()
-    assert reader.seeks == [(TOPICS.receipts, 0)]        # rewound; receipt 1 not applied
-    assert view.state.receipts_offset == 0 and not view._outcomes
-    view.refresh()
-    assert view.state.receipts_offset == 2 and not view._gaps
-    # The first receipt wins, as in every other view; applied out of order, both would have.
-    assert view._outcomes[first.claim_id].won == (7,)
-    assert view._outcomes[second.claim_id].won == ()
-
-
-def test_a_gap_that_stays_is_taken_as_real_after_the_patience(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(queueview, "GAP_PATIENCE", 0.05)
-    reader = _Reader([[_receipt(3, 1)], [_receipt(3, 1)]])
+def test_a_gap_above_the_log_start_is_skipped_without_reading_again() -> None:
+    # Offsets 0-2 of the receipts are the marker and records of an aborted transaction.
+    reader = _Reader([[_receipt(3, 1)]])
     view = _view(reader)
     view.refresh()
-    assert reader.seeks == [(TOPICS.receipts, 0)] and view.state.receipts_offset == 0
-    time.sleep(0.06)
-    view.refresh()                                        # still missing: markers, say
-    assert view.state.receipts_offset == 4 and len(reader.seeks) == 1
+    assert reader.seeks == [] and view.state.receipts_offset == 4
 
 
 def _data(offset: int) -> KafkaRecord:
