@@ -46,6 +46,9 @@ log = logging.getLogger("kmq.queueview")
 
 #: Seconds a claim may wait for its own receipt to come back before the broker is deemed gone.
 CLAIM_TIMEOUT = 30.0
+#: librdkafka delivery errors after which a record may or may not be in the log: the producer
+#: gave up waiting (``message.timeout.ms``), possibly after the broker appended it.
+_OUTCOME_UNKNOWN = frozenset({"_MSG_TIMED_OUT"})
 #: Seconds a view may take to read its topics to their end (a queue's whole history on open).
 CATCH_UP_TIMEOUT = 60.0
 #: librdkafka settings of the view's reader. It keeps no bodies, so what librdkafka fetches
@@ -442,8 +445,13 @@ class QueueView:
             offset = pending.record.wait(CLAIM_TIMEOUT)
         except BrokerUnavailable:
             raise
+        except BrokerError as exc:
+            if exc.kafka_code not in _OUTCOME_UNKNOWN:
+                self._awaiting.pop(claim_id, None)  # refused: the receipt is not in the log
+                raise
+            return self._verdict_from_log(claim_id, exc)
         except BaseException:
-            self._awaiting.pop(claim_id, None)  # refused: the receipt is not in the log
+            self._awaiting.pop(claim_id, None)
             raise
         self._awaiting[claim_id] = offset
         deadline = time.monotonic() + CLAIM_TIMEOUT
@@ -474,6 +482,29 @@ class QueueView:
                     f"could not be read: {exc.message}", hint=exc.hint) from exc
         self._awaiting.pop(claim_id, None)
         outcome = self._outcomes.pop(claim_id)
+        if outcome.lost:
+            self._lost_at = time.monotonic()
+        return outcome
+
+    def _verdict_from_log(self, claim_id: str, error: BrokerError) -> ClaimOutcome:
+        """The verdict of a claim whose receipt the producer gave up on without knowing
+        whether the broker appended it (librdkafka's message timeout, ``message.timeout.ms``):
+        read the receipts to their end and look for it. Taking it as refused would lose what
+        it won if it was appended after all: every reader would apply it, and no one would
+        hand the messages out.
+
+        Raises:
+            BrokerUnavailable: the receipts could not be read to their end (the claim stays
+                awaited: call :meth:`settle` again).
+            BrokerError: the receipt is not in the log: it removed nothing.
+        """
+        self._read_to_end(CLAIM_TIMEOUT)
+        outcome = self._outcomes.pop(claim_id, None)
+        self._awaiting.pop(claim_id, None)
+        if outcome is None:
+            raise BrokerError(f"receipt {claim_id} for {self.topics.data!r} timed out in the "
+                              f"producer and is not in the log, so it removed nothing "
+                              f"({error.message})", kafka_code=error.kafka_code, hint=error.hint)
         if outcome.lost:
             self._lost_at = time.monotonic()
         return outcome
