@@ -17,7 +17,8 @@ The run, on one queue manager of a fresh name:
    ``--no-counts``, ``--repeat`` times each, and prints the wall times; then checks the listed
    counts of the written queues and of 20 others against each queue's own ``counts()``. The
    raw confluent-kafka baseline is one batched ListOffsets (earliest and latest) of the data
-   and receipts topics of every queue.
+   and receipts topics of every queue. For comparison, ``counts()`` of one handle per queue
+   (what the list did before, a view each) on ``--per-queue`` queues (default 100).
 4. Times ``QueueManager.open()`` (as an admin command opens it: ``lease_ids=False``, and as
    an application does) in a fresh process each.
 5. Deletes the queues (``--keep`` leaves them).
@@ -190,6 +191,19 @@ def _list(env: dict[str, str], count: int, repeat: int) -> list:
     return rows
 
 
+def _per_queue(qm: QueueManager, paths: list[str], count: int) -> None:
+    """What counting queue by queue costs: ``counts()`` of a handle per queue (a view each),
+    for the first ``count`` queues."""
+    sample = paths[:count]
+    started = time.perf_counter()
+    for path in sample:
+        with qm.open_queue(path) as q:
+            q.counts()
+    each = (time.perf_counter() - started) / max(len(sample), 1)
+    print(f"counts() of a handle per queue: {each * 1000:.0f} ms a queue, so "
+          f"{each * len(paths):.1f} s for {len(paths)} queues  ({_load()})")
+
+
 def _raw_list_offsets(admin: AdminClient, qm: QueueManager) -> None:
     parts = [TopicPartition(t, 0) for p in qm.list_queues()
              for t in (p.data_topic, p.receipts_topic)]
@@ -230,6 +244,8 @@ def main() -> None:
                         help="send to every N-th queue (default 10)")
     parser.add_argument("--messages", type=int, default=8, help="messages per such queue")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each timed command")
+    parser.add_argument("--per-queue", type=int, default=100,
+                        help="queues counted one handle each, for comparison (default 100)")
     parser.add_argument("--keep", action="store_true", help="leave the queues (and the broker)")
     parser.add_argument("--open-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -262,6 +278,7 @@ def main() -> None:
                 _raw_list_offsets(admin, qm)
                 rows = _list(env, len(paths), args.repeat)
                 _check(qm, rows, written)
+                _per_queue(qm, paths, args.per_queue)
                 _open(bootstrap, work, qm_name, len(paths), args.repeat)
                 if not args.keep:
                     started = time.perf_counter()
