@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from facade import InvalidParameter, Message, ReceiveTimeout, queueview
+from facade import BrokerError, InvalidParameter, Message, ReceiveTimeout, queueview
 from facade.config import KmqConfig
 from facade.manager import QueueManager
 from facade.memorykafka import MemoryKafkaSession
@@ -116,3 +116,24 @@ def test_path_names_must_be_names(memory_qm: QueueManager) -> None:
         memory_qm.queue_counts(r".\private$\one")  # type: ignore[arg-type]
     with pytest.raises(InvalidParameter, match="path_names"):
         memory_qm.queue_counts([3])  # type: ignore[list-item]
+
+
+def test_a_queue_whose_verdicts_are_gone_is_left_to_its_own_handle(
+        memory_qm: QueueManager) -> None:
+    """Receipts deleted with no snapshot covering them: the batch does not guess; the queue's
+    own handle says why it cannot count it, as it did before the batch existed."""
+    with memory_qm.create_queue(r".\private$\lost-verdicts") as q:
+        for _ in range(3):
+            q.send(Message(body=b"x"), wait=True)
+        q.receive(timeout=1)
+        q.receive(timeout=1)  # a receipt after the deleted one: the view sees the gap
+        topics = QueueTopics(q.properties.data_topic, q.properties.receipts_topic)
+        path = q.properties.path_name
+    memory_qm.session.delete_records(topics.receipts, 1)
+    found = count_queues(memory_qm.session, [topics])
+    assert found.unresolved == {topics.data} and found.counts == {}
+    with pytest.raises(BrokerError, match="receipts below offset 1"):
+        memory_qm.queue_counts([path])
+    with pytest.raises(BrokerError, match="receipts below offset 1"), \
+            memory_qm.open_queue(path) as handle:
+        handle.counts()
