@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Producer,
     TopicCollection,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from facade.config import DEFAULT_REPLICATION_FACTOR, KmqConfig, replication_settings
 from facade.errors import (
@@ -482,6 +483,58 @@ class KafkaSession:
         finally:
             reader.close()
 
+    def offset_bounds(self, topics: Sequence[str],
+                      timeout: float = ADMIN_TIMEOUT) -> dict[str, tuple[int, int]]:
+        """``(log start, end offset)`` of each single-partition topic: two ListOffsets
+        requests per broker (earliest, then latest, read_committed: the end is the last stable
+        offset), whatever the number of topics, where a reader's :meth:`TopicReader.end_offsets`
+        asks topic by topic. Topics that do not exist are left out.
+
+        Apache Kafka answers ListOffsets exactly; :meth:`TopicReader.watermarks` reads fetch
+        responses instead for brokers that may not.
+
+        Raises:
+            BrokerUnavailable: no answer within ``timeout`` seconds.
+            BrokerError: as mapped from Kafka.
+        """
+        deadline = time.monotonic() + timeout
+        ends = self._list_offsets(dict.fromkeys(topics), OffsetSpec.latest(), deadline)
+        starts = self._list_offsets(dict.fromkeys(ends), OffsetSpec.earliest(), deadline)
+        return {topic: (starts[topic], ends[topic]) for topic in ends if topic in starts}
+
+    def _list_offsets(self, topics: Mapping[str, None], spec: OffsetSpec,
+                      deadline: float) -> dict[str, int]:
+        """One batched ListOffsets for ``topics`` (partition 0), asked again for partitions
+        whose leader is moving; missing topics are left out."""
+        found: dict[str, int] = {}
+        todo = list(topics)
+        while todo:
+            remaining = max(deadline - time.monotonic(), 0.1)
+            with map_kafka_errors("read end offsets", servers=self.bootstrap_servers):
+                futures = self.admin.list_offsets(
+                    {TopicPartition(topic, 0): spec for topic in todo},
+                    isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=remaining)
+            retry = []
+            for part, future in futures.items():
+                try:
+                    found[part.topic] = max(future.result(remaining).offset, 0)
+                except KafkaException as exc:
+                    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) \
+                        else None
+                    code = None if error is None else error.code()
+                    if code in _NOT_FOUND:
+                        continue
+                    if code in _LEADER_MOVING and time.monotonic() < deadline:
+                        retry.append(part.topic)
+                        continue
+                    with map_kafka_errors("read end offsets", part.topic,
+                                          servers=self.bootstrap_servers):
+                        raise
+            if retry:
+                time.sleep(0.05)
+            todo = retry
+        return found
+
     @property
     def client_config(self) -> dict[str, Any]:
         """The librdkafka properties every client of this session starts from (brokers,
@@ -649,6 +702,7 @@ class KafkaSession:
         may describe; one hidden from it is taken as created, as CreateTopics said."""
         deadline = time.monotonic() + ADMIN_TIMEOUT
         missing = set(names)
+        pause = 0.005  # the brokers usually list a topic within milliseconds of its creation
         while missing:
             missing, _hidden = self._unlisted_topics(sorted(missing))
             if not missing:
@@ -658,7 +712,8 @@ class KafkaSession:
                     f"created the topics {sorted(missing)}, but the Kafka cluster at "
                     f"{self.bootstrap_servers} did not list them within {ADMIN_TIMEOUT:g} s",
                     hint="check the brokers' logs: their metadata lags the controller")
-            time.sleep(0.05)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def _warn_less_durable(self, topic: str, replicas: int, min_insync: int) -> None:
         """Log once per process and cluster that topics get fewer replicas than configured."""
@@ -1398,7 +1453,8 @@ class TopicReader:
                         found[topic] = (max(low, 0), max(high, hints[topic]))
         return found
 
-    def read_to_end(self, topics: Sequence[str], timeout: float) -> Iterator[list[KafkaRecord]]:
+    def read_to_end(self, topics: Sequence[str], timeout: float, *,
+                    ends: Mapping[str, int] | None = None) -> Iterator[list[KafkaRecord]]:
         """Yield batches of records until every topic is read up to what the broker holds now.
 
         The end is the later of the watermark of the latest fetch response and the end offset
@@ -1418,13 +1474,16 @@ class TopicReader:
         ``transaction.timeout.ms``, and readers must not be locked out meanwhile. Its records
         are read later, once it is committed.
 
+        ``ends``: the end offsets, queried by the caller just before (one batched query for
+        many topics: :meth:`KafkaSession.offset_bounds`), instead of one query per topic here.
+
         Raises:
             BrokerUnavailable: not caught up within ``timeout`` seconds; the message gives each
                 topic's position and high watermark.
             QueueNotFound: a topic does not exist.
         """
         started = time.monotonic()
-        floors = self.end_offsets(topics, timeout)
+        floors = dict(ends) if ends is not None else self.end_offsets(topics, timeout)
         checked = started
         held_since: float | None = None
         positions = dict(self._next)

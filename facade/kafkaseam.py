@@ -196,8 +196,12 @@ class RecordReader(Protocol):
         """
         ...
 
-    def read_to_end(self, topics: Sequence[str], timeout: float) -> Iterator[list[KafkaRecord]]:
+    def read_to_end(self, topics: Sequence[str], timeout: float, *,
+                    ends: Mapping[str, int] | None = None) -> Iterator[list[KafkaRecord]]:
         """Yield batches of records until every topic is read up to what it holds now.
+
+        ``ends``: end offsets of the topics the caller has just queried (one batched query for
+        many topics, :meth:`KafkaSession.offset_bounds`); None: the reader queries them.
 
         Raises:
             BrokerUnavailable: not caught up within ``timeout`` seconds.
@@ -251,6 +255,18 @@ class KafkaSession(Protocol):
 
         Raises:
             QueueNotFound: a topic does not exist.
+            BrokerUnavailable: no answer within ``timeout`` seconds.
+        """
+        ...
+
+    def offset_bounds(self, topics: Sequence[str],
+                      timeout: float = 10.0) -> dict[str, tuple[int, int]]:
+        """``(log start, end offset)`` of each single-partition topic from one batched
+        ListOffsets request per bound, whatever the number of topics. The end offset is the
+        last stable offset (read_committed): what a reader can read now. Topics that do not
+        exist are left out.
+
+        Raises:
             BrokerUnavailable: no answer within ``timeout`` seconds.
         """
         ...

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from facade.directory import Directory, PublicQueueEntry
     from facade.protection import MessageProtection
     from facade.queue import MessageQueue
+    from facade.queuecounts import QueueCounts
 
 __all__ = ["Destination", "QueueManager"]
 
@@ -387,6 +388,62 @@ class QueueManager:
         self.qm_security.require(AccessRight.QUEUE_STATUS)
         return sorted((p for p in self.registry.queues().values() if p.queue_manager == self.name),
                       key=lambda p: p.path_name)
+
+    def queue_counts(self, path_names: Iterable[str] | None = None) -> dict[str, QueueCounts]:
+        """Message counts of many queues at once (MSMQ's ``MQMgmtGetInfo``
+        PROPID_MGMT_QUEUE_MESSAGE_COUNT for each, as the MSMQ snap-in lists them).
+
+        Each count equals the queue's own :meth:`MessageQueue.counts
+        <facade.queue.MessageQueue.counts>` at the moment of the query, but is found without
+        opening the queue: from one batched end-offset query for all queues, one read of the
+        snapshot topic, and the records written since each queue's latest snapshot
+        (:mod:`facade.queuecounts`); an idle queue whose snapshot is current, or an empty one,
+        costs no read. A queue the batch cannot count that way is counted with its own handle.
+
+        Args:
+            path_names (Iterable[str] | None): queues by path or format name; None: every
+                queue of this queue manager (:meth:`list_queues`).
+
+        Returns:
+            dict[str, QueueCounts]: by canonical path name; a queue deleted meanwhile is left
+            out.
+
+        Raises:
+            QueueNotFound: a named queue does not exist.
+            AccessDenied: the caller lacks QUEUE_STATUS on the queue manager (all queues) or
+                GET_PROPERTIES on a queue.
+            BrokerUnavailable: the cluster did not answer.
+        """
+        from facade.queuecounts import QueueCounts, count_queues
+
+        if path_names is None:
+            listed = self.list_queues()
+        else:
+            expected = "None or an iterable of queue names (str)"
+            if isinstance(path_names, (str, bytes, bytearray, memoryview)) \
+                    or not isinstance(path_names, Iterable):
+                raise InvalidParameter.wrong_type("path_names", expected, path_names,
+                                                  hint="one queue: queue_counts([name])")
+            names = list(path_names)
+            for name in names:
+                if not isinstance(name, str):
+                    raise InvalidParameter.wrong_type("path_names", expected, name)
+            listed = [self.get_properties(name) for name in names]
+        for properties in listed:
+            self.access.require_queue(properties, AccessRight.GET_PROPERTIES)
+        topics = {p.path_name: QueueTopics(p.data_topic, p.receipts_topic) for p in listed}
+        found = count_queues(self.session, topics.values())
+        counts: dict[str, QueueCounts] = {}
+        for path, where in topics.items():
+            if where.data in found.counts:
+                counts[path] = found.counts[where.data]
+            elif where.data in found.unresolved:
+                try:
+                    with self.open_queue(path) as handle:
+                        counts[path] = QueueCounts(*handle.counts())
+                except QueueNotFound:
+                    continue  # deleted meanwhile
+        return counts
 
     def open_queue(self, path_or_format_name: str, *, prefetch: int = 0,
                    prefetch_lease: float = DEFAULT_PREFETCH_LEASE,

@@ -499,8 +499,10 @@ class MemoryReader:
         self.assign({topic: high for topic, (_low, high) in found.items()})
         return found
 
-    def read_to_end(self, topics: Sequence[str], timeout: float) -> Iterator[list[KafkaRecord]]:
-        """Yield batches until every topic is read up to its high watermark.
+    def read_to_end(self, topics: Sequence[str], timeout: float, *,
+                    ends: Mapping[str, int] | None = None) -> Iterator[list[KafkaRecord]]:
+        """Yield batches until every topic is read up to its high watermark (``ends`` is not
+        needed: the in-memory logs are always exact).
 
         Raises:
             BrokerUnavailable: an open transaction kept a topic from being read to its end
@@ -560,6 +562,14 @@ class MemoryKafkaSession:
             QueueNotFound: a topic does not exist.
         """
         return self.reader().watermarks(topics, timeout)
+
+    def offset_bounds(self, topics: Sequence[str],
+                      timeout: float = 10.0) -> dict[str, tuple[int, int]]:
+        """``(log start, last stable offset)`` of each topic; missing topics are left out."""
+        with self.cluster.changed:
+            logs = self.cluster.logs()
+            return {topic: (logs[topic].log_start, logs[topic].stable_offset())
+                    for topic in topics if topic in logs}
 
     def ping(self, timeout: float = 10.0) -> None:
         """Always answers."""

@@ -954,8 +954,9 @@ class MessageQueue(PeekLockReceives):
 
     def counts(self) -> tuple[int, int]:
         """:meth:`count` and :meth:`expired_count` from one read of the queue (each of them
-        reads it to the end, which takes a few fetch cycles: ``kmq queue list`` counts every
-        queue).
+        reads it to the end, which takes a few fetch cycles). To count many queues, use
+        :meth:`QueueManager.queue_counts <facade.manager.QueueManager.queue_counts>`, which
+        gives the same counts for all of them with a few requests in all.
 
         Returns:
             tuple[int, int]: messages in the queue now (as :meth:`count`), and how many of

@@ -16,9 +16,10 @@ import os
 import random
 import time
 import uuid
+from collections.abc import Callable, Collection, Iterable, Mapping
 from itertools import islice
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from facade.errors import (
     AccessDenied,
@@ -34,13 +35,14 @@ from facade.kafkaseam import RecordReader as TopicReader
 from facade.message import Delivery
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState, QueueState
 from facade.recordcache import RecordCache
-from facade.retention import ReceiptsRetention
+from facade.retention import ReceiptsRetention, snapshot_bucket
 from facade.receipts import Receipt, ReceiptAction, decode_receipt, encode_receipt, new_claim
 from facade.snapshot import QueueSnapshotRecord, decode_snapshot, encode_snapshot
 from facade.topics import QueueTopics, snapshot_topic
 from facade.topicsettings import KAFKA_DEFAULT_MAX_MESSAGE_BYTES
 
-__all__ = ["PendingClaim", "QueueView"]
+__all__ = ["PendingClaim", "QueueView", "best_snapshot", "check_covered", "snapshot_candidates",
+           "snapshot_owner", "valid_snapshots"]
 
 log = logging.getLogger("kmq.queueview")
 
@@ -606,40 +608,21 @@ class QueueView:
         self._snapshot_topic_ready = True
         reader = self._session.reader(extra=_READER_SETTINGS)  # one for both questions
         try:
-            candidates = self._snapshot_records(reader)
+            candidates = snapshot_candidates(reader, self.snapshot_topic,
+                                             {self.topics.data}).get(self.topics.data)
             if not candidates:
                 return QueueState()
             bounds = reader.watermarks((self.topics.data, self.topics.receipts), CLAIM_TIMEOUT)
         finally:
             reader.close()
-        best: QueueSnapshotRecord | None = None
-        for records in candidates.values():
-            snapshot = self._newest_valid(records, bounds, covering_at_most)
-            if snapshot is None:
-                continue
+        valid = valid_snapshots(candidates, self.topics, bounds, self._skip_snapshot,
+                                covering_at_most)
+        for snapshot in valid:
             self._retention.saw_snapshot(snapshot.state.receipts_offset)
-            if best is None or _coverage(snapshot) > _coverage(best):
-                best = snapshot
+        best = best_snapshot(valid)
         if best is None:
             return self._state_at_log_start(bounds)
         return QueueState.from_snapshot(best.state)
-
-    def _newest_valid(self, records: list[KafkaRecord], bounds: dict[str, tuple[int, int]],
-                      covering_at_most: int | None = None) -> QueueSnapshotRecord | None:
-        """The newest of ``records`` (one snapshot key's) that is a valid snapshot covering
-        offsets the topics hold (and receipts below ``covering_at_most`` at most), skipping
-        the others (see _skip_snapshot)."""
-        for record in reversed(records):
-            try:
-                snapshot = decode_snapshot(record.value, topic=record.topic,
-                                           partition=record.partition, offset=record.offset)
-                self._check_covered(snapshot, bounds)
-            except (EnvelopeError, ValueError) as exc:
-                self._skip_snapshot(record, exc)
-                continue
-            if covering_at_most is None or snapshot.state.receipts_offset <= covering_at_most:
-                return snapshot
-        return None
 
     def _reopen(self, receipts_start: int) -> None:
         """Open the state again from a snapshot: receipts this view had not read yet were
@@ -695,42 +678,6 @@ class QueueView:
             f"and no snapshot of {self.topics.data!r} covers them: which messages they removed "
             "is lost", hint="set retention.ms=-1 on the receipts topic (`kmq doctor` says "
             "how); messages removed by the lost receipts would come back")
-
-    def _snapshot_records(self, reader: TopicReader) -> dict[bytes, list[KafkaRecord]]:
-        """The newest few records of each snapshot key of this queue (its buckets, see
-        :mod:`facade.retention`, and the plain key of snapshots written before them); a
-        tombstone drops its key's records."""
-        found: dict[bytes, list[KafkaRecord]] = {}
-        reader.assign({self.snapshot_topic: 0})
-        for batch in reader.read_to_end((self.snapshot_topic,), CATCH_UP_TIMEOUT):
-            for record in batch:
-                if record.key is None or self._retention.bucket(record.key) is None:
-                    continue
-                if record.value is None:
-                    found.pop(record.key, None)
-                    continue
-                records = found.setdefault(record.key, [])
-                records.append(record)
-                del records[:-_SNAPSHOT_CANDIDATES]
-        return found
-
-    def _check_covered(self, snapshot: QueueSnapshotRecord,
-                       bounds: dict[str, tuple[int, int]]) -> None:
-        """Raise ValueError unless ``snapshot`` describes this queue at offsets its topics
-        hold: not past their ends (a topic deleted and created again), not below a log start
-        that passed what it covers (the records in between are gone)."""
-        if snapshot.topics != self.topics:
-            raise ValueError(f"it describes {snapshot.topics.data!r}, keyed as {self.topics.data!r}")
-        state = snapshot.state
-        for topic, covered in ((self.topics.data, state.data_offset),
-                               (self.topics.receipts, state.receipts_offset)):
-            low, high = bounds[topic]
-            if covered > high:
-                raise ValueError(f"stale: it covers {topic!r} up to offset {covered}, which "
-                                 f"ends at {high} (the topic was created again)")
-            if covered < low:
-                raise ValueError(f"stale: it covers {topic!r} up to offset {covered}, below its "
-                                 f"log start {low}")
 
     def _skip_snapshot(self, record: KafkaRecord, error: Exception) -> None:
         """Skip a snapshot record that cannot be used; the view falls back to an older one or
@@ -853,3 +800,125 @@ class QueueView:
 def _coverage(snapshot: QueueSnapshotRecord) -> tuple[int, int]:
     """How far a snapshot reaches: the later of two snapshots of a queue covers more."""
     return (snapshot.state.receipts_offset, snapshot.state.data_offset)
+
+
+def snapshot_owner(key: bytes | None) -> str | None:
+    """The data topic a snapshot-topic key belongs to (``<data topic>@<bucket>``, or the plain
+    ``<data topic>`` of snapshots written before buckets), or None for a key no queue has."""
+    if key is None:
+        return None
+    try:
+        data_topic = key.partition(b"@")[0].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return data_topic if snapshot_bucket(key, data_topic) is not None else None
+
+
+def snapshot_candidates(reader: TopicReader, topic: str, data_topics: Collection[str],
+                        timeout: float = CATCH_UP_TIMEOUT
+                        ) -> dict[str, dict[bytes, list[KafkaRecord]]]:
+    """Read a queue manager's snapshot topic once, for one queue or many: per data topic of
+    ``data_topics``, the newest few records (:data:`_SNAPSHOT_CANDIDATES`) of each of its
+    snapshot keys (its buckets, see :mod:`facade.retention`, and the plain key of snapshots
+    written before them). A tombstone drops its key's records.
+
+    Args:
+        reader (TopicReader): a reader of this session; its assignment is replaced.
+        topic (str): the snapshot topic (:func:`facade.topics.snapshot_topic`).
+        data_topics (Collection[str]): the queues wanted, by data topic.
+        timeout (float): seconds to read the topic to its end.
+
+    Returns:
+        dict[str, dict[bytes, list[KafkaRecord]]]: data topic -> key -> records, oldest first;
+        a queue without a snapshot record is left out.
+
+    Raises:
+        BrokerUnavailable: the topic was not read to its end within ``timeout`` seconds.
+    """
+    found: dict[str, dict[bytes, list[KafkaRecord]]] = {}
+    reader.assign({topic: 0})
+    for batch in reader.read_to_end((topic,), timeout):
+        for record in batch:
+            owner = snapshot_owner(record.key)
+            if owner is None or owner not in data_topics:
+                continue
+            by_key = found.setdefault(owner, {})
+            key = cast(bytes, record.key)
+            if record.value is None:
+                by_key.pop(key, None)
+                continue
+            records = by_key.setdefault(key, [])
+            records.append(record)
+            del records[:-_SNAPSHOT_CANDIDATES]
+    return {owner: by_key for owner, by_key in found.items() if by_key}
+
+
+def valid_snapshots(candidates: Mapping[bytes, list[KafkaRecord]], topics: QueueTopics,
+                    bounds: Mapping[str, tuple[int, int]],
+                    skip: Callable[[KafkaRecord, Exception], None],
+                    covering_at_most: int | None = None) -> list[QueueSnapshotRecord]:
+    """Per snapshot key of one queue, the newest record that is a valid snapshot covering
+    offsets its topics hold (and receipts below ``covering_at_most`` at most); ``skip`` is
+    called with each record passed over and why (it does not decode, describes another queue,
+    or is stale: see :func:`check_covered`).
+
+    Args:
+        candidates (Mapping[bytes, list[KafkaRecord]]): the queue's records by key, oldest
+            first (from :func:`snapshot_candidates`).
+        topics (QueueTopics): the queue.
+        bounds (Mapping[str, tuple[int, int]]): ``(log start, end offset)`` of its data and
+            receipts topics.
+        skip (Callable[[KafkaRecord, Exception], None]): told of each record passed over.
+        covering_at_most (int | None): a receipts offset no snapshot used may pass; None: any.
+
+    Returns:
+        list[QueueSnapshotRecord]: at most one per key.
+    """
+    valid = []
+    for records in candidates.values():
+        for record in reversed(records):
+            try:
+                snapshot = decode_snapshot(record.value, topic=record.topic,
+                                           partition=record.partition, offset=record.offset)
+                check_covered(snapshot, topics, bounds)
+            except (EnvelopeError, ValueError) as exc:
+                skip(record, exc)
+                continue
+            if covering_at_most is None or snapshot.state.receipts_offset <= covering_at_most:
+                valid.append(snapshot)
+                break
+    return valid
+
+
+def best_snapshot(valid: Iterable[QueueSnapshotRecord]) -> QueueSnapshotRecord | None:
+    """The snapshot that covers the most (the first of equals), or None."""
+    best: QueueSnapshotRecord | None = None
+    for snapshot in valid:
+        if best is None or _coverage(snapshot) > _coverage(best):
+            best = snapshot
+    return best
+
+
+def check_covered(snapshot: QueueSnapshotRecord, topics: QueueTopics,
+                  bounds: Mapping[str, tuple[int, int]]) -> None:
+    """Raise ValueError unless ``snapshot`` describes the queue of ``topics`` at offsets its
+    topics hold: not past their ends (a topic deleted and created again), not below a log
+    start that passed what it covers (the records in between are gone).
+
+    Args:
+        snapshot (QueueSnapshotRecord): a decoded snapshot.
+        topics (QueueTopics): the queue it is keyed under.
+        bounds (Mapping[str, tuple[int, int]]): ``(log start, end offset)`` of both topics.
+    """
+    if snapshot.topics != topics:
+        raise ValueError(f"it describes {snapshot.topics.data!r}, keyed as {topics.data!r}")
+    state = snapshot.state
+    for topic, covered in ((topics.data, state.data_offset),
+                           (topics.receipts, state.receipts_offset)):
+        low, high = bounds[topic]
+        if covered > high:
+            raise ValueError(f"stale: it covers {topic!r} up to offset {covered}, which "
+                             f"ends at {high} (the topic was created again)")
+        if covered < low:
+            raise ValueError(f"stale: it covers {topic!r} up to offset {covered}, below its "
+                             f"log start {low}")

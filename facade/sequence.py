@@ -8,8 +8,11 @@ silently.
 
 **Blocks are leased through Kafka.** To lease a block, a process appends one record to the
 queue manager's single-partition topic ``kmq.<qm>.system.idblocks``
-(:func:`facade.topics.id_block_topic`) with ``acks=all`` and an idempotent producer, and takes
-the offset the broker acknowledges. Block ``o`` is the sequence numbers
+(:func:`facade.topics.id_block_topic`) with ``acks=all``, and takes the offset the broker
+acknowledges. The producer is not idempotent: a lease that a retry wrote twice only leaves a
+block nobody draws from, while an idempotent producer's first record waits for its producer id
+(about 0.5 s with librdkafka 2.16 on Apache Kafka 4.4), which every ``QueueManager.open``
+paid. Block ``o`` is the sequence numbers
 ``[o * BLOCK_SIZE, (o + 1) * BLOCK_SIZE)`` modulo 2**32. Kafka gives every record of a partition
 its own offset and never reuses one, after retention or compaction either, so no two leases,
 in any process on any host, get the same block. Nothing is read back. The topic is compacted on
@@ -190,10 +193,13 @@ class KafkaBlockSource:
         """
         if self._producer is None:
             # Records not delivered within the timeout are dropped, not sent after the caller
-            # has given up on them (which would only waste a block).
+            # has given up on them (which would only waste a block). acks=all without
+            # idempotence: a duplicate lease wastes a block, and idempotence costs the first
+            # lease a producer-id round of about 0.5 s (see the module docstring).
             self._producer = self._session.producer(
                 Delivery.RECOVERABLE,
-                extra={**NO_LINGER, "message.timeout.ms": int(self._timeout * 1000)})
+                extra={**NO_LINGER, "message.timeout.ms": int(self._timeout * 1000),
+                       "enable.idempotence": False})
         value = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
                             "time": time.time()}).encode()
         pending = produce_async(self._producer, self.topic, value, key=self._key,

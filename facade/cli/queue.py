@@ -148,22 +148,28 @@ def locate(label: str = text_option(
 @app.command("list")
 def list_queues(counts: bool = typer.Option(
                     True, "--counts/--no-counts",
-                    help="Count each queue's messages (reads each queue's index: tens of ms "
-                         "per queue), or list the properties only."),
+                    help="Count each queue's messages, or list the properties only. The counts "
+                         "of all queues come from one end-offset query, the queue snapshots "
+                         "and the records written since each queue's last snapshot: an idle "
+                         "or empty queue costs no read."),
                 as_json: bool = JsonOption) -> None:
     """List this queue manager's queues with their message counts.
 
     "messages" counts what a receiver can still get; "expired" the messages past their
-    time-to-be-received that the next sweep (`kmq qm run`) dead-letters. With --no-counts
-    both are null.
+    time-to-be-received that the next sweep (`kmq qm run`) dead-letters. Both are exact as of
+    the moment the command asks the broker for the queues' end offsets, the same as `kmq queue
+    show` gives for one queue (messages of a Kafka transaction still open are not counted
+    yet). With --no-counts both are null.
     """
     with _manager(as_json) as qm:
+        listed = qm.list_queues()
+        found = qm.queue_counts() if counts else {}
         queues = []
-        for properties in qm.list_queues():
-            queues.append({**_queue_dict(properties), "messages": None, "expired": None})
-            if counts:
-                with qm.open_queue(properties.path_name) as handle:
-                    queues[-1].update(_counts(handle))
+        for properties in listed:
+            counted = found.get(properties.path_name)
+            queues.append({**_queue_dict(properties),
+                           "messages": None if counted is None else counted.receivable,
+                           "expired": None if counted is None else counted.expired})
     columns = (("path_name", "queue"), ("label", "label"), ("messages", "messages"),
                ("transactional", "xact"), ("journal", "journal"), ("quota_kb", "quota KB"))
 
