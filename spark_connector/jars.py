@@ -24,7 +24,7 @@ SPARK_POM = "spark/pom.xml"
 #: The connectors' Maven coordinates without the version.
 _ARTIFACTS = ("org.apache.spark:spark-sql-kafka-0-10_2.13", "org.apache.spark:spark-avro_2.13")
 #: ``name-1.2.3.jar`` -> ``name`` (the artifact, without its version).
-_VERSIONED = re.compile(r"^(?P<artifact>.+?)-\d[\w.+-]*\.jar$")
+_VERSIONED = re.compile(r"^(?P<artifact>.+?)-\d+(?:\.\d+)+(?:[-.][\w.+-]*)?\.jar$")
 
 
 def spark_version() -> str:

@@ -67,8 +67,10 @@ _ANY = ("body", "extension", "sender_id", "sender_certificate", "signature",
         "not_before", "first_in_transaction", "last_in_transaction", "properties")
 #: The GUID text fastavro's uuid logical type turns into the same text through uuid.UUID.
 _CANONICAL_GUID = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
-#: Python datetimes end at year 9999: fastavro fails on a later timestamp-millis.
-_LAST_INSTANT = "TIMESTAMP'9999-12-31 23:59:59.999'"
+#: Python datetimes run from year 1 to 9999: fastavro fails on a timestamp-millis outside.
+#: (Epoch milliseconds: independent of the session's time zone.)
+_FIRST_INSTANT = "timestamp_millis(-62135596800000)"
+_LAST_INSTANT = "timestamp_millis(253402300799999)"
 
 
 def envelope_schema_json() -> str:
@@ -158,11 +160,13 @@ def fast_path_conditions(env: Column) -> list[tuple[str, Column]]:
                                       "add one to spark_connector.jvmdecode")
     for name in ("sent_time", "arrived_time", "not_before"):
         instant = env[name]
-        conditions.append((name, instant.isNull() | (instant <= F.expr(_LAST_INSTANT))))
+        conditions.append((name, instant.isNull() | instant.between(F.expr(_FIRST_INSTANT),
+                                                                    F.expr(_LAST_INSTANT))))
     properties = env["properties"]
     keys, values = F.map_keys(properties), F.map_values(properties)
     conditions.append(("properties", (F.size(F.array_distinct(keys)) == F.size(keys))
-                       & F.forall(keys, F.is_valid_utf8) & F.forall(values, F.is_valid_utf8)))
+                       & F.forall(keys, lambda k: F.is_valid_utf8(k))
+                       & F.forall(values, lambda v: F.is_valid_utf8(v))))
     in_transaction = env["transaction_id"].isNotNull()
     conditions.append(("transaction", in_transaction
                        | ~(env["first_in_transaction"] | env["last_in_transaction"])))

@@ -281,7 +281,8 @@ def kafka_source_options(resolution: Resolution, *, streaming: bool = True,
     Returns:
         dict[str, str]: ``kafka.bootstrap.servers``, ``assign`` (every data topic, partition
         0), ``includeHeaders=true``, ``startingOffsets`` (default ``earliest``, as the kmq
-        source), ``failOnDataLoss=false`` (retention may delete removed messages), plus
+        source), ``failOnDataLoss=false`` (retention may delete removed messages),
+        ``kafka.isolation.level=read_committed`` (as every kmq reader), plus
         ``endingOffsets``, ``maxOffsetsPerTrigger``, the resolution's librdkafka security
         settings translated to Java client ones, and ``kafka.*`` passthrough (which wins).
     """
@@ -294,6 +295,9 @@ def kafka_source_options(resolution: Resolution, *, streaming: bool = True,
         "includeHeaders": "true",
         "startingOffsets": _spark_offsets(lowered.get("startingoffsets", ("", "earliest"))[1]),
         "failOnDataLoss": "false",
+        # Records of aborted (and still open) Kafka transactions are not messages: kmq's
+        # receivers and the kmq source read committed records only, and so must this.
+        "kafka.isolation.level": "read_committed",
     }
     if not streaming:
         result["endingOffsets"] = _spark_offsets(lowered.get("endingoffsets", ("", "latest"))[1])

@@ -111,6 +111,7 @@ def test_kafka_source_options_stream() -> None:
         "includeHeaders": "true",
         "startingOffsets": "earliest",
         "failOnDataLoss": "false",
+        "kafka.isolation.level": "read_committed",
         "maxOffsetsPerTrigger": "100",
     }
 
