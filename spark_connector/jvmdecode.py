@@ -11,8 +11,9 @@ Python's decoder (:func:`facade.envelope.decode_message`) stays the authority. A
 on the JVM only when it provably reads as Python reads it (:func:`fast_path_conditions`):
 
 * the header is the current envelope schema's, and ``from_avro`` decoded the rest;
-* re-encoding the decoded record with ``to_avro`` gives back exactly the bytes read, so nothing
-  was left over (trailing bytes), nothing was read leniently, and map keys are unique;
+* the canonical Avro encoding of the decoded values (minimal varints, a map as one block:
+  :func:`encoded_size`) is exactly as long as the bytes read, so nothing was left over
+  (trailing bytes) and nothing was read leniently; map keys are unique;
 * every property is in its MSMQ range, as :meth:`facade.message.Message.validate` checks it
   (enums and flags from the property declarations, int ranges, label length, non-empty format
   names, timers, canonical GUID text, valid UTF-8, the transaction flags);
@@ -27,6 +28,7 @@ queue view (:class:`spark_connector.read.QueueViewFilter`), which gives it the `
 
 from __future__ import annotations
 
+import json
 from enum import IntEnum, IntFlag
 from typing import TYPE_CHECKING, Any, cast
 
@@ -112,6 +114,81 @@ def _enum_names(kind: type[IntEnum]) -> Column:
 
     return F.create_map(*[item for member in kind
                           for item in (F.lit(member.value), F.lit(member.name))])
+
+
+#: Integers whose zigzag varint this module sizes (larger ones take the Python path).
+_SIZED_LIMIT = 1 << 55
+
+
+def _varint_size(zigzag: Column) -> Column:
+    """Bytes of the Avro varint of a non-negative zigzag value below 2**56 (null above)."""
+    from pyspark.sql import functions as F
+
+    size = F.when(zigzag < F.lit(1 << 7), F.lit(1))
+    for groups in range(2, 9):
+        size = size.when(zigzag < F.lit(1 << (7 * groups)), F.lit(groups))
+    return size
+
+
+def _long_size(value: Column) -> Column:
+    """Bytes of an Avro int or long (zigzag varint); null when out of the sized range."""
+    from pyspark.sql import functions as F
+
+    number = value.cast("long")
+    zigzag = F.when(number >= 0, number * 2).otherwise(-number * 2 - 1)
+    return F.when(number.between(-_SIZED_LIMIT, _SIZED_LIMIT), _varint_size(zigzag))
+
+
+def _length_prefixed(length: Column) -> Column:
+    return _long_size(length) + length
+
+
+def _type_size(kind: Any, value: Column) -> Column:
+    """Bytes of ``value`` written canonically with the Avro type ``kind`` (as fastavro and
+    Avro's Java writer write: minimal varints, a map as one block)."""
+    from pyspark.sql import functions as F
+
+    if isinstance(kind, list):  # ["null", X]: the branch index (one byte), then the value
+        other = next(k for k in kind if k != "null")
+        return F.when(value.isNull(), F.lit(1)).otherwise(1 + _type_size(other, value))
+    if isinstance(kind, dict):
+        if kind.get("logicalType") == "timestamp-millis":
+            return _long_size(F.unix_millis(value))
+        if kind["type"] == "fixed":
+            return F.lit(int(kind["size"]))
+        if kind["type"] == "map":
+            entries = F.map_entries(value)
+            body = F.aggregate(
+                entries, F.lit(0).cast("long"),
+                lambda total, entry: total + _length_prefixed(F.octet_length(entry["key"]))
+                + _length_prefixed(F.octet_length(entry["value"])))
+            count = F.size(entries)
+            return F.when(count == 0, F.lit(1)).otherwise(_long_size(count) + body + 1)
+        return _type_size(kind["type"], value)
+    if kind in ("int", "long"):
+        return _long_size(value)
+    if kind == "boolean":
+        return F.lit(1)
+    if kind == "string":
+        return _length_prefixed(F.octet_length(value))
+    if kind == "bytes":
+        return _length_prefixed(F.length(value))
+    if kind == "MessageId":  # the named fixed type, defined by the id field
+        return F.lit(20)
+    raise NotImplementedError(f"Avro type {kind!r} has no size rule in spark_connector.jvmdecode")
+
+
+def encoded_size(env: Column, schema: dict[str, Any]) -> Column:
+    """Bytes of the record ``env`` written canonically with ``schema`` (a parsed record
+    schema); null when a value is outside what this sizes. Equal to the Avro body's length
+    exactly when the body was written canonically and has nothing after the record."""
+    total = None
+    for field in schema["fields"]:
+        size = _type_size(field["type"], env[field["name"]])
+        total = size if total is None else total + size
+    if total is None:
+        raise NotImplementedError("an Avro record without fields has no size rule")
+    return total
 
 
 def fast_path_conditions(env: Column) -> list[tuple[str, Column]]:
@@ -218,7 +295,7 @@ def decode_on_jvm(df: DataFrame) -> DataFrame:
         else null), ``_kmq_size`` (the value's length) and ``_kmq_headers``.
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro, to_avro
+    from pyspark.sql.avro.functions import from_avro
 
     from spark_connector.schema import MESSAGE_SCHEMA
 
@@ -233,7 +310,9 @@ def decode_on_jvm(df: DataFrame) -> DataFrame:
     decoded = staged.select(
         "*", from_avro(F.col("_kmq_body"), schema, {"mode": "PERMISSIVE"}).alias("_kmq_env"))
     env = F.col("_kmq_env")
-    fast = env.isNotNull() & (to_avro(env, schema) == F.col("_kmq_body"))
+    # Read exactly as Python reads it: nothing after the record, nothing encoded leniently.
+    fast = env.isNotNull() & (encoded_size(env, json.loads(schema))
+                              == F.length(F.col("_kmq_body")))
     for _what, condition in fast_path_conditions(env):
         fast = fast & F.coalesce(condition, F.lit(False))
     checked = decoded.select("*", F.coalesce(fast, F.lit(False)).alias(FAST_PATH))

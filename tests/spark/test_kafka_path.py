@@ -19,7 +19,8 @@ from facade.envelope import _ENVELOPE, _record_of, encode_message
 from facade.kafka import produce_and_wait
 from facade.manager import QueueManager
 from facade.message import BodyType, Delivery, MessageClass, MessageId
-from spark_connector import kafka_source_available, read_queue
+from spark_connector import kafka_source_available, kafka_source_options, read_queue, resolve
+from spark_connector.jvmdecode import FAST_PATH, decode_on_jvm
 from tests.support.kafka import BrokerEndpoint
 
 pytestmark = pytest.mark.integration
@@ -142,6 +143,12 @@ def test_kafka_source_rows_equal_the_python_data_source_rows_column_by_column(
     raw_python = _rows(_read(spark, qm, queue_fn, path="kmq", include_removed=True))
     assert raw_kafka == raw_python and len(raw_kafka) == len(
         [r for r in kafka if r["topic"] == queue.destinations[0].topics.data]) + 2
+    # Every valid record was decoded on the JVM; only the poison ones went to Python.
+    options = kafka_source_options(resolve(queue_fn, bootstrap_servers=qm.session.bootstrap_servers,
+                                           queue_manager=qm.name), streaming=False)
+    fast = {r["offset"]: r[FAST_PATH] for r in decode_on_jvm(
+        spark.read.format("kafka").options(**options).load()).select("offset", FAST_PATH).collect()}
+    assert fast == {r["offset"]: r["error"] is None for r in raw_python}
 
 
 def test_poison_records_fail_or_are_dead_lettered_on_the_kafka_path(
