@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kmq-installed
 
-.PHONY: test test-unit demo install system-deps kafka clean
+.PHONY: test test-unit demo install system-deps kafka spark-jars clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,9 +24,15 @@ system-deps:
 kafka: install
 	$(PY) -c "from facade.localkafka import KAFKA_POM; from facade.mavenjars import find_java, resolve_jars; find_java(); print('Kafka jars:', resolve_jars(KAFKA_POM))"
 
+# Spark's Kafka source and sink and spark-avro (deploy/spark/pom.xml), at exactly the pinned
+# pyspark's version, resolved by Maven into the same jar cache; spark_connector.local_session()
+# puts them on spark.jars. Needs mvn.
+spark-jars: install
+	$(PY) -c "from spark_connector.jars import connector_jars; print('Spark connector jars:', *connector_jars(), sep='\n  ')"
+
 # Everything: unit tests, the type check (mypy), and the integration tests that start Apache
 # Kafka and slapd.
-test: install system-deps kafka
+test: install system-deps kafka spark-jars
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Fast: no broker, no slapd (tests that start one are marked integration by tests/conftest.py);
@@ -34,7 +40,7 @@ test: install system-deps kafka
 test-unit: install
 	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
 
-demo: install kafka
+demo: install kafka spark-jars
 	$(VENV)/bin/kmq demo $(DEMO_ARGS)
 
 clean:

@@ -10,8 +10,10 @@ Reading::
 ``read_queue`` resolves the format name on the driver (queues, ``DL=`` lists, multiple-element
 names, journals, dead-letter and admin queues) and checks the driver's principal's right on
 every queue it reaches (``AccessDenied`` otherwise: :mod:`spark_connector.resolve`), reads with Spark's own Kafka source when it is
-on the classpath or with kmq's Python data source (``format("kmq")``) otherwise, and decodes
-the envelopes (:data:`~spark_connector.schema.MESSAGE_SCHEMA`). :func:`decode_messages` decodes
+on the classpath (envelopes decoded on the JVM by spark-avro's ``from_avro``) or with kmq's
+Python data source (``format("kmq")``) otherwise or in receive mode, and returns the decoded
+messages (:data:`~spark_connector.schema.MESSAGE_SCHEMA`). :func:`local_session` puts Spark's
+Kafka and Avro connectors on ``spark.jars`` (:mod:`spark_connector.jars`). :func:`decode_messages` decodes
 any DataFrame with Spark's Kafka-source schema; :func:`kafka_source_options` gives the options
 for reading kmq topics with ``format("kafka")`` yourself.
 

@@ -18,7 +18,7 @@ snapshot as of step 1: a message removed later is still shown (as an MSMQ peek w
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from facade.errors import BrokerUnavailable
 from facade.kafka import KafkaRecord, KafkaSession, TopicReader
@@ -74,9 +74,14 @@ class TopicView:
             OffsetStatus: PENDING (a message in the queue), POISON (a record whose headers are
             not a kmq envelope's, waiting to be dead-lettered), REMOVED or DUPLICATE.
         """
-        self.state.add(IndexEntry.from_record(record.offset, len(record.value or b""),
-                                              record.headers))
-        return self.state.status(record.offset)
+        return self.add_entry(record.offset, len(record.value or b""), record.headers)
+
+    def add_entry(self, offset: int, size: int,
+                  headers: Iterable[tuple[str, bytes | None]] | None) -> OffsetStatus:
+        """:meth:`add` from a record's parts (a Spark Kafka-source row's offset, value length
+        in bytes and headers), for records this process did not read itself."""
+        self.state.add(IndexEntry.from_record(offset, size, headers))
+        return self.state.status(offset)
 
 
 def in_view(status: OffsetStatus, receive_at_ms: int | None) -> bool:

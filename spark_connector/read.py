@@ -3,17 +3,20 @@
 Two paths, one result:
 
 * **kafka**: Spark's own Kafka source (``format("kafka")``, the ``spark-sql-kafka-0-10``
-  package) reads the data topics with :func:`kafka_source_options`; a ``mapInArrow`` step then
-  keeps only the records in the queue view (:class:`QueueViewFilter`: it reads each queue's
-  receipts and the data records' headers with :mod:`facade.kafka`, as every queue view does).
+  package) reads the data topics with :func:`kafka_source_options`; spark-avro's ``from_avro``
+  decodes the envelopes on the JVM (:mod:`spark_connector.jvmdecode`); one ``mapInArrow`` step
+  (:class:`KafkaRowFinisher`) then keeps only the records in the queue view
+  (:class:`QueueViewFilter`: each queue's receipts read with :mod:`facade.kafka`, the rows'
+  own headers fed into the queue state, as every queue view does) and hands the rows the JVM
+  did not decode (poison records, acknowledgments) to the Python decoder.
 * **kmq**: the project's Python data source (``format("kmq")``, :mod:`spark_connector.source`)
-  yields the same Kafka-source rows, already filtered.
+  yields Kafka-source rows already filtered, decoded by
+  :func:`spark_connector.decode.decode_messages`.
 
-Both then go through :func:`spark_connector.decode.decode_messages`. ``path="auto"`` (default)
-takes the Kafka source when its classes are on the driver's classpath
-(:func:`kafka_source_available`) and the mode allows it; receive mode and
-``includeRemoved=false`` semantics are exact on the kmq path, while the kafka path supports
-peek only.
+Both give the same rows and columns. ``path="auto"`` (default) takes the Kafka source when its
+classes are on the driver's classpath (:func:`kafka_source_available`;
+:func:`spark_connector.local_session` puts them there) in peek mode; receive mode needs the kmq
+path (Spark's Kafka source cannot remove messages).
 
 The format name is resolved once, on the driver, when the DataFrame is built (a ``DL=`` list's
 members are read then; a restarted query resolves again). The driver's principal must have the
@@ -33,17 +36,19 @@ from dataclasses import fields
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from facade.config import KmqConfig
 from facade.errors import InvalidParameter
-from facade.kafka import KafkaRecord, KafkaSession, TopicReader
-from facade.queuestate import OffsetStatus
+from facade.kafka import KafkaSession, TopicReader
 from spark_connector._view import DEFAULT_STALL_TIMEOUT, TopicView, data_records, in_view
-from spark_connector.decode import ON_ERROR_CHOICES, decode_messages
+from spark_connector.decode import ON_ERROR_CHOICES, DeadLetterTarget, decode_messages
+from spark_connector.jvmdecode import FAST_PATH
 from spark_connector.resolve import Resolution, resolve
 
 __all__ = [
     "KAFKA_SOURCE_PROVIDER",
+    "KafkaRowFinisher",
     "QueueViewFilter",
     "kafka_source_available",
     "kafka_source_options",
@@ -132,9 +137,9 @@ def read_queue(spark: Any, format_name: str, streaming: bool = True, **options: 
     resolution = resolve(format_name, operation=mode, config=settings.config,
                          **settings.overrides)
     if path == "kafka":
-        raw = _kafka_path(spark, resolution, streaming, settings.source)
-    else:
-        raw = _kmq_path(spark, resolution, streaming, settings.source)
+        return _kafka_path(spark, resolution, streaming, settings.source, settings.decode,
+                           settings.on_error)
+    raw = _kmq_path(spark, resolution, streaming, settings.source)
     if not settings.decode:
         return raw
     # Receive mode: the removal at commit dead-letters poison records through the facade, so
@@ -239,14 +244,27 @@ def _kmq_path(spark: Any, resolution: Resolution, streaming: bool,
 
 
 def _kafka_path(spark: Any, resolution: Resolution, streaming: bool,
-                source: Mapping[str, str]) -> Any:
+                source: Mapping[str, str], decode: bool, on_error: str) -> Any:
+    """Spark's Kafka source, the envelope decoded on the JVM, one Python step for the queue
+    view and the rows only Python decodes (see the module docs)."""
     reader = spark.readStream if streaming else spark.read
     options = kafka_source_options(resolution, streaming=streaming, **source)
     raw = reader.format("kafka").options(**options).load()
     lowered = {k.lower(): str(v).lower() for k, v in source.items()}
-    if lowered.get("kmq.includeremoved") == "true":
-        return raw
-    return raw.mapInArrow(QueueViewFilter(resolution), raw.schema)
+    stall = float(lowered.get("kmq.stalltimeout", DEFAULT_STALL_TIMEOUT))
+    include_removed = lowered.get("kmq.includeremoved") == "true"
+    if not decode:
+        if include_removed:
+            return raw
+        return raw.mapInArrow(QueueViewFilter(resolution, stall), raw.schema)
+    from spark_connector.jvmdecode import decode_on_jvm
+    from spark_connector.schema import MESSAGE_SCHEMA
+
+    view = None if include_removed else QueueViewFilter(resolution, stall, headers="_kmq_headers",
+                                                        size="_kmq_size")
+    target = DeadLetterTarget.from_resolution(resolution) if on_error == "dead_letter" else None
+    return decode_on_jvm(raw).mapInArrow(KafkaRowFinisher(view, on_error, target),
+                                         MESSAGE_SCHEMA)
 
 
 def kafka_source_options(resolution: Resolution, *, streaming: bool = True,
@@ -263,7 +281,8 @@ def kafka_source_options(resolution: Resolution, *, streaming: bool = True,
     Returns:
         dict[str, str]: ``kafka.bootstrap.servers``, ``assign`` (every data topic, partition
         0), ``includeHeaders=true``, ``startingOffsets`` (default ``earliest``, as the kmq
-        source), ``failOnDataLoss=false`` (retention may delete removed messages), plus
+        source), ``failOnDataLoss=false`` (retention may delete removed messages),
+        ``kafka.isolation.level=read_committed`` (as every kmq reader), plus
         ``endingOffsets``, ``maxOffsetsPerTrigger``, the resolution's librdkafka security
         settings translated to Java client ones, and ``kafka.*`` passthrough (which wins).
     """
@@ -276,6 +295,9 @@ def kafka_source_options(resolution: Resolution, *, streaming: bool = True,
         "includeHeaders": "true",
         "startingOffsets": _spark_offsets(lowered.get("startingoffsets", ("", "earliest"))[1]),
         "failOnDataLoss": "false",
+        # Records of aborted (and still open) Kafka transactions are not messages: kmq's
+        # receivers and the kmq source read committed records only, and so must this.
+        "kafka.isolation.level": "read_committed",
     }
     if not streaming:
         result["endingOffsets"] = _spark_offsets(lowered.get("endingoffsets", ("", "latest"))[1])
@@ -331,84 +353,162 @@ class QueueViewFilter:
 
     For Spark's Kafka source, which reads the raw data topics: per task and topic, it builds
     the same :class:`~spark_connector._view.TopicView` as the kmq source (receipts read to
-    their end, data headers fed from the dedupe window before the first row's offset) and
-    drops removed messages and duplicates. Rows of topics the resolution does not name pass.
+    their end; the data records of the dedupe window before the first row's offset read from
+    Kafka, the rows themselves fed from their own headers) and drops removed messages and
+    duplicates. Rows of topics the resolution does not name pass.
 
     Args:
         resolution (Resolution): the queues (data and receipts topics) and broker.
         stall_timeout (float): seconds a Kafka read may make no progress.
+        headers (str): the column holding the record headers; ``size`` the one holding the
+            value's length in bytes (None: computed from ``value``).
     """
 
-    def __init__(self, resolution: Resolution, stall_timeout: float = DEFAULT_STALL_TIMEOUT):
+    def __init__(self, resolution: Resolution, stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+                 headers: str = "headers", size: str | None = None):
         self.resolution = resolution
         self.stall_timeout = stall_timeout
+        self.headers = headers
+        self.size = size
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        receipts = {t.data_topic: t.receipts_topic for t in self.resolution.targets}
-        session = KafkaSession(self.resolution.bootstrap_servers,
-                               self.resolution.kafka_options, client_id="kmq-spark-filter")
-        trackers: dict[str, _TopicTracker] = {}
-        try:
+        with self.open() as keep:
             for batch in batches:
-                topics = batch.column("topic").to_pylist()
-                offsets = batch.column("offset").to_pylist()
-                keep = []
-                for i, (topic, offset) in enumerate(zip(topics, offsets)):
-                    if topic not in receipts:
-                        keep.append(i)
-                        continue
-                    tracker = trackers.get(topic)
-                    if tracker is None or offset < tracker.next_offset:
-                        if tracker is not None:
-                            tracker.close()
-                        tracker = trackers[topic] = _TopicTracker(
-                            session, topic, receipts[topic], offset, self.stall_timeout)
-                    if tracker.keep(offset):
-                        keep.append(i)
-                yield batch.take(pa.array(keep, type=pa.int64()))
-        finally:
-            for tracker in trackers.values():
-                tracker.close()
+                yield batch.filter(keep(batch))
+
+    def open(self) -> _ViewMask:
+        """The per-task state: call it with a batch for its keep mask; close it at the end."""
+        return _ViewMask(self)
+
+
+class _ViewMask:
+    """One task's trackers (one per topic), as a context manager giving keep masks."""
+
+    def __init__(self, spec: QueueViewFilter):
+        self.spec = spec
+        self.receipts = {t.data_topic: t.receipts_topic for t in spec.resolution.targets}
+        self.session = KafkaSession(spec.resolution.bootstrap_servers,
+                                    spec.resolution.kafka_options, client_id="kmq-spark-filter")
+        self.trackers: dict[str, _TopicTracker] = {}
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for tracker in self.trackers.values():
+            tracker.close()
+        self.trackers.clear()
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.Array:
+        topics = batch.column("topic").to_pylist()
+        offsets = batch.column("offset").to_pylist()
+        headers = batch.column(self.spec.headers).to_pylist()
+        if self.spec.size is not None:
+            sizes = batch.column(self.spec.size).to_pylist()
+        else:
+            sizes = pc.binary_length(batch.column("value")).to_pylist()
+        keep = []
+        for topic, offset, pairs, size in zip(topics, offsets, headers, sizes):
+            if topic not in self.receipts:
+                keep.append(True)
+                continue
+            tracker = self.trackers.get(topic)
+            if tracker is None or offset < tracker.next_offset:
+                if tracker is not None:
+                    tracker.close()
+                tracker = self.trackers[topic] = _TopicTracker(
+                    self.session, topic, self.receipts[topic], offset, self.spec.stall_timeout)
+            keep.append(tracker.keep(offset, size or 0,
+                                     [(h["key"], h["value"]) for h in pairs or ()]))
+        return pa.array(keep, type=pa.bool_())
 
 
 class _TopicTracker:
-    """Feeds one topic's data headers into a TopicView up to the offsets asked about."""
+    """One topic's TopicView: the dedupe window before the first row read from Kafka, then
+    fed with the rows' own offsets, sizes and headers."""
 
     def __init__(self, session: KafkaSession, topic: str, receipts_topic: str, first: int,
                  stall_timeout: float):
         self.view = TopicView(session, topic, receipts_topic, first, stall_timeout)
-        self.topic = topic
-        self.stall_timeout = stall_timeout
-        self.first = first
         self.next_offset = self.view.feed_from
-        self._statuses: dict[int, OffsetStatus] = {}
-        self._reader: TopicReader = session.reader()
-        self._records: Iterator[list[KafkaRecord]] = iter(())
+        reader: TopicReader = session.reader()
+        try:
+            for records in data_records(reader, topic, self.view.feed_from, first,
+                                        stall_timeout):
+                for record in records:
+                    self.view.add(record)
+                    self.next_offset = record.offset + 1
+        finally:
+            reader.close()
+        self.next_offset = max(self.next_offset, first)
 
-    def keep(self, offset: int) -> bool:
+    def keep(self, offset: int, size: int, headers: list[tuple[str, bytes | None]]) -> bool:
         """Whether the record at ``offset`` (asked in increasing order) is in the view."""
-        while self.next_offset <= offset:
-            if not self._advance(offset):
-                return True  # not found again: never drop a row silently
-        status = self._statuses.pop(offset, None)
-        return status is None or in_view(status, None)
-
-    def _advance(self, offset: int) -> bool:
-        batch = next(self._records, None)
-        if batch is None:
-            # Read from where we are up to a little past the offset asked (one fetch's worth).
-            self._records = data_records(self._reader, self.topic, self.next_offset,
-                                         offset + 4096, self.stall_timeout)
-            batch = next(self._records, None)
-            if batch is None:
-                return False
-        for record in batch:
-            status = self.view.add(record)
-            if record.offset >= self.first:  # the dedupe prefix is never asked about
-                self._statuses[record.offset] = status
-            self.next_offset = record.offset + 1
-        return True
+        status = self.view.add_entry(offset, size, headers)
+        self.next_offset = offset + 1
+        return in_view(status, None)
 
     def close(self) -> None:
-        """Release the reader."""
-        self._reader.close()
+        """Nothing is held open between batches (the prefix reader is closed already)."""
+
+
+class KafkaRowFinisher:
+    """The one Python step of the Kafka-source path (``mapInArrow``): the queue view, then
+    the Python decoder for the rows the JVM did not decode (:mod:`spark_connector.jvmdecode`).
+
+    Rows decoded on the JVM pass through as Arrow columns, untouched per row; the others
+    (poison records, acknowledgments, other writer schemas) are decoded by
+    :func:`spark_connector.decode.decode_batch` with ``on_error`` as on the kmq path. Output
+    rows keep offset order within each batch.
+
+    Args:
+        view (QueueViewFilter | None): the queue view to apply; None keeps every row
+            (``include_removed``).
+        on_error (str): as :func:`spark_connector.decode.decode_messages`.
+        dead_letter (DeadLetterTarget | None): where ``on_error="dead_letter"`` writes.
+    """
+
+    def __init__(self, view: QueueViewFilter | None, on_error: str,
+                 dead_letter: DeadLetterTarget | None):
+        self.view = view
+        self.on_error = on_error
+        self.dead_letter = dead_letter
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from spark_connector.decode import _ARROW_SCHEMA, _DeadLetterWriter, decode_batch
+
+        writer = _DeadLetterWriter(self.dead_letter) if self.dead_letter else None
+        masks = self.view.open() if self.view is not None else None
+        names = _ARROW_SCHEMA.names
+        try:
+            for batch in batches:
+                if masks is not None:
+                    batch = batch.filter(masks(batch))
+                if batch.num_rows == 0:
+                    continue
+                fast_mask = batch.column(FAST_PATH)
+                fast = batch.filter(fast_mask).select(names)
+                parts = [pa.Table.from_batches([fast]).cast(_ARROW_SCHEMA)]
+                slow = batch.filter(pc.invert(fast_mask))
+                if slow.num_rows:
+                    records = pa.RecordBatch.from_arrays(
+                        [slow.column("_kmq_value"), slow.column("topic"),
+                         slow.column("partition"), slow.column("offset"),
+                         slow.column("timestamp")],
+                        names=["value", "topic", "partition", "offset", "timestamp"])
+                    decoded = decode_batch(records, self.on_error,
+                                           writer.write if writer else None)
+                    parts.append(pa.Table.from_batches([decoded], schema=_ARROW_SCHEMA))
+                    table = pa.concat_tables(parts)
+                    table = table.take(pc.sort_indices(table, [("topic", "ascending"),
+                                                               ("offset", "ascending")]))
+                else:
+                    table = parts[0]
+                yield from table.combine_chunks().to_batches()
+            if writer is not None:
+                writer.flush()  # the task succeeds only once every copy is acknowledged
+        finally:
+            if masks is not None:
+                masks.__exit__(None, None, None)
+            if writer is not None:
+                writer.close()

@@ -11,16 +11,27 @@ from spark_connector.datasource import register
 __all__ = ["local_session"]
 
 
-def local_session(app_name: str, *, cores: int = 2, **config: str) -> Any:
-    """``local[cores]`` Spark bound to 127.0.0.1, quiet, UTC, with ``format("kmq")`` registered.
+def local_session(app_name: str, *, cores: int = 2, connectors: bool = True,
+                  **config: str) -> Any:
+    """``local[cores]`` Spark bound to 127.0.0.1, quiet, UTC, with ``format("kmq")`` registered
+    and Spark's Kafka source and spark-avro on ``spark.jars``.
 
     Workers run this interpreter (``PYSPARK_PYTHON``), so they import the same kmq and pyarrow.
-    Returns the active session if one exists (``getOrCreate``).
+    Returns the active session if one exists (``getOrCreate``; its JVM keeps the jars it was
+    started with).
 
     Args:
         app_name (str): Spark application name.
         cores (int): local worker threads.
+        connectors (bool): put the jars of :func:`spark_connector.jars.connector_jars` on
+            ``spark.jars`` (local paths, resolved by Maven into kmq's jar cache on first use),
+            so that ``format("kafka")`` and ``from_avro`` work; False starts Spark without them
+            (``read_queue`` then reads through ``format("kmq")``).
         **config (str): further Spark settings, e.g. ``spark.sql.shuffle.partitions="4"``.
+
+    Raises:
+        ConfigurationError: ``connectors`` and the jars cannot be had (pyspark is not the
+            pinned Spark version, or Maven cannot resolve them); the hint names the fix.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -33,6 +44,12 @@ def local_session(app_name: str, *, cores: int = 2, **config: str) -> Any:
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.session.timeZone", "UTC"))
+    if connectors:
+        from spark_connector.jars import connector_jars
+
+        jars = [str(jar) for jar in connector_jars()]
+        given = config.pop("spark.jars", "")
+        builder = builder.config("spark.jars", ",".join([*jars, *filter(None, [given])]))
     for key, value in config.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

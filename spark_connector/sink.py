@@ -131,7 +131,7 @@ OPTION_MAX_SEND_BYTES = "kmq.max_send_bytes"
 #: Seconds a task waits for the broker to acknowledge its records before it fails.
 DEFAULT_FLUSH_TIMEOUT = 120.0
 
-# Local properties Spark sets on the tasks of a micro-batch (checked on pyspark 4.2.1).
+# Local properties Spark sets on the tasks of a micro-batch (checked on pyspark 4.2.0 and 4.2.1).
 _BATCH_ID_PROPERTY = "streaming.sql.batchId"
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"
 

@@ -182,8 +182,8 @@ def spark_report(sources: ReportSources) -> Report:
         latency_ms={BACKLOG: percentiles(figures.latencies),
                     PACED: percentiles(figures.paced_latencies)},
         notes=["computed by a Spark Structured Streaming job (spark_connector.read_queue "
-               "over the journals, the dead-letter queue and the admin queue, "
-               "trigger availableNow)",
+               "on Spark's Kafka source, envelopes decoded by from_avro, over the journals, "
+               "the dead-letter queue and the admin queue, trigger availableNow)",
                "latency is sent time to the journal copy's record time (the receive); the "
                "time a copy reached its queue is not kept in the journal"],
     )

@@ -2,7 +2,9 @@
 
 One streaming query reads every source of :class:`~facade.demo.report.ReportSources` (the
 queues' journals, the dead-letter queue, the admin queue) through
-``spark_connector.read_queue``, unions them with a ``source`` column, and runs once with
+``spark_connector.read_queue`` on Spark's own Kafka source (``path="kafka"``: the envelopes are
+decoded on the JVM by spark-avro's ``from_avro``; ``local_session`` puts both jars on
+``spark.jars``), unions them with a ``source`` column, and runs once with
 ``trigger(availableNow=True)`` into an in-memory table. Batch aggregations over that table give
 the report's figures (:class:`SparkFigures`): messages per queue and class, top senders,
 acknowledgment classes and latencies (sent time to the journal copy's record time, i.e. to the
@@ -126,7 +128,7 @@ def _stream_into_memory(spark: Any, sources: _Sources, timeout: float) -> str:
 
     config = sources.config
     streams = [
-        read_queue(spark, format_name, streaming=True, config=config).withColumn(
+        read_queue(spark, format_name, streaming=True, path="kafka", config=config).withColumn(
             "source", F.lit(label))
         for label, format_name in sources.all_queues.items()
     ]

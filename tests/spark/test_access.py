@@ -21,7 +21,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from facade.acl import AccessRight
 from facade.config import KmqConfig
-from facade.errors import AccessDenied
+from facade.errors import AccessDenied, InvalidParameter
 from facade.kafka import KafkaSession
 from facade.manager import QueueManager
 from facade.message import Message, MessageClass
@@ -121,6 +121,39 @@ def test_reads_are_refused_without_the_peek_right(
         read_queue(spark, dead_letters, streaming=False, **_target(alice))
     _refusal(refused, "PEEK_MESSAGE", dead_letters)
     assert queue.count() == 2
+
+
+def test_the_kafka_source_path_is_refused_as_the_python_path_is(
+        spark: Any, alice: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark's own Kafka source (path="kafka", and "auto", which takes it here) is planned by
+    Spark, not by kmq: read_queue's check is what stands before its rows."""
+    queue, queue_fn = _queue(alice, "kafka-orders", 3)
+    _change(alice, queue_fn, lambda d: d.deny("mallory", AccessRight.PEEK_MESSAGE))
+    _granted, granted_fn = _queue(alice, "kafka-granted", 2)
+    _change(alice, granted_fn, lambda d: d.grant("mallory", AccessRight.PEEK_MESSAGE))
+    _as_mallory(monkeypatch)
+
+    for path in ("kafka", "auto"):
+        for streaming in (False, True):
+            with pytest.raises(AccessDenied) as refused:
+                read_queue(spark, queue_fn, streaming=streaming, path=path, **_target(alice))
+            _refusal(refused, "PEEK_MESSAGE", queue_fn)
+        with pytest.raises(AccessDenied) as refused:  # one refused queue refuses the name
+            read_queue(spark, f"{granted_fn},{queue_fn}", streaming=False, path=path,
+                       **_target(alice))
+        _refusal(refused, "PEEK_MESSAGE", queue_fn)
+    # Receive mode never takes the Kafka source, which cannot remove messages.
+    with pytest.raises(InvalidParameter, match="kmq path"):
+        read_queue(spark, granted_fn, streaming=True, path="kafka", mode="receive",
+                   **_target(alice))
+    with pytest.raises(AccessDenied) as refused:
+        read_queue(spark, granted_fn, streaming=True, path="auto", mode="receive",
+                   **_target(alice))
+    _refusal(refused, "DELETE_MESSAGE", granted_fn)
+    rows = read_queue(spark, granted_fn, streaming=False, path="kafka",
+                      **_target(alice)).collect()
+    assert sorted(r.body for r in rows) == [b"kafka-granted 0", b"kafka-granted 1"]
+    assert queue.count() == 3 and _granted.count() == 2
 
 
 def test_receive_mode_is_refused_without_the_receive_right_and_removes_nothing(

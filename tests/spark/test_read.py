@@ -1,7 +1,8 @@
 """Reading kmq queues with Spark (local mode) on a real broker process: queues, lists, the
 dead-letter and admin queues, batch and streaming with checkpoint restarts, per-trigger limits,
-poison records and receive mode. The Kafka-source path is checked through its options and its
-queue-view filter (Spark's Kafka jar is not available here)."""
+poison records and receive mode. ``path="auto"`` reads through Spark's Kafka source (its jars
+are on the test session's ``spark.jars``) except in receive mode; tests/spark/test_kafka_path.py
+compares that path with kmq's Python data source."""
 
 from __future__ import annotations
 
@@ -110,6 +111,7 @@ def test_kafka_source_options_stream() -> None:
         "includeHeaders": "true",
         "startingOffsets": "earliest",
         "failOnDataLoss": "false",
+        "kafka.isolation.level": "read_committed",
         "maxOffsetsPerTrigger": "100",
     }
 
@@ -134,10 +136,8 @@ def test_kafka_source_options_batch_offsets_security_and_passthrough() -> None:
     assert not any(key.startswith("kmq.") for key in options)
 
 
-def test_kafka_source_is_not_on_this_classpath(spark: Any) -> None:
-    assert kafka_source_available(spark) is False
-    with pytest.raises(InvalidParameter, match="not on the classpath"):
-        read_queue(spark, r".\private$\x", path="kafka")
+def test_kafka_source_is_on_the_test_sessions_classpath(spark: Any) -> None:
+    assert kafka_source_available(spark) is True
 
 
 # --------------------------------------------------------------------------------------------

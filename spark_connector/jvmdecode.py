@@ -1,0 +1,335 @@
+r"""Decoding kmq envelopes on the JVM with spark-avro's ``from_avro``, for the Kafka-source path.
+
+:func:`decode_on_jvm` turns Kafka-source rows into :data:`~spark_connector.schema.MESSAGE_SCHEMA`
+rows with Spark SQL expressions: the value's single-object header (``C3 01`` + the current
+``kmq.MessageEnvelope`` fingerprint) is checked and cut off, ``from_avro`` decodes the rest with
+``schemas/message_envelope.avsc``, and each column is computed as
+:func:`spark_connector.decode.decode_messages` computes it (message ids as ``guid\seq`` text,
+enum names, milliseconds as seconds...). No row goes through Python for that.
+
+Python's decoder (:func:`facade.envelope.decode_message`) stays the authority. A row is decoded
+on the JVM only when it provably reads as Python reads it (:func:`fast_path_conditions`):
+
+* the header is the current envelope schema's, and ``from_avro`` decoded the rest;
+* the canonical Avro encoding of the decoded values (minimal varints, a map as one block:
+  :func:`encoded_size`) is exactly as long as the bytes read, so nothing was left over
+  (trailing bytes) and nothing was read leniently; map keys are unique;
+* every property is in its MSMQ range, as :meth:`facade.message.Message.validate` checks it
+  (enums and flags from the property declarations, int ranges, label length, non-empty format
+  names, timers, canonical GUID text, valid UTF-8, the transaction flags);
+* the message is not an acknowledgment (ACK/NACK class), whose body is a nested
+  ``kmq.Acknowledgment`` that Python decodes.
+
+Every other row (poison records, older writer schemas, acknowledgments, anything unusual) is
+handed, undecoded, to the Python decoder in the same ``mapInArrow`` step that applies the
+queue view (:class:`spark_connector.read.QueueViewFilter`), which gives it the ``error`` and
+``raw_value`` columns, dead-letters it or fails the task exactly as the Python path does.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import IntEnum, IntFlag
+from typing import TYPE_CHECKING, Any, cast
+
+from facade import avro as kmq_avro
+from facade.message import MAX_LABEL_LENGTH, Message, MessageClass
+from facade.propertyspec import specs
+from facade.timers import TIMER_RANGES
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+__all__ = ["ENVELOPE_SCHEMA_FILE", "FAST_PATH", "RAW_COLUMNS", "decode_on_jvm",
+           "envelope_schema_json", "fast_path_conditions"]
+
+ENVELOPE_SCHEMA_FILE = "message_envelope.avsc"
+#: The boolean column saying a row was decoded on the JVM (dropped by the Python step).
+FAST_PATH = "_kmq_fast"
+#: Kafka-source columns the Python step needs besides the decoded ones: the record value for
+#: rows the JVM did not decode, its length and headers for the queue view.
+RAW_COLUMNS = ("_kmq_value", "_kmq_size", "_kmq_headers")
+
+_UINT32_MAX = 0xFFFFFFFF
+#: Int-ranged properties (Message declares them with _int_check): (lowest, highest).
+_INT_RANGES = {
+    "priority": (0, 7),
+    "body_type": (0, _UINT32_MAX),
+    "app_specific": (0, _UINT32_MAX),
+    "abort_count": (0, _UINT32_MAX),
+    "move_count": (0, _UINT32_MAX),
+}
+#: Optional format-name and id text: None or non-empty.
+_TEXT = ("admin_queue", "response_queue", "destination_queue", "destination_format_name",
+         "dead_letter_queue", "transaction_id")
+#: Properties whose Avro value is always acceptable once decoded (bytes, instants, booleans,
+#: ids of 20 bytes by the schema's fixed type, the string map: checked below for UTF-8).
+_ANY = ("body", "extension", "sender_id", "sender_certificate", "signature",
+        "destination_symmetric_key", "id", "correlation_id", "sent_time", "arrived_time",
+        "not_before", "first_in_transaction", "last_in_transaction", "properties")
+#: The GUID text fastavro's uuid logical type turns into the same text through uuid.UUID.
+_CANONICAL_GUID = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+#: Python datetimes run from year 1 to 9999: fastavro fails on a timestamp-millis outside.
+#: (Epoch milliseconds: independent of the session's time zone.)
+_FIRST_INSTANT = "timestamp_millis(-62135596800000)"
+_LAST_INSTANT = "timestamp_millis(253402300799999)"
+
+
+def envelope_schema_json() -> str:
+    """The text of ``schemas/message_envelope.avsc`` (what ``from_avro`` reads with)."""
+    return (kmq_avro.schema_dir() / ENVELOPE_SCHEMA_FILE).read_text("utf-8")
+
+
+def _prefix() -> bytes:
+    """Marker and fingerprint in front of every record written with the current schema."""
+    return kmq_avro.family(ENVELOPE_SCHEMA_FILE).current.prefix
+
+
+def _guid_text(hex_col: Column) -> Column:
+    """``guid\\seq`` text of a 20-byte MSMQ MSGID given as 40 lowercase hex digits: the GUID
+    in Windows byte order (first three groups little-endian), then a little-endian uint32."""
+    from pyspark.sql import functions as F
+
+    def byte(i: int) -> Column:  # the i-th byte (0-based) as two hex digits
+        return F.substring(hex_col, 2 * i + 1, 2)
+
+    def group(*indexes: int) -> Column:
+        return F.concat(*[byte(i) for i in indexes])
+
+    sequence = F.conv(group(19, 18, 17, 16), 16, 10)
+    return F.concat(group(3, 2, 1, 0), F.lit("-"), group(5, 4), F.lit("-"), group(7, 6),
+                    F.lit("-"), group(8, 9), F.lit("-"), group(10, 11, 12, 13, 14, 15),
+                    F.lit("\\"), sequence)
+
+
+def _message_id(column: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.when(column.isNull(), F.lit(None).cast("string")).otherwise(
+        _guid_text(F.lower(F.hex(column))))
+
+
+def _enum_names(kind: type[IntEnum]) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.create_map(*[item for member in kind
+                          for item in (F.lit(member.value), F.lit(member.name))])
+
+
+#: Integers whose zigzag varint this module sizes (larger ones take the Python path).
+_SIZED_LIMIT = 1 << 55
+
+
+def _varint_size(zigzag: Column) -> Column:
+    """Bytes of the Avro varint of a non-negative zigzag value below 2**56 (null above)."""
+    from pyspark.sql import functions as F
+
+    size = F.when(zigzag < F.lit(1 << 7), F.lit(1))
+    for groups in range(2, 9):
+        size = size.when(zigzag < F.lit(1 << (7 * groups)), F.lit(groups))
+    return size
+
+
+def _long_size(value: Column) -> Column:
+    """Bytes of an Avro int or long (zigzag varint); null when out of the sized range."""
+    from pyspark.sql import functions as F
+
+    number = value.cast("long")
+    zigzag = F.when(number >= 0, number * 2).otherwise(-number * 2 - 1)
+    return F.when(number.between(-_SIZED_LIMIT, _SIZED_LIMIT), _varint_size(zigzag))
+
+
+def _length_prefixed(length: Column) -> Column:
+    return _long_size(length) + length
+
+
+def _type_size(kind: Any, value: Column) -> Column:
+    """Bytes of ``value`` written canonically with the Avro type ``kind`` (as fastavro and
+    Avro's Java writer write: minimal varints, a map as one block)."""
+    from pyspark.sql import functions as F
+
+    if isinstance(kind, list):  # ["null", X]: the branch index (one byte), then the value
+        other = next(k for k in kind if k != "null")
+        return F.when(value.isNull(), F.lit(1)).otherwise(1 + _type_size(other, value))
+    if isinstance(kind, dict):
+        if kind.get("logicalType") == "timestamp-millis":
+            return _long_size(F.unix_millis(value))
+        if kind["type"] == "fixed":
+            return F.lit(int(kind["size"]))
+        if kind["type"] == "map":
+            entries = F.map_entries(value)
+            body = F.aggregate(
+                entries, F.lit(0).cast("long"),
+                lambda total, entry: total + _length_prefixed(F.octet_length(entry["key"]))
+                + _length_prefixed(F.octet_length(entry["value"])))
+            count = F.size(entries)
+            return F.when(count == 0, F.lit(1)).otherwise(_long_size(count) + body + 1)
+        return _type_size(kind["type"], value)
+    if kind in ("int", "long"):
+        return _long_size(value)
+    if kind == "boolean":
+        return F.lit(1)
+    if kind == "string":
+        return _length_prefixed(F.octet_length(value))
+    if kind == "bytes":
+        return _length_prefixed(F.length(value))
+    if kind == "MessageId":  # the named fixed type, defined by the id field
+        return F.lit(20)
+    raise NotImplementedError(f"Avro type {kind!r} has no size rule in spark_connector.jvmdecode")
+
+
+def encoded_size(env: Column, schema: dict[str, Any]) -> Column:
+    """Bytes of the record ``env`` written canonically with ``schema`` (a parsed record
+    schema); null when a value is outside what this sizes. Equal to the Avro body's length
+    exactly when the body was written canonically and has nothing after the record."""
+    total = None
+    for field in schema["fields"]:
+        size = _type_size(field["type"], env[field["name"]])
+        total = size if total is None else total + size
+    if total is None:
+        raise NotImplementedError("an Avro record without fields has no size rule")
+    return total
+
+
+def fast_path_conditions(env: Column) -> list[tuple[str, Column]]:
+    """(what is checked, the boolean expression) for every property of the decoded record
+    ``env`` (a ``from_avro`` struct): all true means Python would accept the record's
+    values as they are (see the module docs). Built from the property declarations, so a
+    property added to :class:`facade.message.Message` without a rule here is an error.
+
+    Raises:
+        NotImplementedError: a declared envelope property has no rule here.
+    """
+    from pyspark.sql import functions as F
+
+    conditions: list[tuple[str, Column]] = []
+    for field, spec in specs(Message):
+        if spec.avro is None:
+            continue
+        name, value = field.name, env[spec.avro.name]
+        members: list[Any] = list(cast(Any, spec.enum)) if spec.enum is not None else []
+        if spec.enum is not None and issubclass(spec.enum, IntFlag):
+            mask = 0
+            for member in members:
+                mask |= member.value
+            conditions.append((name, (value >= 0) & ((value.bitwiseAND(F.lit(~mask))) == 0)))
+        elif spec.enum is not None:
+            conditions.append((name, value.isin([m.value for m in members])))
+        elif name in _INT_RANGES:
+            low, high = _INT_RANGES[name]
+            conditions.append((name, value.between(low, high)))
+        elif name == "label":
+            conditions.append((name, (F.char_length(value) <= MAX_LABEL_LENGTH)
+                               & F.is_valid_utf8(value)))
+        elif name in _TEXT:
+            conditions.append((name, value.isNull()
+                               | ((F.length(value) > 0) & F.is_valid_utf8(value))))
+        elif name in TIMER_RANGES:
+            seconds = value.cast("double") / 1000.0
+            conditions.append((name, value.isNull()
+                               | seconds.between(0.0, float(TIMER_RANGES[name].maximum))))
+        elif name == "source_machine_id":
+            conditions.append((name, value.isNull() | value.rlike(_CANONICAL_GUID)))
+        elif name in _ANY:
+            pass
+        else:
+            raise NotImplementedError(f"message property {name} has no JVM decoding rule: "
+                                      "add one to spark_connector.jvmdecode")
+    for name in ("sent_time", "arrived_time", "not_before"):
+        instant = env[name]
+        conditions.append((name, instant.isNull() | instant.between(F.expr(_FIRST_INSTANT),
+                                                                    F.expr(_LAST_INSTANT))))
+    properties = env["properties"]
+    keys, values = F.map_keys(properties), F.map_values(properties)
+    conditions.append(("properties", (F.size(F.array_distinct(keys)) == F.size(keys))
+                       & F.forall(keys, lambda k: F.is_valid_utf8(k))
+                       & F.forall(values, lambda v: F.is_valid_utf8(v))))
+    in_transaction = env["transaction_id"].isNotNull()
+    conditions.append(("transaction", in_transaction
+                       | ~(env["first_in_transaction"] | env["last_in_transaction"])))
+    acknowledgments = [m.value for m in MessageClass if m.is_acknowledgment]
+    conditions.append(("acknowledgment", ~env["message_class"].isin(acknowledgments)))
+    return conditions
+
+
+def _columns(env: Column, record_timestamp: Column) -> dict[str, Column]:
+    """The envelope columns of MESSAGE_SCHEMA from a decoded record (valid rows only)."""
+    from pyspark.sql import functions as F
+
+    from spark_connector.schema import ACK_COLUMNS, property_columns
+
+    by_property = {f.name: spec for f, spec in specs(Message)}
+    columns: dict[str, Column] = {}
+    for name, column in property_columns():
+        spec = by_property[name]
+        avro = spec.avro
+        if column.codec == "record_timestamp":
+            columns[name] = record_timestamp
+        elif column.codec == "false":
+            columns[name] = F.lit(False)
+        elif avro is None:
+            raise NotImplementedError(f"column {name} has no JVM decoding rule")
+        elif avro.codec == "message_id":
+            columns[name] = _message_id(env[avro.name])
+        elif column.codec == "name" and spec.enum is not None:
+            columns[name] = F.element_at(_enum_names(spec.enum), env[avro.name])
+        elif avro.codec == "duration_ms":
+            columns[name] = env[avro.name].cast("double") / 1000.0
+        else:
+            columns[name] = env[avro.name]
+    for ack in ACK_COLUMNS:  # acknowledgments take the Python path: null here
+        columns[ack.name] = F.lit(None).cast(ack.dataType)
+    return columns
+
+
+def decode_on_jvm(df: DataFrame) -> DataFrame:
+    """Kafka-source rows -> MESSAGE_SCHEMA's columns where the JVM can decode them, plus
+    :data:`FAST_PATH` and :data:`RAW_COLUMNS` for the Python step that finishes the rest.
+
+    Args:
+        df (DataFrame): Spark's Kafka-source columns (``format("kafka")``, with headers).
+
+    Returns:
+        DataFrame: MESSAGE_SCHEMA's columns (null envelope columns where :data:`FAST_PATH` is
+        false), then ``_kmq_fast``, ``_kmq_value`` (the record value where not decoded here,
+        else null), ``_kmq_size`` (the value's length) and ``_kmq_headers``.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    from spark_connector.schema import MESSAGE_SCHEMA
+
+    schema = envelope_schema_json()
+    prefix = _prefix()
+    value = F.col("value")
+    header_ok = F.coalesce(F.substring(value, 1, len(prefix)) == F.lit(prefix), F.lit(False))
+    body = F.when(header_ok, F.expr(f"substr(value, {len(prefix) + 1})"))
+    staged = df.select(
+        "value", "topic", "partition", "offset", "timestamp", "headers",
+        body.alias("_kmq_body"))
+    decoded = staged.select(
+        "*", from_avro(F.col("_kmq_body"), schema, {"mode": "PERMISSIVE"}).alias("_kmq_env"))
+    env = F.col("_kmq_env")
+    # Read exactly as Python reads it: nothing after the record, nothing encoded leniently.
+    fast = env.isNotNull() & (encoded_size(env, json.loads(schema))
+                              == F.length(F.col("_kmq_body")))
+    for _what, condition in fast_path_conditions(env):
+        fast = fast & F.coalesce(condition, F.lit(False))
+    checked = decoded.select("*", F.coalesce(fast, F.lit(False)).alias(FAST_PATH))
+    columns = _columns(F.col("_kmq_env"), F.col("timestamp"))
+    outputs = []
+    for field in MESSAGE_SCHEMA.fields:
+        if field.name in columns:
+            expression = F.when(F.col(FAST_PATH), columns[field.name])
+        elif field.name == "timestamp":
+            expression = F.col("timestamp")
+        elif field.name in ("topic", "partition", "offset"):
+            expression = F.col(field.name)
+        else:  # error, raw_value: set by the Python step on the rows it decodes
+            expression = F.lit(None)
+        outputs.append(expression.cast(field.dataType).alias(field.name))
+    return checked.select(
+        *outputs, F.col(FAST_PATH),
+        F.when(~F.col(FAST_PATH), F.col("value")).alias("_kmq_value"),
+        F.length("value").alias("_kmq_size"),
+        F.col("headers").alias("_kmq_headers"))
