@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from facade.config import KmqConfig
+from facade.manager import QueueManager
+from tests.support.kafka import BrokerEndpoint
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +27,13 @@ def spark() -> Iterator[object]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture
+def qm(broker: BrokerEndpoint, kmq_home: Path) -> Iterator[QueueManager]:
+    """A queue manager with a fresh name (so fresh topics) on the session broker; Spark's
+    driver-side resolution shares its KMQ_HOME."""
+    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers,
+                            queue_manager=f"qm-{uuid.uuid4().hex[:10]}")
+    with QueueManager.open(config) as manager:
+        yield manager

@@ -7,32 +7,21 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from facade import Acknowledgment, Message
-from facade.config import KmqConfig
 from facade.envelope import _ENVELOPE, _record_of, encode_message
 from facade.kafka import produce_and_wait
 from facade.manager import QueueManager
 from facade.message import BodyType, Delivery, MessageClass, MessageId
 from spark_connector import kafka_source_available, kafka_source_options, read_queue, resolve
 from spark_connector.jvmdecode import FAST_PATH, decode_on_jvm
-from tests.support.kafka import BrokerEndpoint
 
 pytestmark = pytest.mark.integration
 
-
-@pytest.fixture
-def qm(broker: BrokerEndpoint, kmq_home: Path) -> Iterator[QueueManager]:
-    """A queue manager with a fresh name (so fresh topics) on the session broker."""
-    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers,
-                            queue_manager=f"qm-{uuid.uuid4().hex[:10]}")
-    with QueueManager.open(config) as manager:
-        yield manager
 
 
 def _read(spark: Any, qm: QueueManager, name: str, streaming: bool = False,

@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from facade import Acknowledgment, JournalLevel, Message
-from facade.config import KmqConfig
 from facade.envelope import encode_message
 from facade.errors import InvalidParameter
 from facade.kafka import produce_and_wait
@@ -25,18 +23,9 @@ from facade.message import BodyType, Delivery
 from spark_connector import kafka_source_available, kafka_source_options, read_queue, resolve
 from spark_connector.read import QueueViewFilter
 from spark_connector.resolve import QueueTarget, Resolution
-from tests.support.kafka import BrokerEndpoint
 
 pytestmark = pytest.mark.integration
 
-
-@pytest.fixture
-def qm(broker: BrokerEndpoint, kmq_home: Path) -> Iterator[QueueManager]:
-    """A queue manager with a fresh name (so fresh topics) on the session broker."""
-    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers,
-                            queue_manager=f"qm-{uuid.uuid4().hex[:10]}")
-    with QueueManager.open(config) as manager:
-        yield manager
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,12 +17,10 @@ import sys
 import textwrap
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from facade.config import KmqConfig
 from facade.envelope import decode_acknowledgment
 from facade.errors import InvalidParameter, ReceiveTimeout
 from facade.kafka import KafkaSession
@@ -42,20 +40,11 @@ from spark_connector.sink import (
     normalize_defaults,
 )
 from spark_connector.write import write_messages
-from tests.support.kafka import BrokerEndpoint
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-@pytest.fixture
-def qm(broker: BrokerEndpoint, kmq_home: Path) -> Iterator[QueueManager]:
-    """A queue manager with a fresh name; Spark's driver-side resolution shares its KMQ_HOME."""
-    name = f"qm-{uuid.uuid4().hex[:10]}"
-    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers, queue_manager=name)
-    with QueueManager.open(config) as manager:
-        yield manager
 
 
 def _target(qm: QueueManager) -> dict[str, str]:
