@@ -168,10 +168,7 @@ def _opened_states(session: KafkaSession, reader: RecordReader, queues: list[Que
             valid = valid_snapshots(candidates.get(topics.data, {}), topics, bounds, _skipped)
             best = best_snapshot(valid)
             if best is not None:
-                try:
-                    states[topics] = QueueState.from_snapshot(best.state)
-                except ValueError:
-                    unresolved.add(topics.data)  # inconsistent: the view says why
+                states[topics] = QueueState.from_snapshot(best.state)
             elif bounds[topics.receipts][0] > 0:
                 unresolved.add(topics.data)  # receipts deleted, no snapshot covers them
             else:

@@ -1778,6 +1778,19 @@ class QueueState:
 _SNAPSHOT_CODES = frozenset({_GAP, _PENDING, _DUPLICATE, *range(_REMOVED, 256)})
 
 
+def check_snapshot(snap: StateSnapshot, dedupe_window: int = DEDUPE_WINDOW) -> None:
+    """Raise ValueError unless :meth:`QueueState.from_snapshot` would accept ``snap``.
+
+    Args:
+        snap (StateSnapshot): a decoded state, possibly written by another process.
+        dedupe_window (int): this process's dedupe window (records).
+
+    Raises:
+        ValueError: the snapshot is inconsistent; the message says how.
+    """
+    _check_snapshot(snap, dedupe_window)
+
+
 def _check_snapshot(snap: StateSnapshot, dedupe_window: int) -> None:
     """Raise ValueError unless ``snap`` is a consistent state (see from_snapshot)."""
     if snap.dedupe_window != dedupe_window:

@@ -33,7 +33,7 @@ from facade.kafka import PendingRecord, Refusal, map_kafka_errors, produce_async
 from facade.kafkaseam import KafkaRecord, KafkaSession
 from facade.kafkaseam import RecordReader as TopicReader
 from facade.message import Delivery
-from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState, QueueState
+from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState, QueueState, check_snapshot
 from facade.recordcache import RecordCache
 from facade.retention import ReceiptsRetention, snapshot_bucket
 from facade.receipts import Receipt, ReceiptAction, decode_receipt, encode_receipt, new_claim
@@ -860,7 +860,8 @@ def valid_snapshots(candidates: Mapping[bytes, list[KafkaRecord]], topics: Queue
     """Per snapshot key of one queue, the newest record that is a valid snapshot covering
     offsets its topics hold (and receipts below ``covering_at_most`` at most); ``skip`` is
     called with each record passed over and why (it does not decode, describes another queue,
-    or is stale: see :func:`check_covered`).
+    is stale (see :func:`check_covered`) or is inconsistent (see
+    :func:`facade.queuestate.check_snapshot`), so an older record of its key is tried).
 
     Args:
         candidates (Mapping[bytes, list[KafkaRecord]]): the queue's records by key, oldest
@@ -881,6 +882,7 @@ def valid_snapshots(candidates: Mapping[bytes, list[KafkaRecord]], topics: Queue
                 snapshot = decode_snapshot(record.value, topic=record.topic,
                                            partition=record.partition, offset=record.offset)
                 check_covered(snapshot, topics, bounds)
+                check_snapshot(snapshot.state)
             except (EnvelopeError, ValueError) as exc:
                 skip(record, exc)
                 continue

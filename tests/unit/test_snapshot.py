@@ -7,7 +7,9 @@ import random
 import pytest
 
 from facade.errors import EnvelopeError
+from facade.kafkaseam import KafkaRecord
 from facade.queuestate import DEDUPE_WINDOW, IndexEntry, OffsetState, QueueState
+from facade.queueview import valid_snapshots
 from facade.receipts import ReceiptAction, new_claim
 from facade.snapshot import QueueSnapshotRecord, decode_snapshot, encode_snapshot
 from facade.topics import QueueTopics
@@ -147,3 +149,26 @@ def test_an_inconsistent_snapshot_is_refused() -> None:
 
 def _fields(snapshot) -> dict:
     return {name: getattr(snapshot, name) for name in snapshot.__slots__}
+
+
+def test_an_inconsistent_snapshot_record_is_passed_over_for_an_older_one() -> None:
+    """A snapshot record that decodes but describes no possible state (anyone who may write
+    the snapshot topic can write one) is skipped like garbage, and the view opens from the
+    next older record of its key instead of failing to open."""
+    state = QueueState()
+    for offset in range(3):
+        state.add(_entry(offset, offset + 1))
+    good = state.export()
+    bad = good.__class__(**{**_fields(good), "codes": b"\x01\x01"})
+    records = [KafkaRecord("kmq.qm.system.snapshots", 0, offset, 0, b"k",
+                           encode_snapshot(QueueSnapshotRecord(TOPICS, snap)), ())
+               for offset, snap in enumerate((good, bad))]
+    bounds = {TOPICS.data: (0, 3), TOPICS.receipts: (0, 0)}
+    skipped: list[tuple[int, str]] = []
+
+    valid = valid_snapshots({b"k": records}, TOPICS, bounds,
+                            lambda record, exc: skipped.append((record.offset, str(exc))))
+
+    assert [s.state.codes for s in valid] == [good.codes]
+    assert skipped == [(1, "2 codes for 3 offsets")]
+    assert QueueState.from_snapshot(valid[0].state).pending_count() == 3
