@@ -73,6 +73,31 @@ def test_errors(cli_qm: str) -> None:
     assert lines[1].startswith("hint: ask the owner (alice)")
 
 
+def test_a_send_whose_admin_queue_refuses_the_sender_says_why(cli_qm: str) -> None:
+    """``kmq send --acknowledge ... --admin-queue`` naming a queue the sender may not write is
+    refused before anything is written, and the error names the admin queue, the missing
+    right, the principal and whom to ask (docs/design.md, "Acknowledgments are sends to the
+    admin queue")."""
+    _run("queue", "create", "acl-open")  # Everyone may send (MSMQ's default)
+    _run("queue", "create", "acl-victim")
+    _run("acl", "revoke", "acl-victim", "Everyone")  # only alice may write it
+    send = ("send", "acl-open", "--body", "mallory's body", "--acknowledge", "NACK_REACH_QUEUE",
+            "--admin-queue", "acl-victim")
+    error = _run(*send, principal="mallory", code=1)["error"]
+    assert error["code"] == "MQ_ERROR_ACCESS_DENIED"
+    message = error["message"]
+    assert "nothing was sent" in message and "admin queue" in message
+    assert "acl-victim" in message and "WRITE_MESSAGE" in message and "'mallory'" in message
+    assert "ask the owner (alice)" in error["hint"]
+    result = CliRunner().invoke(app, list(send), env={"KMQ_PRINCIPAL": "mallory"})
+    lines = result.stderr.splitlines()
+    assert result.exit_code == 1 and len(lines) == 2, result.output
+    assert lines[0].startswith("error [MQ_ERROR_ACCESS_DENIED]") and "WRITE_MESSAGE" in lines[0]
+    assert lines[1].startswith("hint: ask the owner (alice)")
+    for queue in ("acl-open", "acl-victim"):  # no copy, and no NACK in the admin queue
+        assert _run("queue", "show", queue)["messages"] == 0, queue
+
+
 def test_qm_info_names_the_principal_source(cli_qm: str) -> None:
     info = _run("qm", "info", principal="carol")
     assert info["principal"] == "carol"
