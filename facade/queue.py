@@ -1038,11 +1038,21 @@ class MessageQueue(PeekLockReceives):
         return self.destinations
 
     def _single(self) -> Destination:
+        """The one queue this handle reads, with its properties as the registry holds them
+        now: a change made after the handle opened (journal, authenticate, privacy level,
+        quota) applies to its next receive, as the access lists already do."""
         if self._dynamic or len(elements_of(self.reference)) != 1 or len(self.destinations) != 1:
             raise UnsupportedFormatNameOperation(
                 f"{self.format_name!r} names several queues: it can only be sent to",
                 queue=self.format_name)
-        return self.destinations[0]
+        destination = self.destinations[0]
+        known = destination.properties
+        if known is not None:
+            current = self.manager.access.current(known)
+            if current is not known and current.data_topic == known.data_topic:
+                destination = dataclasses.replace(destination, properties=current)
+                self.destinations = [destination]
+        return destination
 
     def _authorize(self, remove: bool) -> None:
         """Raise AccessDenied unless the caller may receive (``remove``) or peek here

@@ -168,6 +168,20 @@ def test_mark_rejected_nacks_and_dead_letters(qm: QueueManager) -> None:
     assert dead.id == sent.id and dead.message_class is MessageClass.NACK_RECEIVE_REJECTED
 
 
+def test_journaling_turned_on_applies_to_the_next_receive_of_an_open_handle(
+        qm: QueueManager) -> None:
+    q = qm.create_queue(r".\private$\journal-later")
+    first = q.send(Message(body=b"not kept"), wait=True)
+    assert q.receive(timeout=10).id == first.id
+    q.set_properties(journal=True)
+    kept = q.send(Message(body=b"kept"), wait=True)
+    assert q.receive(timeout=10).id == kept.id
+    journal = qm.open_queue(rf"DIRECT=OS:{qm.name}\private$\journal-later;JOURNAL")
+    assert journal.receive(timeout=10).id == kept.id
+    with pytest.raises(ReceiveTimeout):
+        journal.receive(timeout=0.5)
+
+
 def test_journal_copies_do_not_expire(qm: QueueManager) -> None:
     q = qm.create_queue(r".\private$\keepjournal", journal=True)
     sent = q.send(Message(body=b"j", time_to_be_received=3.0,

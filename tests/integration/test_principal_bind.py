@@ -44,9 +44,9 @@ def test_a_bind_to_nothing_is_not_reported_as_authenticated(broker: BrokerEndpoi
     as ``[::ffff:127.0.0.1]``, which is loopback (the local development mode)."""
     with QueueManager.open(_config(_mapped(broker), NOBODY)) as qm:
         assert qm.principal.name == "alice"
-        assert qm.principal.source is PrincipalSource.DIRECTORY_BIND_FAILED
         assert not qm.principal.authenticated
         assert "authenticated by the LDAP server" not in qm.principal.source.value
+        assert qm.principal.source is PrincipalSource.DIRECTORY_BIND_FAILED
 
 
 def test_qm_info_shows_the_failed_bind(broker: BrokerEndpoint, kmq_home: Path) -> None:
@@ -57,6 +57,7 @@ def test_qm_info_shows_the_failed_bind(broker: BrokerEndpoint, kmq_home: Path) -
     assert result.exit_code == 0, result.output
     info = json.loads(result.stdout)
     assert info["principal"] == "alice"
+    assert "authenticated by the LDAP server" not in info["principal_source"]
     assert info["principal_source"] == PrincipalSource.DIRECTORY_BIND_FAILED.value
 
 
@@ -70,6 +71,7 @@ def test_slapd_proves_the_bind_identity(broker: BrokerEndpoint, kmq_home: Path,
         assert qm.principal.authenticated
     wrong = dataclasses.replace(good, password="not-the-password")
     with QueueManager.open(_config(broker.bootstrap_servers, wrong)) as qm:
+        assert not qm.principal.authenticated
         assert qm.principal.source is PrincipalSource.DIRECTORY_BIND_FAILED
         with pytest.raises(ConfigurationError, match="invalidCredentials"):
             qm.directory  # noqa: B018 - still refused at use

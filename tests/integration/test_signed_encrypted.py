@@ -192,6 +192,19 @@ def test_authenticated_queue_refuses_unsigned_messages(qm: QueueManager) -> None
     assert queue.receive(timeout=10).authenticated
 
 
+def test_a_handle_opened_before_authenticate_was_set_refuses_unsigned_messages(
+        qm: QueueManager) -> None:
+    """The queue's properties are read when a message arrives, not when the handle opened: a
+    handle left open across the change must not hand out what the queue now refuses."""
+    _register(qm)
+    queue, admin = _queues(qm, "late-auth")
+    queue.send(Message(body=b"before"), wait=True)
+    assert queue.receive(timeout=10).body == b"before"  # the handle has read the queue
+    qm.set_properties(queue.format_name, authenticate=True)
+    sent = queue.send(_asking_for_nack(admin, body=SECRET), wait=True)
+    _expect_rejected(qm, queue, admin, sent.id, MessageClass.NACK_BAD_SIGNATURE)
+
+
 # --- encryption ------------------------------------------------------------------------------
 
 
