@@ -73,6 +73,7 @@ from facade.receiving import (
     write_receive_outputs,
 )
 from facade.resolution import elements_of, is_dynamic, needs_directory
+from facade.sharequeue import ShareReceiver
 from facade.timeouts import lease_to_ms, receive_timeout, wait_seconds
 
 if TYPE_CHECKING:
@@ -102,6 +103,9 @@ _MAX_LOOKUP_ID = 2**64 - 1
 #: ``kmq.reason`` of a poison record found by its headers (a POISON claim's own reason, e.g. the
 #: decode error a peek met, takes precedence).
 _BAD_HEADERS = "record headers are not a kmq envelope's"
+#: What a share-arbitrated queue lacks for counting (MessageQueue.count and friends).
+_NO_COUNT = ("message count (the group's start offset bounds the queue's length only from "
+             "above)")
 #: Destinations whose topics a send not acknowledged in time asks the cluster about (each
 #: question may take seconds while brokers are down).
 _EXPLAINED_TOPICS = 3
@@ -172,7 +176,36 @@ class MessageQueue(PeekLockReceives):
         self._recovered_at = float("-inf")
         #: Transactional senders whose earlier incarnations' locks this handle released.
         self._fenced_for: set[str] = set()
+        #: The share consumer of a share-arbitrated queue (made at the first receive).
+        self._share: ShareReceiver | None = None
         self._init_locks(prefetch, prefetch_lease)
+        if prefetch and self.arbitration == "share":
+            self._refuse_share("prefetch handles", "a prefetching handle (prefetch=k)",
+                               why="the share consumer batches already: use prefetch=0")
+
+    @property
+    def arbitration(self) -> str:
+        """str: who arbitrates this handle's queue: ``"share"`` for a queue created with
+        ``arbitration="share"`` (not its journal or subqueues, which are receipts queues),
+        else ``"receipts"`` (a list or multiple-element name, which is only sent to,
+        included)."""
+        if len(self.destinations) != 1 or self._dynamic:
+            return "receipts"
+        destination = self.destinations[0]
+        properties = destination.properties
+        shared = (properties is not None and properties.arbitration == "share"
+                  and not destination.read_only and not destination.is_subqueue)
+        return "share" if shared else "receipts"
+
+    def _refuse_share(self, what: str, operation: str, *, why: str | None = None) -> None:
+        """Raise UnsupportedFormatNameOperation when this handle's queue is share-arbitrated
+        (docs/design.md, "Share-group arbitration": what a share queue refuses)."""
+        if self.arbitration != "share":
+            return
+        raise UnsupportedFormatNameOperation(
+            f"queue {self.format_name!r} is arbitrated by a Kafka share group, which has no "
+            f"{what}; use a queue created with arbitration='receipts' for {operation}",
+            queue=self.format_name, hint=why)
 
     # -- properties ----------------------------------------------------------------------------
 
@@ -548,6 +581,8 @@ class MessageQueue(PeekLockReceives):
         if lease is not DEFAULT_LEASE:
             lease_to_ms(lease, "lease")  # checked even without lock: a bad lease is a bug
         self._authorize(remove=True)
+        if self.arbitration == "share":
+            return self._receive_shared(timeout, lock, lease, transaction, 1)[0]
         transaction = check_transaction(transaction)
         if transaction is not None:
             if lock:
@@ -560,6 +595,39 @@ class MessageQueue(PeekLockReceives):
         if self._prefetch:
             return self._receive_prefetched(receive_timeout(timeout))
         return self._wait(self._pick_head, remove=True, timeout=timeout)
+
+    def _receive_shared(self, timeout: float | None, lock: bool, lease: float,
+                        transaction: object, max_messages: int) -> list[Message]:
+        """receive / receive_many on a share-arbitrated queue (:mod:`facade.sharequeue`):
+        ACCEPT and ``commit_sync`` before a message is handed out (at most once, never twice).
+
+        Raises:
+            InvalidParameter: ``transaction`` given (KIP-932 has no transactional
+                acknowledgement).
+            UnsupportedFormatNameOperation: ``lock=True`` (peek-lock is not built for share
+                queues).
+        """
+        if transaction is not None:
+            raise InvalidParameter(
+                f"queue {self.format_name!r} is arbitrated by a Kafka share group, which has "
+                "no transactional acknowledgement: receive without transaction=",
+                queue=self.format_name,
+                hint="use a queue created with transactional=True and arbitration='receipts' "
+                     "for transactional receives")
+        if lock:
+            raise UnsupportedFormatNameOperation(
+                f"queue {self.format_name!r} is arbitrated by a Kafka share group: peek-lock "
+                "receive (lock=True) is not available on it in this version",
+                queue=self.format_name,
+                hint="receive without lock=True (at most once), or use a queue created with "
+                     "arbitration='receipts' for peek-lock receives")
+        with self._lock:
+            if self._share is None:
+                destination = self._single()
+                self._share = ShareReceiver(self.manager, destination,
+                                            self._subqueue_destination("poison"),
+                                            self.protection_level)
+            return self._share.receive_many(max_messages, timeout)
 
     def _receive_in_transaction(self, timeout: float | None,
                                 transaction: MessageQueueTransaction | str,
@@ -600,7 +668,9 @@ class MessageQueue(PeekLockReceives):
         Raises:
             ReceiveTimeout: no message within ``timeout`` seconds.
             AccessDenied: the caller lacks PEEK_MESSAGE.
+            UnsupportedFormatNameOperation: a share-arbitrated queue (no peek).
         """
+        self._refuse_share("peek", "peek")
         self._authorize(remove=False)
         return self._wait(lambda view, now: view.state.peek_first(now), remove=False, timeout=timeout)
 
@@ -645,6 +715,9 @@ class MessageQueue(PeekLockReceives):
             raise InvalidParameter(f"max_messages must be an int >= 1, not {max_messages!r}")
         timeout = receive_timeout(timeout)
         self._authorize(remove=True)
+        if self.arbitration == "share":
+            return self._receive_shared(timeout, False, DEFAULT_LEASE, transaction,
+                                        max_messages)
         transaction = check_transaction(transaction)
         if transaction is not None:
             return self._receive_in_transaction(timeout, transaction, max_messages)
@@ -789,12 +862,14 @@ class MessageQueue(PeekLockReceives):
                 ``timeout``.
         """
         key = _id_text(message_id, "message_id")
+        self._refuse_share("selective receive", "receive by id")
         return self._by(lambda state: state.by_message_id(key), True, timeout, f"id {key}")
 
     def peek_by_id(self, message_id: MessageId | str, timeout: float | None = 0) -> Message:
         """Return the message with this id without removing it (``PeekById``); arguments and
         errors as :meth:`receive_by_id`."""
         key = _id_text(message_id, "message_id")
+        self._refuse_share("peek", "peek by id")
         return self._by(lambda state: state.by_message_id(key), False, timeout, f"id {key}")
 
     def receive_by_correlation_id(self, correlation_id: MessageId | str,
@@ -802,6 +877,7 @@ class MessageQueue(PeekLockReceives):
         """Remove and return the first message with this correlation id; arguments and errors
         as :meth:`receive_by_id` (InvalidParameter names ``correlation_id``)."""
         key = _id_text(correlation_id, "correlation_id")
+        self._refuse_share("selective receive", "receive by correlation id")
         return self._by(lambda state: state.by_correlation_id(key), True, timeout,
                         f"correlation id {key}")
 
@@ -810,6 +886,7 @@ class MessageQueue(PeekLockReceives):
         """Return the first message with this correlation id without removing it; arguments
         and errors as :meth:`receive_by_id`."""
         key = _id_text(correlation_id, "correlation_id")
+        self._refuse_share("peek", "peek by correlation id")
         return self._by(lambda state: state.by_correlation_id(key), False, timeout,
                         f"correlation id {key}")
 
@@ -820,7 +897,9 @@ class MessageQueue(PeekLockReceives):
             MessageAlreadyReceived: the message was removed (received, purged, expired).
             MessageNotFound: no message ever had this lookup id.
             InvalidParameter: ``lookup_id`` is not an int 0 to 2**64-1.
+            UnsupportedFormatNameOperation: a share-arbitrated queue.
         """
+        self._refuse_share("selective receive", "receive by lookup id")
         return self._by_lookup_id(lookup_id, remove=True)
 
     def peek_by_lookup_id(self, lookup_id: int) -> Message:
@@ -830,7 +909,9 @@ class MessageQueue(PeekLockReceives):
             MessageAlreadyReceived: the message was removed (received, purged, expired).
             MessageNotFound: no message ever had this lookup id.
             InvalidParameter: ``lookup_id`` is not an int 0 to 2**64-1.
+            UnsupportedFormatNameOperation: a share-arbitrated queue.
         """
+        self._refuse_share("peek", "peek by lookup id")
         return self._by_lookup_id(lookup_id, remove=False)
 
     def move(self, lookup_id: int, subqueue: str) -> Message:
@@ -856,6 +937,7 @@ class MessageQueue(PeekLockReceives):
                 a str.
         """
         _check_lookup_id(lookup_id)
+        self._refuse_share("selective receive", "move by lookup id")
         # Resolve first: a bad subqueue name fails before anything is claimed.
         self._subqueue_destination(subqueue)
         self._authorize(remove=True)
@@ -884,6 +966,7 @@ class MessageQueue(PeekLockReceives):
                 a str.
         """
         _check_lookup_id(lookup_id)
+        self._refuse_share("selective receive", "mark_rejected by lookup id")
         if not isinstance(reason, str):
             raise InvalidParameter.wrong_type("reason", "a str", reason)
         self._authorize(remove=True)
@@ -907,11 +990,17 @@ class MessageQueue(PeekLockReceives):
         """QueueReader: this handle's receive steps (its view, wait loop, claim and peek), what
         its cursors (:class:`facade.cursor.Cursor`) walk the queue with. Applications call
         :meth:`receive`, :meth:`peek` and :meth:`cursor` instead."""
+        self._refuse_share("cursor", "cursors")
         return _HandleReader(self)
 
     def cursor(self) -> Cursor:
         """A cursor over this queue (``MQCreateCursor``): peek_current, peek_next,
-        receive_current. See :class:`facade.cursor.Cursor`."""
+        receive_current. See :class:`facade.cursor.Cursor`.
+
+        Raises:
+            UnsupportedFormatNameOperation: a share-arbitrated queue (no cursors).
+        """
+        self._refuse_share("cursor", "cursors")
         self._authorize(remove=False)
         return Cursor(self)
 
@@ -923,7 +1012,11 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             AccessDenied: the caller lacks DELETE_MESSAGE (MQSEC_DELETE_MESSAGE).
+            UnsupportedFormatNameOperation: a share-arbitrated queue (a share group cannot
+                accept records it has not acquired).
         """
+        self._refuse_share("purge (a share group cannot accept records it has not acquired)",
+                           "purge")
         self._authorize(remove=True)
         view = self._open_view()
         view.catch_up()
@@ -935,7 +1028,9 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             AccessDenied: the caller lacks GET_PROPERTIES.
+            UnsupportedFormatNameOperation: a share-arbitrated queue (no count).
         """
+        self._refuse_share(_NO_COUNT, "count")
         self.manager.access.require(self._single(), AccessRight.GET_PROPERTIES)
         view = self._open_view()
         view.catch_up(for_good=False)
@@ -947,7 +1042,11 @@ class MessageQueue(PeekLockReceives):
 
         Returns:
             int: how many, now (0 or more).
+
+        Raises:
+            UnsupportedFormatNameOperation: a share-arbitrated queue (no count).
         """
+        self._refuse_share(_NO_COUNT, "expired_count")
         view = self._open_view()
         view.catch_up(for_good=False)
         return len(view.state.expired(_now_ms()))
@@ -964,7 +1063,9 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             AccessDenied: the caller lacks GET_PROPERTIES.
+            UnsupportedFormatNameOperation: a share-arbitrated queue (no count).
         """
+        self._refuse_share(_NO_COUNT, "counts")
         self.manager.access.require(self._single(), AccessRight.GET_PROPERTIES)
         view = self._open_view()
         view.catch_up(for_good=False)
@@ -978,7 +1079,11 @@ class MessageQueue(PeekLockReceives):
 
         Every process skips them alike (they remove nothing); a count above 0 means something
         other than kmq writes to the topic (``kmq queue show`` reports it).
+
+        Raises:
+            UnsupportedFormatNameOperation: a share-arbitrated queue (no receipts).
         """
+        self._refuse_share("receipts log", "receipts")
         view = self._open_view()
         view.catch_up()
         return view.malformed_receipts
@@ -987,7 +1092,11 @@ class MessageQueue(PeekLockReceives):
         """Records of the queue manager's snapshot topic under this queue's key that this
         handle skipped when it opened: not valid snapshots of this queue, or stale ones (see
         ``docs/design.md``, "Bounded state"); the handle read the logs instead.
+
+        Raises:
+            UnsupportedFormatNameOperation: a share-arbitrated queue (no snapshots).
         """
+        self._refuse_share("snapshots", "snapshots")
         return self._open_view().malformed_snapshots
 
     def close(self) -> None:
@@ -1011,7 +1120,12 @@ class MessageQueue(PeekLockReceives):
             try:
                 self._release_locks()
             finally:
-                self._release_held()
+                try:
+                    self._release_held()
+                finally:
+                    share, self._share = self._share, None
+                    if share is not None:
+                        share.close()
         finally:
             if self._view is not None:
                 self._view.close()
@@ -1442,8 +1556,12 @@ class MessageQueue(PeekLockReceives):
 
         Returns:
             int: messages this call expired, dead-lettered as poison records, released or
-            dead-lettered after their lease, or moved to ``;poison``.
+            dead-lettered after their lease, or moved to ``;poison``. 0 on a share-arbitrated
+            queue: its receivers expire and move messages as they acquire them, and the
+            broker keeps the locks.
         """
+        if self.arbitration == "share":
+            return 0
         view = self._open_view()
         view.catch_up()
         return (self._expire(view) + len(self._dead_letter_poison(view))
@@ -1569,8 +1687,12 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             InvalidParameter: ``grace`` is not finite seconds >= 0.
+
+        A share-arbitrated queue has no claims: 0.
         """
         grace = wait_seconds(grace, "grace")
+        if self.arbitration == "share":
+            return 0
         view = self._open_view()
         view.catch_up()
         return self._complete_abandoned(view, grace)

@@ -1,0 +1,539 @@
+"""Share-group arbitration (KIP-932): a queue whose receivers are arbitrated by a Kafka share
+group instead of by its receipts log (``create_queue(path, arbitration="share")``).
+
+The broker gives each record a receiver's poll acquires an acquisition lock, counts its
+deliveries and removes it from the group's view when the receiver ACCEPTs it. This module is
+the queue side of that (docs/design.md, "Share-group arbitration"):
+
+* :func:`check_share_properties` and :func:`prepare_share_queue`: what ``create_queue`` checks
+  and sets up (the group configs, the KIP-1191 dead-letter topic), read back and refused when
+  the broker does not keep them;
+* :class:`ShareReceiver`: one share consumer per queue handle. A message is handed out only
+  after the broker applied its ACCEPT (``commit_sync`` success for the partition); a refused
+  ACCEPT (``INVALID_RECORD_STATE``: the lock lapsed and another receiver has the record) hands
+  nothing out; an ACCEPT whose outcome is unknown dead-letters a copy saying it may also be
+  received again, then raises. A message delivered for the ``receive_retry_count + 2``-th time
+  (``abort_count`` above ``receive_retry_count``, as for receipts queues) is moved to
+  ``<queue>;poison`` with its count before its ACCEPT; the broker's own limit is that
+  delivery, and a record it archives anyway (a receiver died during its last delivery) reaches
+  the dead-letter topic, which every receiver drains into ``;poison``.
+
+Names: the share group is ``<data topic>.share``, the group draining the dead-letter topic
+``<data topic>.share-dlq``, the dead-letter topic ``<broker prefix><data topic>`` (the
+broker's ``errors.deadletterqueue.topic.name.prefix``, ``dlq.`` by default), and the queue's
+registered receipts topic ``<data topic>.share-arbitrated``, which kmq never creates: a kmq
+that predates the ``arbitration`` property and would arbitrate the queue by receipts fails on
+the missing topic instead of receiving next to the share group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from facade.envelope import decode_message
+from facade.errors import (
+    BrokerError,
+    BrokerUnavailable,
+    EnvelopeError,
+    InvalidParameter,
+    MessageQueueError,
+    ReceiveTimeout,
+)
+from facade.kafkaseam import ACCEPT, RELEASE, SharedRecord, ShareRecordConsumer
+from facade.message import Message, MessageClass
+from facade.protection import ProtectionLevel
+from facade.receiving import count_aborts, dead_letter_unreceivable, message_of
+from facade.timeouts import receive_timeout
+
+if TYPE_CHECKING:
+    from facade.destination import Destination
+    from facade.kafkaseam import KafkaRecord, KafkaSession
+    from facade.queuehost import QueueHost
+    from facade.registry import QueueProperties
+
+__all__ = ["MAX_SHARE_RETRY_COUNT", "SHARE_LOCK_MS", "ShareReceiver", "check_share_properties",
+           "dead_letter_topic_of", "group_of", "prepare_share_queue", "share_receipts_topic",
+           "share_topics"]
+
+log = logging.getLogger("kmq.share")
+
+#: ``share.record.lock.duration.ms`` set on every share queue's group: a receiver keeps
+#: records a poll acquired beyond the one it hands out while at least half of this is left.
+SHARE_LOCK_MS = 30_000
+#: Largest ``receive_retry_count`` of a share queue: the group's delivery limit is
+#: ``receive_retry_count + 2`` and Kafka allows at most 10 (``group.share.max.delivery.count.limit``).
+MAX_SHARE_RETRY_COUNT = 8
+#: The dead-letter drain group may retry a failed drain this often before the broker archives
+#: the record (the most Kafka allows).
+_DRAIN_DELIVERY_LIMIT = 10
+#: ``max.poll.records`` of a receiver: records one poll acquires at most (best effort: the
+#: broker acquires whole produced batches), held for the next receives.
+MAX_POLL_RECORDS = 100
+#: Seconds one poll of a waiting receive waits.
+_POLL_SLICE = 0.5
+#: Seconds between a receiver's looks at the dead-letter topic.
+_DRAIN_INTERVAL = 5.0
+#: Seconds a ``commit_sync`` may take.
+_COMMIT_TIMEOUT = 30.0
+#: The broker config naming the prefix every KIP-1191 dead-letter topic must start with.
+DLQ_PREFIX_CONFIG = "errors.deadletterqueue.topic.name.prefix"
+#: Lock lapsed, another receiver has (or will have) the record: the ACCEPT was not applied.
+_LOST_LOCK = "INVALID_RECORD_STATE"
+#: ``kmq.reason`` of a copy whose ACCEPT had an unknown outcome.
+_UNKNOWN = ("the broker's answer to its ACCEPT (share-group receive) was lost ({}): it may "
+            "also be received again from the queue")
+
+
+def group_of(data_topic: str) -> str:
+    """The share group of a share queue: ``<data topic>.share``."""
+    return f"{data_topic}.share"
+
+
+def _drain_group_of(data_topic: str) -> str:
+    return f"{data_topic}.share-dlq"
+
+
+def dead_letter_topic_of(prefix: str, data_topic: str) -> str:
+    """The KIP-1191 dead-letter topic of a share queue: the broker's prefix + the data topic."""
+    return f"{prefix}{data_topic}"
+
+
+def share_receipts_topic(data_topic: str) -> str:
+    """The receipts topic a share queue registers and nobody creates (see the module)."""
+    return f"{data_topic}.share-arbitrated"
+
+
+def check_share_properties(properties: QueueProperties) -> None:
+    """Refuse the properties a share-arbitrated queue cannot honour.
+
+    Raises:
+        InvalidParameter: ``transactional`` (KIP-932 has no transactional acknowledgement),
+            ``receive_retry_count`` None (the broker always has a delivery limit) or above
+            :data:`MAX_SHARE_RETRY_COUNT`.
+    """
+    name = properties.path_name
+    if properties.transactional:
+        raise InvalidParameter(
+            f"queue {name!r}: arbitration='share' cannot be transactional: a Kafka share group "
+            "has no transactional acknowledgement", queue=name,
+            hint="create it with transactional=False, or with arbitration='receipts' for "
+                 "transactions")
+    retries = properties.receive_retry_count
+    if retries is None or retries > MAX_SHARE_RETRY_COUNT:
+        raise InvalidParameter(
+            f"queue {name!r}: arbitration='share' needs receive_retry_count 0-"
+            f"{MAX_SHARE_RETRY_COUNT}, not {retries!r}: the share group's delivery limit is "
+            "receive_retry_count + 2 and Kafka allows at most 10", queue=name,
+            hint=f"give receive_retry_count 0-{MAX_SHARE_RETRY_COUNT} (default 5), or use "
+                 "arbitration='receipts' for no limit")
+
+
+def _group_settings(retries: int) -> dict[str, str]:
+    return {"share.auto.offset.reset": "earliest",
+            "share.isolation.level": "read_committed",
+            "share.record.lock.duration.ms": str(SHARE_LOCK_MS),
+            "share.delivery.count.limit": str(retries + 2)}
+
+
+def _drain_settings() -> dict[str, str]:
+    return {"share.auto.offset.reset": "earliest",
+            "share.isolation.level": "read_committed",
+            "share.record.lock.duration.ms": str(SHARE_LOCK_MS),
+            "share.delivery.count.limit": str(_DRAIN_DELIVERY_LIMIT)}
+
+
+def share_topics(session: KafkaSession, data_topic: str) -> list[str]:
+    """The topics a share queue has beyond a receipts queue's (its dead-letter topic), for
+    ``delete_queue``.
+
+    Raises:
+        BrokerUnavailable, BrokerError: the broker config could not be read.
+    """
+    prefix = session.broker_config(DLQ_PREFIX_CONFIG)
+    return [dead_letter_topic_of(prefix, data_topic)] if prefix is not None else []
+
+
+def prepare_share_queue(session: KafkaSession, properties: QueueProperties) -> str:
+    """Set up a new share queue's group: its configs (start at the earliest offset, read
+    committed, the lock duration, the delivery limit ``receive_retry_count + 2``, the
+    dead-letter topic) and the dead-letter topic (created with
+    ``errors.deadletterqueue.group.enable=true``), then read both back.
+
+    Args:
+        session (KafkaSession): the Kafka clients.
+        properties (QueueProperties): the new queue's properties (checked by
+            :func:`check_share_properties`); its data topic exists.
+
+    Returns:
+        str: the dead-letter topic created (the caller deletes it if creation fails later).
+
+    Raises:
+        BrokerUnavailable: the broker does not keep a setting as set, or reports no
+            dead-letter prefix; the message names the setting. Nothing would stop the broker
+            from archiving records unseen, so the queue must not be used.
+        BrokerError: the broker refused a setting (or the in-memory Kafka, which has no share
+            groups).
+    """
+    name = properties.path_name
+    retries = properties.receive_retry_count
+    assert retries is not None, "check_share_properties refuses None"
+    group = group_of(properties.data_topic)
+    settings = _group_settings(retries)
+    # First, so that a Kafka without share groups is named as such before anything else.
+    _require_kept(name, f"share group {group!r}", settings,
+                  session.set_group_configs(group, settings))
+    prefix = session.broker_config(DLQ_PREFIX_CONFIG)
+    if prefix is None:
+        raise BrokerUnavailable(
+            f"queue {name!r}: the broker reports no {DLQ_PREFIX_CONFIG}: it has no KIP-1191 "
+            "dead-letter topics, so records past the delivery limit would be archived unseen",
+            queue=name, hint="use Apache Kafka 4.4 or later, or arbitration='receipts'")
+    dead_letters = dead_letter_topic_of(prefix, properties.data_topic)
+    topic_settings = {"errors.deadletterqueue.group.enable": "true",
+                      "cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+    session.create_topics([dead_letters], topic_settings, exist_ok=True)
+    _require_kept(name, f"topic {dead_letters!r}",
+                  {"errors.deadletterqueue.group.enable": "true"},
+                  session.topic_configs([dead_letters])[dead_letters])
+    dlq_settings = {"errors.deadletterqueue.topic.name": dead_letters,
+                    "errors.deadletterqueue.copy.record.enable": "true"}
+    _require_kept(name, f"share group {group!r}", dlq_settings,
+                  session.set_group_configs(group, dlq_settings))
+    drain = _drain_group_of(properties.data_topic)
+    _require_kept(name, f"share group {drain!r}", _drain_settings(),
+                  session.set_group_configs(drain, _drain_settings()))
+    return dead_letters
+
+
+def _require_kept(queue: str, where: str, wanted: Mapping[str, str],
+                  reported: Mapping[str, str]) -> None:
+    for key, value in wanted.items():
+        if reported.get(key) != value:
+            raise BrokerUnavailable(
+                f"queue {queue!r}: {where} reports {key}={reported.get(key)!r} after kmq set "
+                f"{value!r}: without it the broker could archive the queue's records unseen",
+                queue=queue, hint="check the broker's share-group settings (share.version=2, "
+                "group.share.* limits) and create the queue again")
+
+
+class ShareReceiver:
+    """The receiving side of one handle on a share queue: one share consumer of the queue's
+    group, the records its last poll acquired and not yet handed out, and a consumer of the
+    dead-letter drain group.
+
+    Args:
+        host (QueueHost): the queue manager (outputs, protection, dead letters).
+        destination (Destination): the share queue (its properties say ``share``).
+        poison (Destination): its ``;poison`` subqueue.
+        required (ProtectionLevel): the receiver's protection level.
+    """
+
+    def __init__(self, host: QueueHost, destination: Destination, poison: Destination,
+                 required: ProtectionLevel = ProtectionLevel.NONE):
+        properties = destination.properties
+        assert properties is not None and properties.receive_retry_count is not None
+        self._host = host
+        self._destination = destination
+        self._poison = poison
+        self._required = required
+        self._data = properties.data_topic
+        #: At this delivery (abort count above receive_retry_count) a message goes to ;poison.
+        self._poison_at = properties.receive_retry_count + 2
+        self._consumer: ShareRecordConsumer | None = None
+        self._drain: ShareRecordConsumer | None = None
+        self._drain_topic: str | None = None
+        self._drained_at = float("-inf")
+        #: Records the last poll acquired, not yet acknowledged, oldest first.
+        self._held: list[SharedRecord] = []
+
+    @property
+    def name(self) -> str:
+        """The queue's format name, for errors."""
+        return self._destination.format_name
+
+    # -- receive -------------------------------------------------------------------------------
+
+    def receive(self, timeout: float | None) -> Message:
+        """Take one message: acquire, ACCEPT, hand out on the broker's success.
+
+        Raises:
+            ReceiveTimeout: nothing within ``timeout`` seconds.
+            BrokerUnavailable, BrokerError: the broker failed; a record whose ACCEPT had an
+                unknown outcome was dead-lettered first (it may also be received again).
+            MessageQueueError: an output (journal copy, ``;poison`` copy) was not written;
+                the record stays acquired and its lock lapses (delivered again).
+        """
+        return self.receive_many(1, timeout)[0]
+
+    def receive_many(self, max_messages: int, timeout: float | None) -> list[Message]:
+        """Take up to ``max_messages``: the first wait up to ``timeout``, then what the last
+        poll acquired; their ACCEPTs go in one ``commit_sync``. A result other than success
+        leaves unknown which were accepted (the result is per partition): each is
+        dead-lettered with a reason saying it may also be received again, then this raises.
+
+        Raises:
+            ReceiveTimeout, BrokerUnavailable, BrokerError, MessageQueueError: as
+            :meth:`receive`.
+        """
+        timeout = receive_timeout(timeout)
+        try:
+            return self._receive_many(max_messages, timeout)
+        except ReceiveTimeout:
+            raise  # nothing is held then: the consumer stays in the group
+        except BaseException:
+            # A record taken from the held list and left unacknowledged would make every later
+            # poll fail (explicit mode): leave the group, which releases what it holds.
+            self._drop_consumer()
+            raise
+
+    def _receive_many(self, max_messages: int, timeout: float | None) -> list[Message]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._receiver()  # joins the group first: a Kafka without share groups says so here
+        while True:
+            self._drain_dead_letters()
+            self._release_stale()
+            batch = self._take_held(max_messages)
+            if batch:
+                messages = self._hand_out(batch)
+                if messages:
+                    return messages
+                continue  # every record went elsewhere (poison, lost lock): look again
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise ReceiveTimeout(f"no message in {self.name!r} within {timeout} s",
+                                     queue=self.name)
+            self._held = self._receiver().poll(_POLL_SLICE if left is None
+                                               else min(_POLL_SLICE, max(left, 0.0)))
+
+    def _take_held(self, limit: int) -> list[tuple[SharedRecord, Message]]:
+        """Up to ``limit`` held records that can be handed out, decoded; the others are
+        settled on the way (dead-lettered, moved to ``;poison``, expired)."""
+        batch: list[tuple[SharedRecord, Message]] = []
+        while self._held and len(batch) < limit:
+            shared = self._held.pop(0)
+            message = self._judge(shared)
+            if message is not None:
+                batch.append((shared, message))
+        return batch
+
+    def _judge(self, shared: SharedRecord) -> Message | None:
+        """The message of ``shared`` if it may be handed out; otherwise settle it (its copy
+        written first, then ACCEPT) and return None."""
+        record = shared.record
+        aborts = shared.delivery_count - 1
+        try:
+            message = message_of(self._host, record, record.offset, self._destination,
+                                 self._required)
+        except EnvelopeError as exc:  # poison or refused by protection: dead-lettered
+            dead_letter_unreceivable(self._host, record, str(exc), self._destination,
+                                     self._required)
+            self._settle(shared, "dead-lettered as unreceivable")
+            return None
+        count_aborts(message, aborts, record)
+        if shared.delivery_count >= self._poison_at:
+            self._to_poison(message)
+            self._settle(shared, "moved to ;poison")
+            return None
+        if _expired(message):
+            self._host.outputs.reject(message, MessageClass.NACK_RECEIVE_TIMEOUT,
+                                      self._destination, "time-to-be-received elapsed")
+            self._settle(shared, "expired")
+            return None
+        return message
+
+    def _to_poison(self, message: Message) -> None:
+        moved = dataclasses.replace(message, move_count=message.move_count + 1,
+                                    lookup_id=None, arrived_time=None)
+        self._host.write_system_copy(self._poison.topics.data, moved)
+        log.info("message %s of %s moved to ;poison after %d deliveries", message.id,
+                 self.name, message.abort_count + 1)
+
+    def _settle(self, shared: SharedRecord, what: str) -> None:
+        """ACCEPT a record whose copy is written already: a refused or unknown outcome can
+        only leave a duplicate copy behind, never a loss, so it is logged, not raised."""
+        consumer = self._receiver()
+        consumer.acknowledge(shared, ACCEPT)
+        try:
+            error = consumer.commit_sync(_COMMIT_TIMEOUT)
+        except MessageQueueError as exc:
+            log.warning("%s@%d (%s): ACCEPT outcome unknown (%s); a later delivery writes its "
+                        "copy again", self._data, shared.record.offset, what, exc)
+            return
+        if error is not None:
+            log.warning("%s@%d (%s): ACCEPT refused (%s); a later delivery writes its copy "
+                        "again", self._data, shared.record.offset, what, error)
+
+    def _hand_out(self, batch: list[tuple[SharedRecord, Message]]) -> list[Message]:
+        """Journal copies, ACCEPTs with one ``commit_sync``, then ACK_RECEIVEs; the messages
+        on success, [] when the broker refused the ACCEPT of a single message."""
+        messages = [message for _, message in batch]
+        outputs = self._host.outputs
+        try:
+            outputs.journal_removed_many(messages, self._destination, None)
+        except BaseException:
+            # Not accepted: their locks lapse and they are delivered again.
+            self._release([shared for shared, _ in batch])
+            raise
+        consumer = self._receiver()
+        for shared, _ in batch:
+            consumer.acknowledge(shared, ACCEPT)
+        try:
+            error = consumer.commit_sync(_COMMIT_TIMEOUT)
+        except MessageQueueError as exc:
+            self._dead_letter_unknown(messages, str(exc))
+            raise
+        if error is not None:
+            if error == _LOST_LOCK and len(batch) == 1:
+                log.info("%s@%d: lock lapsed before the ACCEPT; another receiver has it",
+                         self._data, batch[0][0].record.offset)
+                return []
+            self._dead_letter_unknown(messages, error)
+            raise BrokerError(
+                f"receive from {self.name!r}: the broker answered {error} to the ACCEPT of "
+                f"{len(batch)} message(s); which were accepted is unknown, so each was copied "
+                "to the dead-letter queue and may also be received again", queue=self.name,
+                kafka_code=error)
+        outputs.acknowledge_many(messages, MessageClass.ACK_RECEIVE, self._destination)
+        return messages
+
+    def _dead_letter_unknown(self, messages: list[Message], why: str) -> None:
+        for message in messages:
+            self._host.dead_letter(dataclasses.replace(
+                message, message_class=MessageClass.NACK_RECEIVE_REJECTED,
+                time_to_be_received=None,
+                properties={**message.properties, "kmq.reason": _UNKNOWN.format(why)}))
+
+    # -- held records --------------------------------------------------------------------------
+
+    def _release_stale(self) -> None:
+        """RELEASE held records whose lock has less than half its duration left."""
+        cutoff = time.monotonic() - SHARE_LOCK_MS / 2000
+        stale = [shared for shared in self._held if shared.acquired_at < cutoff]
+        if stale:
+            self._held = [shared for shared in self._held if shared.acquired_at >= cutoff]
+            self._release(stale)
+
+    def _release(self, records: list[SharedRecord]) -> None:
+        """RELEASE ``records`` in a ``commit_sync`` of their own (never together with an
+        ACCEPT, whose per-partition result a refused RELEASE would spoil). A failure is
+        logged: the locks lapse and the records are delivered again all the same."""
+        if not records or self._consumer is None:
+            return
+        for shared in records:
+            self._consumer.acknowledge(shared, RELEASE)
+        try:
+            error = self._consumer.commit_sync(_COMMIT_TIMEOUT)
+        except MessageQueueError as exc:
+            error = str(exc)
+        if error is not None:
+            log.info("%s: RELEASE of %d record(s) not applied (%s); their locks lapse",
+                     self._data, len(records), error)
+
+    def _receiver(self) -> ShareRecordConsumer:
+        if self._consumer is None:
+            self._consumer = self._host.session.share_consumer(
+                group_of(self._data), self._data, {"max.poll.records": MAX_POLL_RECORDS})
+        return self._consumer
+
+    # -- the dead-letter topic -------------------------------------------------------------------
+
+    def _drain_dead_letters(self) -> None:
+        """Move what the broker archived to the dead-letter topic into ``;poison``, at most
+        every :data:`_DRAIN_INTERVAL` seconds. The broker drops the record headers, so the
+        envelope is decoded from the copied value alone where it can be; otherwise the value
+        goes to the dead-letter queue as a poison record."""
+        now = time.monotonic()
+        if now - self._drained_at < _DRAIN_INTERVAL:
+            return
+        self._drained_at = now
+        if self._drain is None:
+            topics = share_topics(self._host.session, self._data)
+            if not topics:
+                raise BrokerUnavailable(
+                    f"receive from {self.name!r}: the broker reports no {DLQ_PREFIX_CONFIG}, "
+                    "so the share group's dead-letter topic cannot be drained", queue=self.name,
+                    hint="use the Apache Kafka 4.4 broker the queue was created on")
+            self._drain_topic = topics[0]
+            self._drain = self._host.session.share_consumer(
+                _drain_group_of(self._data), self._drain_topic, {"max.poll.records": 10})
+        for shared in self._drain.poll(0):
+            self._drain_one(shared)
+            self._drain.acknowledge(shared, ACCEPT)
+            error = self._drain.commit_sync(_COMMIT_TIMEOUT)
+            if error is not None:
+                log.warning("%s@%d: ACCEPT of a drained dead letter refused (%s); it is "
+                            "drained again", self._drain_topic, shared.record.offset, error)
+
+    def _drain_one(self, shared: SharedRecord) -> None:
+        record = shared.record
+        where = _dlq_header(record, "__dlq.errors.offset") or str(record.offset)
+        count = _dlq_header(record, "__dlq.errors.delivery.count") or "?"
+        try:
+            message = decode_message(record.value, (), topic=self._data, partition=0,
+                                     offset=int(where) if where.isdigit() else record.offset)
+        except EnvelopeError as exc:
+            self._host.dead_letter(self._host.poison_message(
+                record.value, f"archived by the share group after {count} deliveries; its "
+                f"value is not a kmq envelope without the record headers ({exc})",
+                self._destination, f"{self._data}@0:{where}"))
+            return
+        delivered = int(count) if count.isdigit() else self._poison_at
+        message.abort_count += delivered - 1
+        self._to_poison(message)
+
+    def _drop_consumer(self) -> None:
+        """Leave the queue's group after a failed receive (the broker releases the records
+        this handle acquired); the next receive joins again. A failure to close is logged:
+        the error being raised is the one the caller needs."""
+        consumer, self._consumer, self._held = self._consumer, None, []
+        if consumer is None:
+            return
+        try:
+            consumer.close()
+        except MessageQueueError as exc:
+            log.warning("%s: share consumer not closed cleanly after a failed receive (%s); "
+                        "the broker releases its records when its session times out",
+                        self._data, exc)
+
+    # -- close ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """RELEASE what is held and leave both groups.
+
+        Raises:
+            BrokerUnavailable, BrokerError: a consumer did not close cleanly (the broker
+                releases its records when its session times out).
+        """
+        held, self._held = self._held, []
+        consumers = [c for c in (self._consumer, self._drain) if c is not None]
+        self._consumer = self._drain = None
+        try:
+            if held and consumers:
+                for shared in held:
+                    consumers[0].acknowledge(shared, RELEASE)
+                error = consumers[0].commit_sync(_COMMIT_TIMEOUT)
+                if error is not None:
+                    log.info("%s: RELEASE on close not applied (%s); the locks lapse",
+                             self._data, error)
+        finally:
+            for consumer in consumers:
+                consumer.close()
+
+
+def _expired(message: Message) -> bool:
+    if message.time_to_be_received is None or message.sent_time is None:
+        return False
+    deadline = message.sent_time + dt.timedelta(seconds=message.time_to_be_received)
+    return deadline <= dt.datetime.now(dt.timezone.utc)
+
+
+def _dlq_header(record: KafkaRecord, name: str) -> str | None:
+    for key, value in record.headers:
+        if key == name:
+            return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    return None
