@@ -1030,7 +1030,8 @@ class KafkaSession:
 
     def set_group_configs(self, group: str, settings: Mapping[str, str]) -> dict[str, str]:
         """Set dynamic configs of group ``group`` (IncrementalAlterConfigs on the GROUP config
-        resource, accepted before the group exists) and read them back (DescribeConfigs).
+        resource, accepted before the group exists) and read them back (DescribeConfigs),
+        until the broker reports them or :data:`ADMIN_TIMEOUT` seconds pass.
 
         Returns:
             dict[str, str]: the value the broker reports for each name of ``settings`` (a name
@@ -1047,13 +1048,21 @@ class KafkaSession:
             with map_kafka_errors(f"set configs of group {group!r}",
                                   servers=self.bootstrap_servers):
                 future.result(ADMIN_TIMEOUT)
-        described = self.admin.describe_configs([ConfigResource(ResourceType.GROUP, group)],
-                                                request_timeout=ADMIN_TIMEOUT)
-        with map_kafka_errors(f"describe configs of group {group!r}",
-                              servers=self.bootstrap_servers):
-            entries = next(iter(described.values())).result(ADMIN_TIMEOUT)
-        return {key: entries[key].value for key in settings
-                if key in entries and entries[key].value is not None}
+        # The broker applies a group config through the metadata log: a DescribeConfigs right
+        # after the alter may still report the old values (seen on Kafka 4.4), so read until
+        # it reports what was set or ADMIN_TIMEOUT passes, and return what it reports then.
+        deadline = time.monotonic() + ADMIN_TIMEOUT
+        while True:
+            described = self.admin.describe_configs(
+                [ConfigResource(ResourceType.GROUP, group)], request_timeout=ADMIN_TIMEOUT)
+            with map_kafka_errors(f"describe configs of group {group!r}",
+                                  servers=self.bootstrap_servers):
+                entries = next(iter(described.values())).result(ADMIN_TIMEOUT)
+            reported = {key: entries[key].value for key in settings
+                        if key in entries and entries[key].value is not None}
+            if reported == dict(settings) or time.monotonic() >= deadline:
+                return reported
+            time.sleep(0.2)
 
     def broker_config(self, name: str) -> str | None:
         """The value of broker config ``name`` on the first broker the cluster lists.
