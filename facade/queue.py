@@ -353,6 +353,15 @@ class MessageQueue(PeekLockReceives):
                 raise UnsupportedFormatNameOperation(
                     f"{destination.format_name!r} is a subqueue: messages enter it only by "
                     "being moved", queue=destination.format_name, hint="use MessageQueue.move")
+            shared = destination.properties is not None and \
+                destination.properties.arbitration == "share"
+            if shared and any(message.not_before is not None for message in messages):
+                raise InvalidParameter(
+                    f"queue {destination.format_name!r} is arbitrated by a Kafka share group, "
+                    "which cannot keep a message invisible until its not_before time",
+                    queue=destination.format_name,
+                    hint="send without not_before, or to a queue created with "
+                         "arbitration='receipts'")
         config = self.manager.config
         check_fan_out(messages, len(destinations), self.format_name,
                       max_queues=config.max_send_fanout, max_bytes=config.max_send_bytes)

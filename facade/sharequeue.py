@@ -339,6 +339,13 @@ class ShareReceiver:
             self._to_poison(message)
             self._settle(shared, "moved to ;poison")
             return None
+        if message.not_before is not None and message.not_before > _utcnow():
+            # Sent by a path that could not refuse it (MessageQueue.send does): a share group
+            # cannot keep it invisible, and handing it out early would break its promise.
+            self._dead_letter(message, "a share-arbitrated queue cannot keep a message "
+                                       "invisible until its not_before time")
+            self._settle(shared, "not visible yet: dead-lettered")
+            return None
         if _expired(message):
             self._host.outputs.reject(message, MessageClass.NACK_RECEIVE_TIMEOUT,
                                       self._destination, "time-to-be-received elapsed")
@@ -403,10 +410,18 @@ class ShareReceiver:
 
     def _dead_letter_unknown(self, messages: list[Message], why: str) -> None:
         for message in messages:
-            self._host.dead_letter(dataclasses.replace(
-                message, message_class=MessageClass.NACK_RECEIVE_REJECTED,
-                time_to_be_received=None,
-                properties={**message.properties, "kmq.reason": _UNKNOWN.format(why)}))
+            self._dead_letter(message, _UNKNOWN.format(why))
+
+    def _dead_letter(self, message: Message, reason: str) -> None:
+        """Copy ``message`` to the dead-letter queue whatever its journal level (a kmq
+        failure, not an MSMQ one), class NACK_RECEIVE_REJECTED, ``kmq.reason`` saying why.
+
+        Raises:
+            BrokerUnavailable, BrokerError: the copy was not acknowledged.
+        """
+        self._host.dead_letter(dataclasses.replace(
+            message, message_class=MessageClass.NACK_RECEIVE_REJECTED, time_to_be_received=None,
+            properties={**message.properties, "kmq.reason": reason}))
 
     # -- held records --------------------------------------------------------------------------
 
@@ -525,11 +540,15 @@ class ShareReceiver:
                 consumer.close()
 
 
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
 def _expired(message: Message) -> bool:
     if message.time_to_be_received is None or message.sent_time is None:
         return False
     deadline = message.sent_time + dt.timedelta(seconds=message.time_to_be_received)
-    return deadline <= dt.datetime.now(dt.timezone.utc)
+    return deadline <= _utcnow()
 
 
 def _dlq_header(record: KafkaRecord, name: str) -> str | None:
