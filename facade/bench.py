@@ -124,6 +124,12 @@ class ScenarioResult:
     skipped: str | None = None
     figures: dict[str, list[float]] = field(default_factory=dict)
 
+    def figures_text(self) -> str:
+        """The further figures as one line (medians), e.g. ``share_1_msg_per_s 560, ...``;
+        "" when there are none."""
+        return ", ".join(f"{key} {statistics.median(values):,.2f}"
+                         for key, values in self.figures.items() if values)
+
     @property
     def kmq_median(self) -> float | None:
         return statistics.median(self.kmq) if self.kmq else None
@@ -1025,8 +1031,10 @@ def run_benchmarks(config: KmqConfig | None = None, *, messages: int = 2000, rou
                         result.figures.setdefault(key, []).append(round(value, 2))
                     raw.close()
                     if progress:
+                        extra = "".join(f", {key} {value:,.2f}"
+                                        for key, value in (more[0] if more else {}).items())
                         progress(f"{name} round {round_no + 1}/{rounds}: kmq {ours:,.0f} msg/s, "
-                                 f"raw {theirs:,.0f} msg/s")
+                                 f"raw {theirs:,.0f} msg/s{extra}")
                 report.results.append(result)
     finally:
         raw.close()
@@ -1046,6 +1054,8 @@ def format_table(report: BenchReport) -> str:
         target = f"{r.target:.2f}" if r.target is not None else "-"
         lines.append(f"{r.description:58} {r.kmq_median:10,.0f} {r.raw_median:11,.0f} "
                      f"{r.ratio:6.3f} {target:>6}")
+        if r.figures:
+            lines.append(f"  {r.figures_text()}")
     return "\n".join(lines)
 
 

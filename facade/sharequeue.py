@@ -361,16 +361,17 @@ class ShareReceiver:
                  self.name, message.abort_count + 1)
 
     def _settle(self, shared: SharedRecord, what: str) -> None:
-        """ACCEPT a record whose copy is written already: a refused or unknown outcome can
-        only leave a duplicate copy behind, never a loss, so it is logged, not raised."""
+        """ACCEPT a record whose copy is written already. A refused ACCEPT can only leave a
+        duplicate copy behind (whoever has the record now writes it again), never a loss, so
+        it is logged.
+
+        Raises:
+            BrokerUnavailable, BrokerError: no answer; the record is delivered again and its
+                copy written again.
+        """
         consumer = self._receiver()
         consumer.acknowledge(shared, ACCEPT)
-        try:
-            error = consumer.commit_sync(_COMMIT_TIMEOUT)
-        except MessageQueueError as exc:
-            log.warning("%s@%d (%s): ACCEPT outcome unknown (%s); a later delivery writes its "
-                        "copy again", self._data, shared.record.offset, what, exc)
-            return
+        error = consumer.commit_sync(_COMMIT_TIMEOUT)
         if error is not None:
             log.warning("%s@%d (%s): ACCEPT refused (%s); a later delivery writes its copy "
                         "again", self._data, shared.record.offset, what, error)
@@ -383,8 +384,12 @@ class ShareReceiver:
         try:
             outputs.journal_removed_many(messages, self._destination, None)
         except BaseException:
-            # Not accepted: their locks lapse and they are delivered again.
-            self._release([shared for shared, _ in batch])
+            # Not accepted: released (or their locks lapse) and delivered again.
+            try:
+                self._release([shared for shared, _ in batch])
+            except MessageQueueError as exc:
+                log.warning("%s: RELEASE after a failed journal copy not sent (%s); the locks "
+                            "lapse", self._data, exc)
             raise
         consumer = self._receiver()
         for shared, _ in batch:
@@ -435,16 +440,17 @@ class ShareReceiver:
 
     def _release(self, records: list[SharedRecord]) -> None:
         """RELEASE ``records`` in a ``commit_sync`` of their own (never together with an
-        ACCEPT, whose per-partition result a refused RELEASE would spoil). A failure is
-        logged: the locks lapse and the records are delivered again all the same."""
+        ACCEPT, whose per-partition result a refused RELEASE would spoil). A refused RELEASE
+        is logged: the locks lapse and the records are delivered again all the same.
+
+        Raises:
+            BrokerUnavailable, BrokerError: no answer (the locks lapse all the same).
+        """
         if not records or self._consumer is None:
             return
         for shared in records:
             self._consumer.acknowledge(shared, RELEASE)
-        try:
-            error = self._consumer.commit_sync(_COMMIT_TIMEOUT)
-        except MessageQueueError as exc:
-            error = str(exc)
+        error = self._consumer.commit_sync(_COMMIT_TIMEOUT)
         if error is not None:
             log.info("%s: RELEASE of %d record(s) not applied (%s); their locks lapse",
                      self._data, len(records), error)
