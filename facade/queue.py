@@ -40,6 +40,7 @@ from facade.errors import (
     BrokerUnavailable,
     EnvelopeError,
     InvalidParameter,
+    LockLost,
     MessageAlreadyReceived,
     MessageLockedUnderTransaction,
     MessageNotFound,
@@ -58,7 +59,13 @@ from facade.message import (
     MessageId,
     check_enforceable,
 )
-from facade.peeklock import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, PeekLockReceives, unlocked
+from facade.peeklock import (
+    DEFAULT_LEASE,
+    DEFAULT_PREFETCH_LEASE,
+    LockedMessage,
+    PeekLockReceives,
+    unlocked,
+)
 from facade.protection import ProtectionLevel
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
@@ -556,7 +563,9 @@ class MessageQueue(PeekLockReceives):
                 it with :meth:`complete` (removed for good) or :meth:`abandon` (back in the
                 queue, ``abort_count`` + 1). If neither happens within ``lease`` it is released
                 too. Default False: MSMQ's nontransactional receive (at most once).
-            lease (float): with ``lock``, seconds the lock lasts (default 30).
+            lease (float): with ``lock``, seconds the lock lasts (default 30; on a
+                share-arbitrated queue default 20 and at most 25, the broker's acquisition
+                lock being 30 s from the fetch and not renewable).
             transaction (MessageQueueTransaction | str | None): a transactional receive
                 (exactly once with the transaction's sends, :mod:`facade.transaction`): the
                 message is locked now and removed when the transaction commits; an abort, or
@@ -566,6 +575,10 @@ class MessageQueue(PeekLockReceives):
 
         On a handle opened with ``prefetch=k``, a receive without ``lock`` hands out the next of
         up to ``k`` messages taken with one PREFETCH receipt (see :mod:`facade.peeklock`).
+
+        On a queue created with ``arbitration="share"`` a Kafka share group decides who gets
+        each message (:mod:`facade.sharequeue`): in no order; at most once and never twice
+        as above; peek-lock by the broker's acquisition lock; ``transaction`` refused.
 
         A receive that raises removes nothing it does not hand out later: if the verdict of
         its claim could not be read (broker unreachable) or an output of the receive (journal
@@ -585,6 +598,8 @@ class MessageQueue(PeekLockReceives):
                 away when ``timeout`` ends.
             TransactionUsage: ``transaction`` on a nontransactional queue, or one that is
                 committed or aborted already.
+            InvalidParameter: on a share-arbitrated queue, ``transaction``, or ``lease`` above
+                25 with ``lock``.
         """
         require_bool(lock, "lock")
         if lease is not DEFAULT_LEASE:
@@ -613,8 +628,6 @@ class MessageQueue(PeekLockReceives):
         Raises:
             InvalidParameter: ``transaction`` given (KIP-932 has no transactional
                 acknowledgement).
-            UnsupportedFormatNameOperation: ``lock=True`` (peek-lock is not built for share
-                queues).
         """
         if transaction is not None:
             raise InvalidParameter(
@@ -623,20 +636,73 @@ class MessageQueue(PeekLockReceives):
                 queue=self.format_name,
                 hint="use a queue created with transactional=True and arbitration='receipts' "
                      "for transactional receives")
-        if lock:
-            raise UnsupportedFormatNameOperation(
-                f"queue {self.format_name!r} is arbitrated by a Kafka share group: peek-lock "
-                "receive (lock=True) is not available on it in this version",
-                queue=self.format_name,
-                hint="receive without lock=True (at most once), or use a queue created with "
-                     "arbitration='receipts' for peek-lock receives")
         with self._lock:
             if self._share is None:
                 destination = self._single()
                 self._share = ShareReceiver(self.manager, destination,
                                             self._subqueue_destination("poison"),
                                             self.protection_level)
+            if lock:
+                message, token, ends = self._share.receive_locked(
+                    timeout, None if lease is DEFAULT_LEASE else lease)
+                return [LockedMessage.adopt(
+                    message, token, dt.datetime.fromtimestamp(ends, dt.timezone.utc), self)]
             return self._share.receive_many(max_messages, timeout)
+
+    def complete(self, message: Message) -> None:
+        """Finish a peek-lock receive: remove the message for good (see
+        :meth:`PeekLockReceives.complete`). On a share-arbitrated queue: the journal copy,
+        ACCEPT and ``commit_sync``, then ACK_RECEIVE.
+
+        Raises:
+            InvalidParameter: ``message`` was not received with ``lock=True`` through this
+                handle.
+            LockLost: the lock was settled by someone else first (on a share queue: the
+                acquisition lock lapsed, or the handle left the group after a failed receive).
+            BrokerUnavailable, BrokerError: no answer; on a share queue the message may have
+                been removed or will be delivered again (at least once).
+        """
+        if self.arbitration != "share":
+            super().complete(message)
+            return
+        with self._lock:
+            self._share_receiver_of(message).complete(self._share_token(message),
+                                                      unlocked(message), message)
+
+    def abandon(self, message: Message) -> bool:
+        """Give a peek-locked message back to the queue (see :meth:`PeekLockReceives.abandon`);
+        on a share-arbitrated queue a RELEASE (its delivery count goes up by one).
+
+        Returns:
+            bool: True if this call released it, False if its lock had been settled already.
+
+        Raises:
+            InvalidParameter: ``message`` was not received with ``lock=True``.
+            BrokerUnavailable: the verdict could not be read (the lock lapses all the same).
+        """
+        if self.arbitration != "share":
+            return super().abandon(message)
+        with self._lock:
+            return self._share_receiver_of(message).abandon(self._share_token(message),
+                                                            message)
+
+    def _share_token(self, message: Message) -> str:
+        token = getattr(message, "lock_token", None)
+        if not isinstance(token, str) or not token.startswith("share:") \
+                or message.lookup_id is None:
+            raise InvalidParameter("this message was not received with receive(lock=True) "
+                                   "from a share-arbitrated queue: it has no peek-lock here",
+                                   queue=self.format_name,
+                                   hint="pass the message object that receive(lock=True) "
+                                        "returned")
+        return token
+
+    def _share_receiver_of(self, message: Message) -> ShareReceiver:
+        if self._share is None:
+            raise LockLost(f"lookup id {message.lookup_id} of {self.format_name!r} is not "
+                           "locked by this handle (closed since)", lookup_id=message.lookup_id,
+                           queue=self.format_name)
+        return self._share
 
     def _receive_in_transaction(self, timeout: float | None,
                                 transaction: MessageQueueTransaction | str,

@@ -32,8 +32,8 @@ import dataclasses
 import datetime as dt
 import logging
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from facade.envelope import decode_message
 from facade.errors import (
@@ -41,6 +41,7 @@ from facade.errors import (
     BrokerUnavailable,
     EnvelopeError,
     InvalidParameter,
+    LockLost,
     MessageQueueError,
     ReceiveTimeout,
 )
@@ -62,9 +63,18 @@ __all__ = ["MAX_SHARE_RETRY_COUNT", "SHARE_LOCK_MS", "ShareReceiver", "check_sha
 
 log = logging.getLogger("kmq.share")
 
+_T = TypeVar("_T")
+
 #: ``share.record.lock.duration.ms`` set on every share queue's group: a receiver keeps
 #: records a poll acquired beyond the one it hands out while at least half of this is left.
 SHARE_LOCK_MS = 30_000
+#: Seconds of an acquisition lock kmq does not count on: the lock starts on the broker before
+#: the poll that acquired the record returns.
+_LOCK_MARGIN = 5.0
+#: Longest peek-lock lease on a share queue (seconds): the acquisition lock less the margin.
+MAX_SHARE_LEASE = SHARE_LOCK_MS / 1000 - _LOCK_MARGIN
+#: The lease of ``receive(lock=True)`` on a share queue when none is given (seconds).
+DEFAULT_SHARE_LEASE = 20.0
 #: Largest ``receive_retry_count`` of a share queue: the group's delivery limit is
 #: ``receive_retry_count + 2`` and Kafka allows at most 10 (``group.share.max.delivery.count.limit``).
 MAX_SHARE_RETRY_COUNT = 8
@@ -74,6 +84,9 @@ _DRAIN_DELIVERY_LIMIT = 10
 #: ``max.poll.records`` of a receiver: records one poll acquires at most (best effort: the
 #: broker acquires whole produced batches), held for the next receives.
 MAX_POLL_RECORDS = 100
+#: Share consumers one handle keeps at most: one polls, the others wait for their peek-locks
+#: to be settled (an explicit-mode consumer polls only once its last poll is acknowledged).
+MAX_MEMBERS = 8
 #: Seconds one poll of a waiting receive waits.
 _POLL_SLICE = 0.5
 #: Seconds between a receiver's looks at the dead-letter topic.
@@ -221,10 +234,22 @@ def _require_kept(queue: str, where: str, wanted: Mapping[str, str],
                 "group.share.* limits) and create the queue again")
 
 
+class _Member:
+    """One share consumer of a handle, with the records its last poll acquired: ``held`` (not
+    handed out yet, oldest first) and ``locked`` (handed out under a peek-lock, by offset). An
+    explicit-mode consumer polls again only once every record of its last poll is
+    acknowledged, so a member with peek-locks out does not poll until they are settled."""
+
+    def __init__(self, consumer: ShareRecordConsumer):
+        self.consumer = consumer
+        self.held: list[SharedRecord] = []
+        self.locked: dict[int, SharedRecord] = {}
+
+
 class ShareReceiver:
-    """The receiving side of one handle on a share queue: one share consumer of the queue's
-    group, the records its last poll acquired and not yet handed out, and a consumer of the
-    dead-letter drain group.
+    """The receiving side of one handle on a share queue: its share consumers of the queue's
+    group (one, plus one per poll batch whose peek-locks are still out), the records they
+    acquired and not yet handed out, and a consumer of the dead-letter drain group.
 
     Args:
         host (QueueHost): the queue manager (outputs, protection, dead letters).
@@ -244,12 +269,10 @@ class ShareReceiver:
         self._data = properties.data_topic
         #: At this delivery (abort count above receive_retry_count) a message goes to ;poison.
         self._poison_at = properties.receive_retry_count + 2
-        self._consumer: ShareRecordConsumer | None = None
+        self._members: list[_Member] = []
         self._drain: ShareRecordConsumer | None = None
         self._drain_topic: str | None = None
         self._drained_at = float("-inf")
-        #: Records the last poll acquired, not yet acknowledged, oldest first.
-        self._held: list[SharedRecord] = []
 
     @property
     def name(self) -> str:
@@ -280,48 +303,166 @@ class ShareReceiver:
             ReceiveTimeout, BrokerUnavailable, BrokerError, MessageQueueError: as
             :meth:`receive`.
         """
-        timeout = receive_timeout(timeout)
+        return self._guarded(lambda: self._wait(
+            timeout, SHARE_LOCK_MS / 2000,
+            lambda member: self._hand_out(member, self._take_held(member, max_messages))))
+
+    def receive_locked(self, timeout: float | None,
+                       lease: float | None) -> tuple[Message, str, float]:
+        """Peek-lock receive: take one message under its acquisition lock, without ACCEPT.
+
+        Args:
+            timeout (float | None): seconds to wait.
+            lease (float | None): seconds the lock must still last, at most
+                :data:`MAX_SHARE_LEASE` (the client cannot renew a lock); None:
+                :data:`DEFAULT_SHARE_LEASE`.
+
+        Returns:
+            tuple[Message, str, float]: the message, its lock token (for :meth:`complete` and
+            :meth:`abandon`) and ``time.time()`` when the lease ends.
+
+        Raises:
+            InvalidParameter: ``lease`` longer than the lock.
+            ReceiveTimeout, BrokerUnavailable, BrokerError, MessageQueueError: as
+            :meth:`receive`.
+        """
+        if lease is None:
+            lease = DEFAULT_SHARE_LEASE
+        if lease > MAX_SHARE_LEASE:
+            raise InvalidParameter(
+                f"lease {lease} s is longer than a peek-lock on {self.name!r} can last: its "
+                f"share group's acquisition lock is {SHARE_LOCK_MS // 1000} s from the fetch "
+                "and the client cannot renew it", queue=self.name,
+                hint=f"give lease <= {MAX_SHARE_LEASE:g} (default {DEFAULT_SHARE_LEASE:g})")
+        wanted = lease
+
+        def take(member: _Member) -> list[tuple[Message, str, float]]:
+            taken = self._take_held(member, 1)
+            if not taken:
+                return []
+            shared, message = taken[0]
+            member.locked[shared.record.offset] = shared
+            return [(message, f"share:{id(member)}:{shared.record.offset}",
+                     time.time() + wanted)]
+
+        return self._guarded(lambda: self._wait(timeout, max(wanted, SHARE_LOCK_MS / 2000),
+                                                take))[0]
+
+    def complete(self, token: str, journal_copy: Message, message: Message) -> None:
+        """Settle a peek-lock by removing the message: its journal copy, ACCEPT and
+        ``commit_sync``, then ACK_RECEIVE.
+
+        Raises:
+            LockLost: the lock lapsed (the broker refused the ACCEPT) or this handle left the
+                group after a failed receive; the message is delivered again.
+            BrokerUnavailable, BrokerError: no answer: the message may have been removed or
+                will be delivered again (at least once).
+            MessageQueueError: the journal copy was not written; the lock is still held.
+        """
+        member, shared = self._lock(token, message)
+        self._host.outputs.journal_removed_many([journal_copy], self._destination, None)
+        del member.locked[shared.record.offset]
+        if time.monotonic() >= _trusted_until([shared]):
+            self._release(member, [shared])  # lets the consumer poll again; nothing else
+            raise LockLost(f"the acquisition lock on lookup id {shared.record.offset} of "
+                           f"{self.name!r} lapsed (or nearly) before complete(): the message "
+                           "is delivered again", lookup_id=shared.record.offset,
+                           queue=self.name)
+        member.consumer.acknowledge(shared, ACCEPT)
+        error = member.consumer.commit_sync(_COMMIT_TIMEOUT)
+        if error is None and time.monotonic() >= _trusted_until([shared]):
+            raise LockLost(f"complete() on lookup id {shared.record.offset} of {self.name!r} "
+                           "finished after its acquisition lock may have lapsed, when the "
+                           "broker's success proves nothing: the message may have been "
+                           "removed or be delivered again", lookup_id=shared.record.offset,
+                           queue=self.name)
+        if error == _LOST_LOCK:
+            raise LockLost(f"the acquisition lock on lookup id {shared.record.offset} of "
+                           f"{self.name!r} lapsed before complete(): the message is back in "
+                           "the queue", lookup_id=shared.record.offset, queue=self.name)
+        if error is not None:
+            raise BrokerError(f"complete() on {self.name!r}: the broker answered {error} to "
+                              "the ACCEPT: the message may have been removed or will be "
+                              "delivered again", queue=self.name, kafka_code=error)
+        self._host.outputs.acknowledge_many([journal_copy], MessageClass.ACK_RECEIVE,
+                                            self._destination)
+
+    def abandon(self, token: str, message: Message) -> bool:
+        """Settle a peek-lock by giving the message back (RELEASE): True if this call
+        released it, False if its lock had lapsed or was settled already.
+
+        Raises:
+            BrokerUnavailable, BrokerError: no answer (the lock lapses all the same).
+        """
         try:
-            return self._receive_many(max_messages, timeout)
+            member, shared = self._lock(token, message)
+        except LockLost:
+            return False
+        del member.locked[shared.record.offset]
+        member.consumer.acknowledge(shared, RELEASE)
+        error = member.consumer.commit_sync(_COMMIT_TIMEOUT)
+        return error is None
+
+    def _lock(self, token: str, message: Message) -> tuple[_Member, SharedRecord]:
+        for member in self._members:
+            if token == f"share:{id(member)}:{message.lookup_id}":
+                shared = member.locked.get(cast(int, message.lookup_id))
+                if shared is not None:
+                    return member, shared
+        raise LockLost(f"lookup id {message.lookup_id} of {self.name!r} is not locked by this "
+                       "handle any more (settled already, or the handle left the share group "
+                       "after a failed receive): the message is back in the queue",
+                       lookup_id=message.lookup_id, queue=self.name)
+
+    def _guarded(self, receive: Callable[[], list[_T]]) -> list[_T]:
+        try:
+            return receive()
         except ReceiveTimeout:
-            raise  # nothing is held then: the consumer stays in the group
+            raise  # nothing half-taken then: the consumers stay in the group
         except BaseException:
-            # A record taken from the held list and left unacknowledged would make every later
-            # poll fail (explicit mode): leave the group, which releases what it holds.
-            self._drop_consumer()
+            # A record taken from a held list and left unacknowledged would make every later
+            # poll of its consumer fail (explicit mode): consumers without peek-locks out
+            # leave the group, which releases what they hold.
+            self._drop_idle()
             raise
 
-    def _receive_many(self, max_messages: int, timeout: float | None) -> list[Message]:
+    def _wait(self, timeout: float | None, keep: float,
+              take: Callable[[_Member], list[_T]]) -> list[_T]:
+        """Hand out what ``take`` makes of held records, polling for more until ``timeout``;
+        held records with less than ``keep`` seconds of lock left are released first."""
+        timeout = receive_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._receiver()  # joins the group first: a Kafka without share groups says so here
+        if not self._members:
+            self._poller()  # joins the group first: a Kafka without share groups says so here
         while True:
             self._drain_dead_letters()
-            self._release_stale()
-            batch = self._take_held(max_messages)
-            if batch:
-                messages = self._hand_out(batch)
-                if messages:
-                    return messages
+            self._release_stale(keep)
+            member = next((m for m in self._members if m.held), None)
+            if member is not None:
+                taken = take(member)
+                if taken:
+                    return taken
                 continue  # every record went elsewhere (poison, lost lock): look again
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise ReceiveTimeout(f"no message in {self.name!r} within {timeout} s",
                                      queue=self.name)
-            self._held = self._receiver().poll(_POLL_SLICE if left is None
+            poller = self._poller()
+            poller.held = poller.consumer.poll(_POLL_SLICE if left is None
                                                else min(_POLL_SLICE, max(left, 0.0)))
 
-    def _take_held(self, limit: int) -> list[tuple[SharedRecord, Message]]:
-        """Up to ``limit`` held records that can be handed out, decoded; the others are
-        settled on the way (dead-lettered, moved to ``;poison``, expired)."""
+    def _take_held(self, member: _Member, limit: int) -> list[tuple[SharedRecord, Message]]:
+        """Up to ``limit`` of ``member``'s held records that can be handed out, decoded; the
+        others are settled on the way (dead-lettered, moved to ``;poison``, expired)."""
         batch: list[tuple[SharedRecord, Message]] = []
-        while self._held and len(batch) < limit:
-            shared = self._held.pop(0)
-            message = self._judge(shared)
+        while member.held and len(batch) < limit:
+            shared = member.held.pop(0)
+            message = self._judge(member, shared)
             if message is not None:
                 batch.append((shared, message))
         return batch
 
-    def _judge(self, shared: SharedRecord) -> Message | None:
+    def _judge(self, member: _Member, shared: SharedRecord) -> Message | None:
         """The message of ``shared`` if it may be handed out; otherwise settle it (its copy
         written first, then ACCEPT) and return None."""
         record = shared.record
@@ -332,24 +473,24 @@ class ShareReceiver:
         except EnvelopeError as exc:  # poison or refused by protection: dead-lettered
             dead_letter_unreceivable(self._host, record, str(exc), self._destination,
                                      self._required)
-            self._settle(shared, "dead-lettered as unreceivable")
+            self._settle(member, shared, "dead-lettered as unreceivable")
             return None
         count_aborts(message, aborts, record)
         if shared.delivery_count >= self._poison_at:
             self._to_poison(message)
-            self._settle(shared, "moved to ;poison")
+            self._settle(member, shared, "moved to ;poison")
             return None
         if message.not_before is not None and message.not_before > _utcnow():
             # Sent by a path that could not refuse it (MessageQueue.send does): a share group
             # cannot keep it invisible, and handing it out early would break its promise.
             self._dead_letter(message, "a share-arbitrated queue cannot keep a message "
                                        "invisible until its not_before time")
-            self._settle(shared, "not visible yet: dead-lettered")
+            self._settle(member, shared, "not visible yet: dead-lettered")
             return None
         if _expired(message):
             self._host.outputs.reject(message, MessageClass.NACK_RECEIVE_TIMEOUT,
                                       self._destination, "time-to-be-received elapsed")
-            self._settle(shared, "expired")
+            self._settle(member, shared, "expired")
             return None
         return message
 
@@ -360,7 +501,7 @@ class ShareReceiver:
         log.info("message %s of %s moved to ;poison after %d deliveries", message.id,
                  self.name, message.abort_count + 1)
 
-    def _settle(self, shared: SharedRecord, what: str) -> None:
+    def _settle(self, member: _Member, shared: SharedRecord, what: str) -> None:
         """ACCEPT a record whose copy is written already. A refused ACCEPT can only leave a
         duplicate copy behind (whoever has the record now writes it again), never a loss, so
         it is logged.
@@ -369,16 +510,18 @@ class ShareReceiver:
             BrokerUnavailable, BrokerError: no answer; the record is delivered again and its
                 copy written again.
         """
-        consumer = self._receiver()
-        consumer.acknowledge(shared, ACCEPT)
-        error = consumer.commit_sync(_COMMIT_TIMEOUT)
+        member.consumer.acknowledge(shared, ACCEPT)
+        error = member.consumer.commit_sync(_COMMIT_TIMEOUT)
         if error is not None:
             log.warning("%s@%d (%s): ACCEPT refused (%s); a later delivery writes its copy "
                         "again", self._data, shared.record.offset, what, error)
 
-    def _hand_out(self, batch: list[tuple[SharedRecord, Message]]) -> list[Message]:
+    def _hand_out(self, member: _Member,
+                  batch: list[tuple[SharedRecord, Message]]) -> list[Message]:
         """Journal copies, ACCEPTs with one ``commit_sync``, then ACK_RECEIVEs; the messages
         on success, [] when the broker refused the ACCEPT of a single message."""
+        if not batch:
+            return []
         messages = [message for _, message in batch]
         outputs = self._host.outputs
         try:
@@ -386,19 +529,25 @@ class ShareReceiver:
         except BaseException:
             # Not accepted: released (or their locks lapse) and delivered again.
             try:
-                self._release([shared for shared, _ in batch])
+                self._release(member, [shared for shared, _ in batch])
             except MessageQueueError as exc:
                 log.warning("%s: RELEASE after a failed journal copy not sent (%s); the locks "
                             "lapse", self._data, exc)
             raise
-        consumer = self._receiver()
+        trusted = _trusted_until([shared for shared, _ in batch])
+        if time.monotonic() >= trusted:
+            # Too little lock left to trust the broker's answer (see _trusted_until).
+            self._release(member, [shared for shared, _ in batch])
+            return []
         for shared, _ in batch:
-            consumer.acknowledge(shared, ACCEPT)
+            member.consumer.acknowledge(shared, ACCEPT)
         try:
-            error = consumer.commit_sync(_COMMIT_TIMEOUT)
+            error = member.consumer.commit_sync(_COMMIT_TIMEOUT)
         except MessageQueueError as exc:
             self._dead_letter_unknown(messages, str(exc))
             raise
+        if error is None and time.monotonic() >= trusted:
+            error = "success after the acquisition lock may have lapsed"
         if error is not None:
             if error == _LOST_LOCK and len(batch) == 1:
                 log.info("%s@%d: lock lapsed before the ACCEPT; another receiver has it",
@@ -428,17 +577,18 @@ class ShareReceiver:
             message, message_class=MessageClass.NACK_RECEIVE_REJECTED, time_to_be_received=None,
             properties={**message.properties, "kmq.reason": reason}))
 
-    # -- held records --------------------------------------------------------------------------
+    # -- held records and consumers ------------------------------------------------------------
 
-    def _release_stale(self) -> None:
-        """RELEASE held records whose lock has less than half its duration left."""
-        cutoff = time.monotonic() - SHARE_LOCK_MS / 2000
-        stale = [shared for shared in self._held if shared.acquired_at < cutoff]
-        if stale:
-            self._held = [shared for shared in self._held if shared.acquired_at >= cutoff]
-            self._release(stale)
+    def _release_stale(self, keep: float) -> None:
+        """RELEASE held records with less than ``keep`` seconds of lock left."""
+        cutoff = time.monotonic() - (SHARE_LOCK_MS / 1000 - keep)
+        for member in self._members:
+            stale = [shared for shared in member.held if shared.acquired_at < cutoff]
+            if stale:
+                member.held = [shared for shared in member.held if shared.acquired_at >= cutoff]
+                self._release(member, stale)
 
-    def _release(self, records: list[SharedRecord]) -> None:
+    def _release(self, member: _Member, records: list[SharedRecord]) -> None:
         """RELEASE ``records`` in a ``commit_sync`` of their own (never together with an
         ACCEPT, whose per-partition result a refused RELEASE would spoil). A refused RELEASE
         is logged: the locks lapse and the records are delivered again all the same.
@@ -446,20 +596,49 @@ class ShareReceiver:
         Raises:
             BrokerUnavailable, BrokerError: no answer (the locks lapse all the same).
         """
-        if not records or self._consumer is None:
+        if not records:
             return
         for shared in records:
-            self._consumer.acknowledge(shared, RELEASE)
-        error = self._consumer.commit_sync(_COMMIT_TIMEOUT)
+            member.consumer.acknowledge(shared, RELEASE)
+        error = member.consumer.commit_sync(_COMMIT_TIMEOUT)
         if error is not None:
             log.info("%s: RELEASE of %d record(s) not applied (%s); their locks lapse",
                      self._data, len(records), error)
 
-    def _receiver(self) -> ShareRecordConsumer:
-        if self._consumer is None:
-            self._consumer = self._host.session.share_consumer(
-                group_of(self._data), self._data, {"max.poll.records": MAX_POLL_RECORDS})
-        return self._consumer
+    def _poller(self) -> _Member:
+        """The member that polls next: one without held records or peek-locks out, a new one
+        (joining the group) when every member has peek-locks out.
+
+        Raises:
+            InvalidParameter: :data:`MAX_MEMBERS` members all have peek-locks out.
+        """
+        for member in self._members:
+            if not member.held and not member.locked:
+                return member
+        if len(self._members) >= MAX_MEMBERS:
+            raise InvalidParameter(
+                f"{self.name!r}: this handle holds peek-locks from {MAX_MEMBERS} share-group "
+                "polls; settle them before receiving more", queue=self.name,
+                hint="complete() or abandon() the messages received with lock=True")
+        member = _Member(self._host.session.share_consumer(
+            group_of(self._data), self._data, {"max.poll.records": MAX_POLL_RECORDS}))
+        self._members.append(member)
+        return member
+
+    def _drop_idle(self) -> None:
+        """Leave the queue's group with every consumer that has no peek-lock out, after a
+        failed receive (the broker releases what they acquired); the next receive joins
+        again. A failure to close is logged: the error being raised is the one the caller
+        needs."""
+        idle = [member for member in self._members if not member.locked]
+        self._members = [member for member in self._members if member.locked]
+        for member in idle:
+            try:
+                member.consumer.close()
+            except MessageQueueError as exc:
+                log.warning("%s: share consumer not closed cleanly after a failed receive "
+                            "(%s); the broker releases its records when its session times out",
+                            self._data, exc)
 
     # -- the dead-letter topic -------------------------------------------------------------------
 
@@ -507,43 +686,35 @@ class ShareReceiver:
         message.abort_count += delivered - 1
         self._to_poison(message)
 
-    def _drop_consumer(self) -> None:
-        """Leave the queue's group after a failed receive (the broker releases the records
-        this handle acquired); the next receive joins again. A failure to close is logged:
-        the error being raised is the one the caller needs."""
-        consumer, self._consumer, self._held = self._consumer, None, []
-        if consumer is None:
-            return
-        try:
-            consumer.close()
-        except MessageQueueError as exc:
-            log.warning("%s: share consumer not closed cleanly after a failed receive (%s); "
-                        "the broker releases its records when its session times out",
-                        self._data, exc)
-
     # -- close ---------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """RELEASE what is held and leave both groups.
+        """RELEASE what is held and what is peek-locked, and leave both groups.
 
         Raises:
             BrokerUnavailable, BrokerError: a consumer did not close cleanly (the broker
                 releases its records when its session times out).
         """
-        held, self._held = self._held, []
-        consumers = [c for c in (self._consumer, self._drain) if c is not None]
-        self._consumer = self._drain = None
+        members, self._members = self._members, []
+        drain, self._drain = self._drain, None
         try:
-            if held and consumers:
-                for shared in held:
-                    consumers[0].acknowledge(shared, RELEASE)
-                error = consumers[0].commit_sync(_COMMIT_TIMEOUT)
-                if error is not None:
-                    log.info("%s: RELEASE on close not applied (%s); the locks lapse",
-                             self._data, error)
+            for member in members:
+                records = member.held + list(member.locked.values())
+                member.held, member.locked = [], {}
+                if records:
+                    self._release(member, records)
         finally:
-            for consumer in consumers:
+            for consumer in [m.consumer for m in members] + ([drain] if drain else []):
                 consumer.close()
+
+
+def _trusted_until(records: list[SharedRecord]) -> float:
+    """``time.monotonic()`` until which a ``commit_sync`` success for ``records`` proves their
+    ACCEPT was applied: their acquisition lock less :data:`_LOCK_MARGIN`. After a lock lapsed
+    and another consumer ACCEPTed the record, the first holder's ACCEPT was answered with
+    success too (Apache Kafka 4.4, librdkafka 2.16), so a success past the lock proves
+    nothing."""
+    return min(r.acquired_at for r in records) + SHARE_LOCK_MS / 1000 - _LOCK_MARGIN
 
 
 def _utcnow() -> dt.datetime:

@@ -14,10 +14,17 @@ from typing import Any
 
 import pytest
 
-from facade import InvalidParameter, Message, ReceiveTimeout, UnsupportedFormatNameOperation
+from facade import (
+    InvalidParameter,
+    LockLost,
+    Message,
+    ReceiveTimeout,
+    UnsupportedFormatNameOperation,
+)
 from facade.config import KmqConfig
 from facade.kafkaseam import RELEASE
 from facade.manager import QueueManager
+from facade.peeklock import LockedMessage
 from facade.queue import MessageQueue
 from facade.sharequeue import DLQ_PREFIX_CONFIG, dead_letter_topic_of, group_of
 from tests.support.cli import run_json
@@ -189,3 +196,50 @@ def test_the_cli_creates_and_shows_a_share_queue(cli_qm: str) -> None:
     listed = {q["queue_name"]: q for q in run_json("queue", "list")}
     assert listed["clishare"]["arbitration"] == "share"
     assert "none kept" in listed["clishare"]["order"]
+
+
+def test_peek_lock_complete_abandon_and_poison(qm: QueueManager) -> None:
+    queue = qm.create_queue(r".\private$\locks", arbitration="share", receive_retry_count=1)
+    queue.send(Message(body=b"one"), wait=True)
+    locked = queue.receive(timeout=JOIN, lock=True)
+    assert isinstance(locked, LockedMessage) and locked.abort_count == 0
+    assert locked.abandon() is True
+    again = queue.receive(timeout=JOIN, lock=True)
+    assert again.body == b"one" and again.abort_count == 1
+    again.complete()
+    with pytest.raises(ReceiveTimeout):
+        queue.receive(timeout=3)
+    # Released twice (abort count 2 > receive_retry_count 1): the third delivery is ;poison.
+    queue.send(Message(body=b"two"), wait=True)
+    for _ in range(2):
+        queue.receive(timeout=JOIN, lock=True).abandon()
+    with pytest.raises(ReceiveTimeout):
+        queue.receive(timeout=5, lock=True)
+    moved = qm.open_queue(r".\private$\locks;poison").receive(timeout=30)
+    assert moved.body == b"two" and moved.abort_count == 2
+
+
+def test_several_peek_locks_out_on_one_handle(qm: QueueManager) -> None:
+    queue = qm.create_queue(r".\private$\manylocks", arbitration="share")
+    for n in range(3):
+        queue.send(Message(body=b"%d" % n), wait=True)
+    locks = [queue.receive(timeout=JOIN, lock=True) for _ in range(3)]
+    assert sorted(m.body for m in locks) == [b"0", b"1", b"2"]
+    for message in locks:
+        message.complete()
+    with pytest.raises(ReceiveTimeout):
+        queue.receive(timeout=3)
+
+
+def test_a_lapsed_lock_is_lost_and_the_message_delivered_again(qm: QueueManager) -> None:
+    queue = qm.create_queue(r".\private$\lapse", arbitration="share")
+    queue.send(Message(body=b"slow"), wait=True)
+    with pytest.raises(InvalidParameter, match="lease"):
+        queue.receive(timeout=0, lock=True, lease=60)
+    locked = queue.receive(timeout=JOIN, lock=True, lease=5)
+    other = qm.open_queue(r".\private$\lapse")
+    # The broker's 30 s acquisition lock lapses: another receiver gets the message.
+    again = other.receive(timeout=JOIN + 30)
+    assert again.body == b"slow" and again.abort_count == 1
+    with pytest.raises(LockLost):
+        locked.complete()

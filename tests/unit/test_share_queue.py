@@ -6,6 +6,7 @@ tests/integration/test_share_queue.py and tests/faults/test_share_kills.py."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from facade import (
     BrokerError,
     InvalidParameter,
+    Message,
     QueueNotFound,
     UnsupportedFormatNameOperation,
 )
@@ -126,7 +128,6 @@ def test_a_share_queue_refuses_what_a_share_group_has_not(memory_qm: QueueManage
         "count": queue.count,
         "counts": queue.counts,
         "move by lookup id": lambda: queue.move(0, "poison"),
-        "peek-lock": lambda: queue.receive(0, lock=True),
     }
     for operation, call in refused.items():
         with pytest.raises(UnsupportedFormatNameOperation) as caught:
@@ -140,6 +141,12 @@ def test_a_share_queue_refuses_what_a_share_group_has_not(memory_qm: QueueManage
         queue.receive(0, transaction="single")
     with pytest.raises(InvalidParameter, match="no transactional acknowledgement"):
         queue.receive_many(5, 0, transaction="single")
+    with pytest.raises(InvalidParameter, match="lease"):
+        queue.receive(0, lock=True, lease=26)
+    with pytest.raises(InvalidParameter, match="not_before"):
+        queue.send(Message(body=b"later", not_before=dt.datetime.now(dt.timezone.utc)
+                           + dt.timedelta(hours=1)))
+    queue.send(Message(body=b"now"), wait=True)  # any other send is a plain send
 
 
 def test_a_share_queue_on_the_in_memory_kafka_refuses_to_receive(
