@@ -8,15 +8,19 @@ the queue side of that (docs/design.md, "Share-group arbitration"):
 * :func:`check_share_properties` and :func:`prepare_share_queue`: what ``create_queue`` checks
   and sets up (the group configs, the KIP-1191 dead-letter topic), read back and refused when
   the broker does not keep them;
-* :class:`ShareReceiver`: one share consumer per queue handle. A message is handed out only
-  after the broker applied its ACCEPT (``commit_sync`` success for the partition); a refused
+* :class:`ShareReceiver`: the share consumers of one queue handle (one, plus one per poll
+  batch with peek-locks out). A message is handed out only after the broker applied its
+  ACCEPT (``commit_sync`` success for the partition, within the trusted part of the lock:
+  see :func:`_trusted_until`); a refused
   ACCEPT (``INVALID_RECORD_STATE``: the lock lapsed and another receiver has the record) hands
   nothing out; an ACCEPT whose outcome is unknown dead-letters a copy saying it may also be
   received again, then raises. A message delivered for the ``receive_retry_count + 2``-th time
   (``abort_count`` above ``receive_retry_count``, as for receipts queues) is moved to
   ``<queue>;poison`` with its count before its ACCEPT; the broker's own limit is that
   delivery, and a record it archives anyway (a receiver died during its last delivery) reaches
-  the dead-letter topic, which every receiver drains into ``;poison``.
+  the dead-letter topic, which every receiver drains into ``;poison``. Peek-lock receives
+  hand a record out unaccepted, its acquisition lock as the lease: ``complete`` ACCEPTs it,
+  ``abandon`` RELEASEs it (at least once).
 
 Names: the share group is ``<data topic>.share``, the group draining the dead-letter topic
 ``<data topic>.share-dlq``, the dead-letter topic ``<broker prefix><data topic>`` (the
