@@ -655,7 +655,10 @@ def _moves(ctx: _Context, per_transaction: int, name: str) -> tuple[float, float
 #: Receiver processes in the receive-contended scenario.
 CONTENDERS = 4
 
-_CONTENDER = """
+#: A receiver process of the multi-process scenarios: opens the queue (argv[2]), warms up
+#: (``{warm_up}``), prints ``ready``, waits for the start line, then receives until 3 s pass
+#: without a message and prints its receives.
+_DRAINER = """
 import json, pathlib, sys, time
 from facade.config import KmqConfig
 from facade.errors import ReceiveTimeout
@@ -663,8 +666,7 @@ from facade.manager import QueueManager
 settings = json.loads(sys.argv[1])
 config = KmqConfig.load(**dict(settings, home=pathlib.Path(settings["home"])))
 with QueueManager.open(config) as qm:
-    queue = qm.open_queue(sys.argv[2], spread_picks=sys.argv[3] == "spread")
-    queue.peek(timeout=60)  # untimed: view start-up, first fetch
+{warm_up}
     print("ready", flush=True)
     sys.stdin.readline()  # the start signal
     ids, start = [], time.time()
@@ -673,9 +675,13 @@ with QueueManager.open(config) as qm:
             ids.append(str(queue.receive(timeout=3).id))
         except ReceiveTimeout:
             break
-    print(json.dumps({"start": start, "end": time.time() - 3, "ids": ids}), flush=True)
+    print(json.dumps({{"start": start, "end": time.time() - 3, "ids": ids}}), flush=True)
     queue.close()
 """
+
+_CONTENDER = _DRAINER.format(warm_up="""\
+    queue = qm.open_queue(sys.argv[2], spread_picks=sys.argv[3] == "spread")
+    queue.peek(timeout=60)  # untimed: view start-up, first fetch""")
 
 
 def _receive_contended(ctx: _Context) -> tuple[float, float]:
@@ -693,19 +699,37 @@ def _contended(ctx: _Context, spread_picks: bool) -> tuple[float, float]:
     single, _raw = _read_loop(ctx, "receive-single", commit=True,
                               reads=lambda q: (q.receive, q.receive))
     queue = _filled_queue(ctx, "receive-contended")
+    rate = _process_drain(ctx, queue, _CONTENDER, ["spread" if spread_picks else "head"],
+                          CONTENDERS, "receive-contended")
+    return rate, single
+
+
+def _process_drain(ctx: _Context, queue: Any, script: str, arguments: list[str],
+                   processes: int, label: str,
+                   fill: Callable[[], object] | None = None) -> float:
+    """Aggregate msg/s of ``processes`` receiver processes running ``script`` on ``queue``
+    (dropped after): each prints ``ready``, then ``fill`` (if any) fills the queue, then all
+    start at once and drain it; checks that the ``ctx.messages + 1`` messages were received
+    once each.
+
+    Raises:
+        RuntimeError: a worker did not start, or a message was lost or received twice.
+    """
     config = ctx.qm.config
     settings = json.dumps({"bootstrap_servers": ctx.raw.bootstrap,
                            "queue_manager": config.queue_manager, "home": str(config.home),
                            "replication_factor": config.replication_factor,
                            "min_insync_replicas": config.min_insync_replicas})
-    workers = [subprocess.Popen([sys.executable, "-c", _CONTENDER, settings, queue.format_name,
-                                 "spread" if spread_picks else "head"],
+    workers = [subprocess.Popen([sys.executable, "-c", script, settings, queue.format_name,
+                                 *arguments],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-               for _ in range(CONTENDERS)]
+               for _ in range(processes)]
     try:
         for worker in workers:
             if worker.stdout.readline().strip() != "ready":  # type: ignore[union-attr]
-                raise RuntimeError("a receive-contended worker failed to start")
+                raise RuntimeError(f"a {label} worker failed to start")
+        if fill is not None:
+            fill()
         for worker in workers:
             worker.stdin.write("go\n")  # type: ignore[union-attr]
             worker.stdin.flush()  # type: ignore[union-attr]
@@ -718,40 +742,22 @@ def _contended(ctx: _Context, spread_picks: bool) -> tuple[float, float]:
         _drop(ctx.qm, queue)
     ids = [i for result in results for i in result["ids"]]
     if len(ids) != len(set(ids)) or len(ids) != ctx.messages + 1:
-        raise RuntimeError(f"receive-contended: {len(ids)} receives, {len(set(ids))} distinct, "
+        raise RuntimeError(f"{label}: {len(ids)} receives, {len(set(ids))} distinct, "
                            f"{ctx.messages + 1} sent: a message was lost or received twice")
     elapsed = max(r["end"] for r in results) - min(r["start"] for r in results)
-    return len(ids) / elapsed, single
+    return len(ids) / elapsed
 
 
 #: Receiver process counts of the receive-share scenario.
 SHARE_PROCESSES = (1, 2, 4)
 
-_SHARE_RECEIVER = """
-import json, pathlib, sys, time
-from facade.config import KmqConfig
-from facade.errors import ReceiveTimeout
-from facade.manager import QueueManager
-settings = json.loads(sys.argv[1])
-config = KmqConfig.load(**dict(settings, home=pathlib.Path(settings["home"])))
-with QueueManager.open(config) as qm:
+_SHARE_RECEIVER = _DRAINER.format(warm_up="""\
     queue = qm.open_queue(sys.argv[2])
     try:  # untimed: join the share group while the queue is empty
         queue.receive(timeout=8)
         raise SystemExit("receive-share: a message before the queue was filled")
     except ReceiveTimeout:
-        pass
-    print("ready", flush=True)
-    sys.stdin.readline()  # the start signal, once the queue is filled
-    ids, start = [], time.time()
-    while True:
-        try:
-            ids.append(str(queue.receive(timeout=3).id))
-        except ReceiveTimeout:
-            break
-    print(json.dumps({"start": start, "end": time.time() - 3, "ids": ids}), flush=True)
-    queue.close()
-"""
+        pass""")
 
 
 def _receive_share(ctx: _Context) -> tuple[float, float, dict[str, float]]:
@@ -770,38 +776,13 @@ def _receive_share(ctx: _Context) -> tuple[float, float, dict[str, float]]:
 def _share_drain(ctx: _Context, processes: int) -> float:
     queue = ctx.qm.create_queue(ctx.queue_name(f"receive-share-{processes}"),
                                 arbitration="share")
-    config = ctx.qm.config
-    settings = json.dumps({"bootstrap_servers": ctx.raw.bootstrap,
-                           "queue_manager": config.queue_manager, "home": str(config.home),
-                           "replication_factor": config.replication_factor,
-                           "min_insync_replicas": config.min_insync_replicas})
-    workers = [subprocess.Popen([sys.executable, "-c", _SHARE_RECEIVER, settings,
-                                 queue.format_name], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
-               for _ in range(processes)]
-    try:
-        for worker in workers:
-            if worker.stdout.readline().strip() != "ready":  # type: ignore[union-attr]
-                raise RuntimeError("a receive-share worker failed to start")
+
+    def fill() -> None:
         for i in range(ctx.messages + 1):
             queue.send(Message(body=ctx.payload), wait=i == ctx.messages)
-        for worker in workers:
-            worker.stdin.write("go\n")  # type: ignore[union-attr]
-            worker.stdin.flush()  # type: ignore[union-attr]
-        results = [json.loads(worker.communicate(timeout=_TIMEOUT * 5)[0].splitlines()[-1])
-                   for worker in workers]
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-        _drop(ctx.qm, queue)
-    ids = [i for result in results for i in result["ids"]]
-    if len(ids) != len(set(ids)) or len(ids) != ctx.messages + 1:
-        raise RuntimeError(f"receive-share ({processes} processes): {len(ids)} receives, "
-                           f"{len(set(ids))} distinct, {ctx.messages + 1} sent: a message was "
-                           "lost or received twice")
-    elapsed = max(r["end"] for r in results) - min(r["start"] for r in results)
-    return len(ids) / elapsed
+
+    return _process_drain(ctx, queue, _SHARE_RECEIVER, [], processes,
+                          f"receive-share ({processes} processes)", fill)
 
 
 def _dl_fanout(ctx: _Context) -> tuple[float, float]:

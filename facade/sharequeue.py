@@ -665,13 +665,25 @@ class ShareReceiver:
             self._drain_topic = topics[0]
             self._drain = self._host.session.share_consumer(
                 _drain_group_of(self._data), self._drain_topic, {"max.poll.records": 10})
-        for shared in self._drain.poll(0):
-            self._drain_one(shared)
-            self._drain.acknowledge(shared, ACCEPT)
-            error = self._drain.commit_sync(_COMMIT_TIMEOUT)
-            if error is not None:
-                log.warning("%s@%d: ACCEPT of a drained dead letter refused (%s); it is "
-                            "drained again", self._drain_topic, shared.record.offset, error)
+        drain = self._drain
+        try:
+            for shared in drain.poll(0):
+                self._drain_one(shared)
+                drain.acknowledge(shared, ACCEPT)
+                error = drain.commit_sync(_COMMIT_TIMEOUT)
+                if error is not None:
+                    log.warning("%s@%d: ACCEPT of a drained dead letter refused (%s); it is "
+                                "drained again", self._drain_topic, shared.record.offset,
+                                error)
+        except BaseException:
+            # Records of the poll left unacknowledged would make its next poll fail: leave
+            # the drain group (they are released and drained again) and join anew later.
+            self._drain = None
+            try:
+                drain.close()
+            except MessageQueueError as exc:
+                log.warning("%s: drain consumer not closed cleanly (%s)", self._drain_topic, exc)
+            raise
 
     def _drain_one(self, shared: SharedRecord) -> None:
         record = shared.record
