@@ -61,9 +61,10 @@ if TYPE_CHECKING:
     from facade.queuehost import QueueHost
     from facade.registry import QueueProperties
 
-__all__ = ["MAX_SHARE_RETRY_COUNT", "SHARE_LOCK_MS", "ShareReceiver", "check_share_properties",
-           "dead_letter_topic_of", "group_of", "prepare_share_queue", "share_receipts_topic",
-           "share_topics"]
+__all__ = ["DEFAULT_SHARE_LEASE", "DLQ_PREFIX_CONFIG", "MAX_MEMBERS", "MAX_POLL_RECORDS",
+           "MAX_SHARE_LEASE", "MAX_SHARE_RETRY_COUNT", "SHARE_LOCK_MS", "ShareReceiver",
+           "check_share_properties", "dead_letter_topic_of", "group_of", "prepare_share_queue",
+           "share_receipts_topic", "share_topics"]
 
 log = logging.getLogger("kmq.share")
 
@@ -102,8 +103,8 @@ DLQ_PREFIX_CONFIG = "errors.deadletterqueue.topic.name.prefix"
 #: Lock lapsed, another receiver has (or will have) the record: the ACCEPT was not applied.
 _LOST_LOCK = "INVALID_RECORD_STATE"
 #: ``kmq.reason`` of a copy whose ACCEPT had an unknown outcome.
-_UNKNOWN = ("the broker's answer to its ACCEPT (share-group receive) was lost ({}): it may "
-            "also be received again from the queue")
+_UNKNOWN = ("the outcome of its ACCEPT (share-group receive) is unknown ({}): it may also "
+            "be received again from the queue")
 
 
 def group_of(data_topic: str) -> str:
