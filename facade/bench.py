@@ -90,6 +90,7 @@ __all__ = [
 #: Scenarios without one have None.
 TARGETS: dict[str, float] = {"express-send": 0.1, "receive": 1.0, "dl-fanout": 0.3,
                              "send-batch": 0.3, "receive-batch": 0.5, "receive-contended": 1.5,
+                             "receive-share": 3.0,
                              "signed-send": 0.25, "encrypted-send": 0.25,
                              "signed-encrypted-receive": 0.25}
 #: Fan-out width of the distribution-list scenario.
@@ -111,6 +112,8 @@ class ScenarioResult:
         raw (list[float]): msg/s of the raw equivalent, one per round.
         target (float | None): the ratio the benchmarks issue asks for.
         skipped (str | None): why the scenario did not run.
+        figures (dict[str, list[float]]): further figures of a scenario, one per round, by
+            JSON key (``receive-share``: ``share_1_msg_per_s``... and ``load_avg_1min``).
     """
 
     name: str
@@ -119,6 +122,13 @@ class ScenarioResult:
     raw: list[float] = field(default_factory=list)
     target: float | None = None
     skipped: str | None = None
+    figures: dict[str, list[float]] = field(default_factory=dict)
+
+    def figures_text(self) -> str:
+        """The further figures as one line (medians), e.g. ``share_1_msg_per_s 560, ...``;
+        "" when there are none."""
+        return ", ".join(f"{key} {statistics.median(values):,.2f}"
+                         for key, values in self.figures.items() if values)
 
     @property
     def kmq_median(self) -> float | None:
@@ -140,7 +150,10 @@ class ScenarioResult:
             "raw_msg_per_s": self.raw_median, "ratio": self.ratio, "target": self.target,
             "meets_target": None if self.target is None or self.ratio is None
             else self.ratio >= self.target,
-            "rounds": {"kmq": self.kmq, "raw": self.raw}, "skipped": self.skipped,
+            "rounds": {"kmq": self.kmq, "raw": self.raw, **self.figures},
+            "skipped": self.skipped,
+            **{key: statistics.median(values) for key, values in self.figures.items()
+               if values},
         }
 
 
@@ -642,7 +655,10 @@ def _moves(ctx: _Context, per_transaction: int, name: str) -> tuple[float, float
 #: Receiver processes in the receive-contended scenario.
 CONTENDERS = 4
 
-_CONTENDER = """
+#: A receiver process of the multi-process scenarios: opens the queue (argv[2]), warms up
+#: (``{warm_up}``), prints ``ready``, waits for the start line, then receives until 3 s pass
+#: without a message and prints its receives.
+_DRAINER = """
 import json, pathlib, sys, time
 from facade.config import KmqConfig
 from facade.errors import ReceiveTimeout
@@ -650,8 +666,7 @@ from facade.manager import QueueManager
 settings = json.loads(sys.argv[1])
 config = KmqConfig.load(**dict(settings, home=pathlib.Path(settings["home"])))
 with QueueManager.open(config) as qm:
-    queue = qm.open_queue(sys.argv[2], spread_picks=sys.argv[3] == "spread")
-    queue.peek(timeout=60)  # untimed: view start-up, first fetch
+{warm_up}
     print("ready", flush=True)
     sys.stdin.readline()  # the start signal
     ids, start = [], time.time()
@@ -660,9 +675,13 @@ with QueueManager.open(config) as qm:
             ids.append(str(queue.receive(timeout=3).id))
         except ReceiveTimeout:
             break
-    print(json.dumps({"start": start, "end": time.time() - 3, "ids": ids}), flush=True)
+    print(json.dumps({{"start": start, "end": time.time() - 3, "ids": ids}}), flush=True)
     queue.close()
 """
+
+_CONTENDER = _DRAINER.format(warm_up="""\
+    queue = qm.open_queue(sys.argv[2], spread_picks=sys.argv[3] == "spread")
+    queue.peek(timeout=60)  # untimed: view start-up, first fetch""")
 
 
 def _receive_contended(ctx: _Context) -> tuple[float, float]:
@@ -680,19 +699,37 @@ def _contended(ctx: _Context, spread_picks: bool) -> tuple[float, float]:
     single, _raw = _read_loop(ctx, "receive-single", commit=True,
                               reads=lambda q: (q.receive, q.receive))
     queue = _filled_queue(ctx, "receive-contended")
+    rate = _process_drain(ctx, queue, _CONTENDER, ["spread" if spread_picks else "head"],
+                          CONTENDERS, "receive-contended")
+    return rate, single
+
+
+def _process_drain(ctx: _Context, queue: Any, script: str, arguments: list[str],
+                   processes: int, label: str,
+                   fill: Callable[[], object] | None = None) -> float:
+    """Aggregate msg/s of ``processes`` receiver processes running ``script`` on ``queue``
+    (dropped after): each prints ``ready``, then ``fill`` (if any) fills the queue, then all
+    start at once and drain it; checks that the ``ctx.messages + 1`` messages were received
+    once each.
+
+    Raises:
+        RuntimeError: a worker did not start, or a message was lost or received twice.
+    """
     config = ctx.qm.config
     settings = json.dumps({"bootstrap_servers": ctx.raw.bootstrap,
                            "queue_manager": config.queue_manager, "home": str(config.home),
                            "replication_factor": config.replication_factor,
                            "min_insync_replicas": config.min_insync_replicas})
-    workers = [subprocess.Popen([sys.executable, "-c", _CONTENDER, settings, queue.format_name,
-                                 "spread" if spread_picks else "head"],
+    workers = [subprocess.Popen([sys.executable, "-c", script, settings, queue.format_name,
+                                 *arguments],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-               for _ in range(CONTENDERS)]
+               for _ in range(processes)]
     try:
         for worker in workers:
             if worker.stdout.readline().strip() != "ready":  # type: ignore[union-attr]
-                raise RuntimeError("a receive-contended worker failed to start")
+                raise RuntimeError(f"a {label} worker failed to start")
+        if fill is not None:
+            fill()
         for worker in workers:
             worker.stdin.write("go\n")  # type: ignore[union-attr]
             worker.stdin.flush()  # type: ignore[union-attr]
@@ -705,10 +742,47 @@ def _contended(ctx: _Context, spread_picks: bool) -> tuple[float, float]:
         _drop(ctx.qm, queue)
     ids = [i for result in results for i in result["ids"]]
     if len(ids) != len(set(ids)) or len(ids) != ctx.messages + 1:
-        raise RuntimeError(f"receive-contended: {len(ids)} receives, {len(set(ids))} distinct, "
+        raise RuntimeError(f"{label}: {len(ids)} receives, {len(set(ids))} distinct, "
                            f"{ctx.messages + 1} sent: a message was lost or received twice")
     elapsed = max(r["end"] for r in results) - min(r["start"] for r in results)
-    return len(ids) / elapsed, single
+    return len(ids) / elapsed
+
+
+#: Receiver process counts of the receive-share scenario.
+SHARE_PROCESSES = (1, 2, 4)
+
+_SHARE_RECEIVER = _DRAINER.format(warm_up="""\
+    queue = qm.open_queue(sys.argv[2])
+    try:  # untimed: join the share group while the queue is empty
+        queue.receive(timeout=8)
+        raise SystemExit("receive-share: a message before the queue was filled")
+    except ReceiveTimeout:
+        pass""")
+
+
+def _receive_share(ctx: _Context) -> tuple[float, float, dict[str, float]]:
+    """Aggregate msg/s of 1, 2 and 4 receiver processes draining a share-arbitrated queue
+    (each a fresh queue, its receivers joined before it is filled), vs the same run's single
+    default receive; checks that none is lost and none received twice. kmq = 4 processes."""
+    single, _raw = _read_loop(ctx, "receive-single", commit=True,
+                              reads=lambda q: (q.receive, q.receive))
+    figures: dict[str, float] = {"load_avg_1min": os.getloadavg()[0]}
+    for processes in SHARE_PROCESSES:
+        figures[f"share_{processes}_msg_per_s"] = _share_drain(ctx, processes)
+    figures["load_avg_1min_after"] = os.getloadavg()[0]
+    return figures[f"share_{SHARE_PROCESSES[-1]}_msg_per_s"], single, figures
+
+
+def _share_drain(ctx: _Context, processes: int) -> float:
+    queue = ctx.qm.create_queue(ctx.queue_name(f"receive-share-{processes}"),
+                                arbitration="share")
+
+    def fill() -> None:
+        for i in range(ctx.messages + 1):
+            queue.send(Message(body=ctx.payload), wait=i == ctx.messages)
+
+    return _process_drain(ctx, queue, _SHARE_RECEIVER, [], processes,
+                          f"receive-share ({processes} processes)", fill)
 
 
 def _dl_fanout(ctx: _Context) -> tuple[float, float]:
@@ -799,7 +873,8 @@ def _signed_encrypted_receive(ctx: _Context) -> tuple[float, float]:
         _drop(ctx.qm, queue)
 
 
-_Scenario = Callable[[_Context], tuple[float, float]]
+#: A scenario: (kmq msg/s, raw msg/s), optionally with further figures by JSON key.
+_Scenario = Callable[[_Context], tuple[Any, ...]]
 
 #: name -> (description, function); ``spark-decode`` is run by :func:`_spark_decode`.
 SCENARIOS: dict[str, tuple[str, _Scenario | None]] = {
@@ -818,6 +893,8 @@ SCENARIOS: dict[str, tuple[str, _Scenario | None]] = {
                           _receive_contended),
     "receive-contended-spread": (f"{CONTENDERS} receiver processes, spread_picks=True, vs one "
                                  "receiver", _receive_contended_spread),
+    "receive-share": ("1, 2, 4 receiver processes on a share-arbitrated queue: 4 vs one "
+                      "default receiver", _receive_share),
     "peek": ("cursor peek vs raw consume without commit", _peek),
     "dl-fanout": (f"send to a DL of {FANOUT} queues vs raw produce x{FANOUT}", _dl_fanout),
     "transactional-send": (f"{TX_SIZE} sends per transaction vs raw Kafka transactions of "
@@ -920,7 +997,8 @@ def run_benchmarks(config: KmqConfig | None = None, *, messages: int = 2000, rou
                 result = ScenarioResult(name, description, target=TARGETS.get(name))
                 for round_no in range(rounds):
                     try:
-                        ours, theirs = function(_Context(qm, raw, messages, body, round_no))
+                        ours, theirs, *more = function(_Context(qm, raw, messages, body,
+                                                                round_no))
                     except TimeoutError as exc:
                         # One side did not finish in its time: the other scenarios still count.
                         result.skipped = f"round {round_no + 1} did not finish: {exc}"
@@ -930,10 +1008,14 @@ def run_benchmarks(config: KmqConfig | None = None, *, messages: int = 2000, rou
                         break
                     result.kmq.append(ours)
                     result.raw.append(theirs)
+                    for key, value in (more[0] if more else {}).items():
+                        result.figures.setdefault(key, []).append(round(value, 2))
                     raw.close()
                     if progress:
+                        extra = "".join(f", {key} {value:,.2f}"
+                                        for key, value in (more[0] if more else {}).items())
                         progress(f"{name} round {round_no + 1}/{rounds}: kmq {ours:,.0f} msg/s, "
-                                 f"raw {theirs:,.0f} msg/s")
+                                 f"raw {theirs:,.0f} msg/s{extra}")
                 report.results.append(result)
     finally:
         raw.close()
@@ -953,6 +1035,8 @@ def format_table(report: BenchReport) -> str:
         target = f"{r.target:.2f}" if r.target is not None else "-"
         lines.append(f"{r.description:58} {r.kmq_median:10,.0f} {r.raw_median:11,.0f} "
                      f"{r.ratio:6.3f} {target:>6}")
+        if r.figures:
+            lines.append(f"  {r.figures_text()}")
     return "\n".join(lines)
 
 

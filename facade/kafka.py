@@ -22,15 +22,25 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
+    AcknowledgeType,
     Consumer,
     IsolationLevel,
     KafkaError,
     KafkaException,
     Producer,
+    ShareConsumer,
     TopicCollection,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+    ResourceType,
+)
 
 from facade.config import DEFAULT_REPLICATION_FACTOR, KmqConfig, replication_settings
 from facade.errors import (
@@ -44,7 +54,14 @@ from facade.errors import (
     TransactionAborted,
 )
 from facade import kafkaseam
-from facade.kafkaseam import KafkaRecord, RecordProducer, TopicDescription
+from facade.kafkaseam import (
+    ACCEPT,
+    RELEASE,
+    KafkaRecord,
+    RecordProducer,
+    SharedRecord,
+    TopicDescription,
+)
 from facade.message import Delivery
 from facade.topics import QUEUE_REGISTRY_TOPIC
 from facade.topicsettings import MAX_MESSAGE_BYTES, topic_config
@@ -996,9 +1013,177 @@ class KafkaSession:
         topic = metadata.topics.get(name)
         return topic is not None and topic.error is None
 
+    # -- share groups (KIP-932) -----------------------------------------------------------------
+
+    def share_consumer(self, group: str, topic: str,
+                       extra: Mapping[str, Any] | None = None) -> TopicShareConsumer:
+        """A new :class:`TopicShareConsumer` of ``group`` on ``topic`` (explicit
+        acknowledgement); ``extra`` adds librdkafka settings (``max.poll.records``).
+
+        Raises:
+            BrokerError: librdkafka refused the settings.
+        """
+        config = {**self._base, "group.id": group, "share.acknowledgement.mode": "explicit",
+                  **(extra or {})}
+        with map_kafka_errors("create share consumer", topic, servers=self.bootstrap_servers):
+            return TopicShareConsumer(ShareConsumer(config), topic, self.bootstrap_servers)
+
+    def set_group_configs(self, group: str, settings: Mapping[str, str]) -> dict[str, str]:
+        """Set dynamic configs of group ``group`` (IncrementalAlterConfigs on the GROUP config
+        resource, accepted before the group exists) and read them back (DescribeConfigs),
+        until the broker reports them or :data:`ADMIN_TIMEOUT` seconds pass.
+
+        Returns:
+            dict[str, str]: the value the broker reports for each name of ``settings`` (a name
+            it does not report is missing).
+
+        Raises:
+            BrokerError: a name or value refused; BrokerUnavailable: no answer.
+        """
+        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+            for key, value in settings.items()])
+        for future in self.admin.incremental_alter_configs(
+                [resource], request_timeout=ADMIN_TIMEOUT).values():
+            with map_kafka_errors(f"set configs of group {group!r}",
+                                  servers=self.bootstrap_servers):
+                future.result(ADMIN_TIMEOUT)
+        # The broker applies a group config through the metadata log: a DescribeConfigs right
+        # after the alter may still report the old values (seen on Kafka 4.4), so read until
+        # it reports what was set or ADMIN_TIMEOUT passes, and return what it reports then.
+        deadline = time.monotonic() + ADMIN_TIMEOUT
+        while True:
+            described = self.admin.describe_configs(
+                [ConfigResource(ResourceType.GROUP, group)], request_timeout=ADMIN_TIMEOUT)
+            with map_kafka_errors(f"describe configs of group {group!r}",
+                                  servers=self.bootstrap_servers):
+                entries = next(iter(described.values())).result(ADMIN_TIMEOUT)
+            reported = {key: entries[key].value for key in settings
+                        if key in entries and entries[key].value is not None}
+            if reported == dict(settings) or time.monotonic() >= deadline:
+                return reported
+            time.sleep(0.2)
+
+    def broker_config(self, name: str) -> str | None:
+        """The value of broker config ``name`` on the first broker the cluster lists.
+
+        Raises:
+            BrokerUnavailable, BrokerError: as mapped from Kafka.
+        """
+        with map_kafka_errors("describe broker configs", servers=self.bootstrap_servers):
+            brokers = sorted(self.admin.list_topics(timeout=ADMIN_TIMEOUT).brokers)
+            if not brokers:
+                raise BrokerUnavailable("describe broker configs failed: the cluster lists no "
+                                        "broker", hint="check that the Kafka brokers at "
+                                        f"{self.bootstrap_servers} are running")
+            futures = self.admin.describe_configs(
+                [ConfigResource(ResourceType.BROKER, str(brokers[0]))],
+                request_timeout=ADMIN_TIMEOUT)
+            entries = next(iter(futures.values())).result(ADMIN_TIMEOUT)
+        entry = entries.get(name)
+        return None if entry is None else entry.value
+
     def close(self) -> None:
         """Release the admin client (producers and readers are closed by their owners)."""
         self._admin = None
+
+
+_ACK_TYPES = {ACCEPT: AcknowledgeType.ACCEPT, RELEASE: AcknowledgeType.RELEASE}
+
+
+class TopicShareConsumer:
+    """A librdkafka ``ShareConsumer`` (Preview in confluent-kafka 2.16) subscribed to one
+    single-partition topic, explicit acknowledgement (satisfies
+    :class:`facade.kafkaseam.ShareRecordConsumer`).
+
+    Args:
+        consumer (ShareConsumer): a new share consumer in explicit acknowledgement mode.
+        topic (str): the topic it subscribes to.
+        servers (str): ``bootstrap.servers``, named in errors.
+    """
+
+    def __init__(self, consumer: ShareConsumer, topic: str, servers: str):
+        self._consumer = consumer
+        self._topic = topic
+        self._servers = servers
+        #: The client's Message objects of the last poll, by offset: acknowledge() takes them.
+        self._in_flight: dict[int, Any] = {}
+        with map_kafka_errors("subscribe share consumer", topic, servers=servers):
+            consumer.subscribe([topic])
+
+    def poll(self, timeout: float) -> list[SharedRecord]:
+        """Records acquired within ``timeout`` seconds.
+
+        Raises:
+            BrokerUnavailable, QueueNotFound, BrokerError: a non-retriable error event.
+        """
+        with map_kafka_errors("poll share group", self._topic, servers=self._servers):
+            batch = self._consumer.poll(timeout)
+        acquired_at = time.monotonic()
+        records = []
+        for msg in batch:
+            error = msg.error()
+            if error is not None:
+                if error.retriable() or error.code() in _SHARE_TRANSIENT:
+                    continue  # a coordinator still loading: the next poll retries
+                raise kafka_error_to_queue_error(error, "poll share group", self._topic,
+                                                 self._servers)
+            _, timestamp = msg.timestamp()
+            offset = cast(int, msg.offset())
+            self._in_flight[offset] = msg
+            records.append(SharedRecord(
+                KafkaRecord(cast(str, msg.topic()), cast(int, msg.partition()), offset,
+                            timestamp, msg.key(), msg.value(),
+                            tuple(cast("list[tuple[str, bytes]]", msg.headers() or ()))),
+                int(msg.delivery_count() or 1), acquired_at))
+        return records
+
+    def acknowledge(self, shared: SharedRecord, kind: str) -> None:
+        """Record ACCEPT or RELEASE for ``shared`` (sent by :meth:`commit_sync`).
+
+        Raises:
+            BrokerError: the record is not in flight with this consumer.
+        """
+        msg = self._in_flight.pop(shared.record.offset, None)
+        if msg is None:
+            raise BrokerError(f"offset {shared.record.offset} of {self._topic!r} is not in "
+                              "flight with this share consumer")
+        try:
+            self._consumer.acknowledge(msg, _ACK_TYPES[kind])
+        except (KafkaException, RuntimeError) as exc:  # IllegalStateException
+            raise BrokerError(f"acknowledge offset {shared.record.offset} of "
+                              f"{self._topic!r} failed: {exc}") from exc
+
+    def commit_sync(self, timeout: float) -> str | None:
+        """Send pending acknowledgements; None on success for the partition, else the Kafka
+        error name (see :meth:`facade.kafkaseam.ShareRecordConsumer.commit_sync`).
+
+        Raises:
+            BrokerUnavailable, BrokerError: no answer within ``timeout`` (outcome unknown).
+        """
+        with map_kafka_errors("commit share acknowledgements", self._topic,
+                              servers=self._servers):
+            result = self._consumer.commit_sync(timeout)
+        if not result:
+            raise BrokerError(f"commit share acknowledgements ({self._topic!r}) returned no "
+                              "result for the partition: its outcome is unknown")
+        for partition, error in result.items():
+            if error is not None:
+                inner = error.args[0] if getattr(error, "args", None) else None
+                name = inner.name() if isinstance(inner, KafkaError) else str(error)
+                return name
+        return None
+
+    def close(self) -> None:
+        """Leave the group; unacknowledged records are released by the broker."""
+        self._in_flight.clear()
+        with map_kafka_errors("close share consumer", self._topic, servers=self._servers):
+            self._consumer.close()
+
+
+#: Error codes a fresh broker reports while its share coordinators load.
+_SHARE_TRANSIENT = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._PARTITION_EOF}
 
 
 def _in_use(method: Any) -> Any:

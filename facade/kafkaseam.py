@@ -22,8 +22,15 @@ from facade.errors import TransactionAborted
 if TYPE_CHECKING:
     from facade.message import Delivery
 
-__all__ = ["DeliveryCallback", "KafkaRecord", "KafkaSession", "ProducerFenced", "RecordProducer",
-           "RecordReader", "TopicDescription"]
+__all__ = ["ACCEPT", "DeliveryCallback", "KafkaRecord", "KafkaSession", "ProducerFenced",
+           "RELEASE", "RecordProducer", "RecordReader", "SharedRecord", "ShareRecordConsumer",
+           "TopicDescription"]
+
+#: Acknowledgement kinds of a share consumer (KIP-932's AcknowledgeType): ACCEPT removes the
+#: record from the share group's view for good; RELEASE gives it back for another delivery
+#: (its delivery count stays one higher).
+ACCEPT = "accept"
+RELEASE = "release"
 
 #: A producer's delivery report: ``callback(error, message)``; ``error`` is None on success and
 #: ``message.offset()`` is the record's offset (confluent-kafka's ``on_delivery``).
@@ -74,6 +81,64 @@ class TopicDescription:
     partitions: int
     replication_factor: int
     configs: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class SharedRecord:
+    """One record a share consumer acquired (KIP-932): the record and how often the share
+    group has delivered it, this delivery included.
+
+    Attributes:
+        record (KafkaRecord): the record.
+        delivery_count (int): 1 for a first delivery; a RELEASE or a lapsed acquisition lock
+            makes the next delivery count one more.
+        acquired_at (float): ``time.monotonic()`` when the poll that acquired it returned; the
+            acquisition lock started no later than that.
+    """
+
+    record: KafkaRecord
+    delivery_count: int
+    acquired_at: float
+
+
+class ShareRecordConsumer(Protocol):
+    """A member of a Kafka share group (KIP-932) in explicit acknowledgement mode, subscribed
+    to one single-partition topic: what a share-arbitrated queue receives with."""
+
+    def poll(self, timeout: float) -> list[SharedRecord]:
+        """Records acquired within ``timeout`` seconds (may be empty). Every record of the
+        previous poll must have been acknowledged first.
+
+        Raises:
+            BrokerUnavailable, QueueNotFound, BrokerError: as mapped from Kafka.
+        """
+        ...
+
+    def acknowledge(self, shared: SharedRecord, kind: str) -> None:
+        """Record :data:`ACCEPT` or :data:`RELEASE` for ``shared``; sent by :meth:`commit_sync`.
+
+        Raises:
+            BrokerError: the record is no longer in flight with this consumer.
+        """
+        ...
+
+    def commit_sync(self, timeout: float) -> str | None:
+        """Send the pending acknowledgements and wait for the broker's answer.
+
+        Returns:
+            str | None: None when the broker applied them to the partition; otherwise the
+            Kafka error name for the partition (``INVALID_RECORD_STATE``: a lock lapsed and
+            the acknowledgement was refused; ``NOT_LEADER_FOR_PARTITION``...). The result is
+            per partition, not per record.
+
+        Raises:
+            BrokerUnavailable, BrokerError: no answer (the outcome is unknown).
+        """
+        ...
+
+    def close(self) -> None:
+        """Leave the share group; records acquired and not acknowledged are released."""
+        ...
 
 
 class RecordProducer(Protocol):
@@ -268,6 +333,35 @@ class KafkaSession(Protocol):
 
         Raises:
             BrokerUnavailable: no answer within ``timeout`` seconds.
+        """
+        ...
+
+    def share_consumer(self, group: str, topic: str,
+                       extra: Mapping[str, Any] | None = None) -> ShareRecordConsumer:
+        """A new member of share group ``group`` subscribed to ``topic`` (explicit
+        acknowledgement). ``extra``: librdkafka settings (``max.poll.records``).
+
+        Raises:
+            BrokerError: this Kafka has no share groups.
+        """
+        ...
+
+    def set_group_configs(self, group: str, settings: Mapping[str, str]) -> dict[str, str]:
+        """Set dynamic configs of consumer group ``group`` (the GROUP config resource; the group
+        need not exist) and return what the broker reports for those names afterwards.
+
+        Raises:
+            BrokerError: a name or value refused, or no share groups on this Kafka.
+            BrokerUnavailable: no answer.
+        """
+        ...
+
+    def broker_config(self, name: str) -> str | None:
+        """The value a broker of the cluster reports for broker config ``name``; None when it
+        reports none.
+
+        Raises:
+            BrokerUnavailable, BrokerError: as mapped from Kafka.
         """
         ...
 

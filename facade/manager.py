@@ -60,6 +60,12 @@ from facade.registry import (
 from facade.resolution import Resolver, is_local_address
 from facade.transmission import Transmitter
 from facade.sequence import MessageIdAllocator
+from facade.sharequeue import (
+    check_share_properties,
+    prepare_share_queue,
+    share_receipts_topic,
+    share_topics,
+)
 from facade.systemoutputs import SystemOutputs
 from facade.timeouts import DEFAULT_PREFETCH_LEASE, lease_to_ms
 from facade.topics import QueueTopics, queue_topics, system_topics, transactional_id_prefix
@@ -252,8 +258,8 @@ class QueueManager:
                      journal_quota_kb: int | None = None, base_priority: int = 0,
                      type_id: str | None = None, authenticate: bool = False,
                      privacy_level: int = 1,
-                     receive_retry_count: int | None = DEFAULT_RECEIVE_RETRY_COUNT
-                     ) -> MessageQueue:
+                     receive_retry_count: int | None = DEFAULT_RECEIVE_RETRY_COUNT,
+                     arbitration: str = "receipts") -> MessageQueue:
         """Create a queue (MSMQ ``MQCreateQueue`` / ``MessageQueue.Create``).
 
         Args:
@@ -272,6 +278,15 @@ class QueueManager:
             receive_retry_count (int | None): poison-message handling for peek-lock receives:
                 a message released more than this many times goes to ``;poison`` (default 5,
                 None = no limit; see :class:`~facade.registry.QueueProperties`).
+            arbitration (str): who decides which receiver gets a message, fixed for the
+                queue's life. ``"receipts"`` (default): the queue's receipts log, with every
+                MSMQ operation, highest priority first, then arrival order. ``"share"``: a
+                Kafka share group (KIP-932), so receivers scale out, but **messages are
+                received in no order** (neither priority nor arrival), and peek, cursors,
+                receive by id / correlation id / lookup id, purge, count, prefetch and
+                transactions are refused on the queue (docs/design.md, "Share-group
+                arbitration"). Needs a broker with share groups and KIP-1191 dead-letter
+                topics (Apache Kafka 4.4); ``receive_retry_count`` 0-8.
 
         Returns:
             MessageQueue: the new queue, opened.
@@ -281,7 +296,13 @@ class QueueManager:
             QueueExists: a queue with that path exists.
             UnsupportedFormatNameOperation: the path names a journal, subqueue or system queue,
                 or another queue manager.
-            InvalidParameter: a property outside its range.
+            InvalidParameter: a property outside its range; ``arbitration`` unknown, or
+                ``"share"`` with ``transactional=True`` or ``receive_retry_count`` None or
+                above 8.
+            BrokerUnavailable: ``arbitration="share"`` and the broker did not keep a share
+                group or dead-letter topic setting as set (named); nothing is left created.
+            BrokerError: ``arbitration="share"`` on a Kafka without share groups (the
+                in-memory one).
             DirectoryUnavailable: a public queue (a path without ``private$``) and no directory
                 (workgroup mode) or it is down; nothing is created.
             AccessDenied: the caller lacks CREATE_QUEUE on the queue manager.
@@ -299,9 +320,14 @@ class QueueManager:
             type_id=type_id, label=label, transactional=transactional, journal=journal,
             quota_kb=quota_kb, journal_quota_kb=journal_quota_kb, base_priority=base_priority,
             authenticate=authenticate, privacy_level=privacy_level,
-            receive_retry_count=receive_retry_count,
+            receive_retry_count=receive_retry_count, arbitration=arbitration,
             **_default_security(self.principal.name),
         ).validate()
+        share = properties.arbitration == "share"
+        if share:
+            check_share_properties(properties)
+            properties = dataclasses.replace(
+                properties, receipts_topic=share_receipts_topic(properties.data_topic))
         registered = self.registry.queues()
         if properties.path_name in registered:
             raise QueueExists(f"queue {properties.path_name!r} already exists", queue=properties.path_name)
@@ -317,8 +343,12 @@ class QueueManager:
                               queue=properties.path_name) from None
         journal_topics = topics.journal()
         all_topics = [topics.data, topics.receipts, journal_topics.data, journal_topics.receipts]
+        if share:
+            all_topics.remove(topics.receipts)  # a share queue's receipts topic never exists
         try:
             self.session.create_topics(all_topics[1:], exist_ok=True)
+            if share:
+                all_topics.append(prepare_share_queue(self.session, properties))
             if not properties.private:
                 self.directory.create_public_queue(public_entry(properties))
         except BaseException:
@@ -355,6 +385,8 @@ class QueueManager:
         self.registry.remove_queue(properties.path_name)
         journal = topics.journal()
         doomed = [topics.data, topics.receipts, journal.data, journal.receipts]
+        if properties.arbitration == "share":
+            doomed += share_topics(self.session, topics.data)
         # Handles on the queue stop reading it first: librdkafka can crash when a topic a
         # consumer is assigned to disappears under it (seen with librdkafka 2.16). Readers of
         # other queue managers of this process stop too, and raise QueueNotFound from then
@@ -405,8 +437,8 @@ class QueueManager:
                 queue of this queue manager (:meth:`list_queues`).
 
         Returns:
-            dict[str, QueueCounts]: by canonical path name; a queue deleted meanwhile is left
-            out.
+            dict[str, QueueCounts]: by canonical path name; a queue deleted meanwhile, and a
+            queue arbitrated by a share group (which has no count), are left out.
 
         Raises:
             QueueNotFound: a named queue does not exist.
@@ -431,7 +463,10 @@ class QueueManager:
             listed = [self.get_properties(name) for name in names]
         for properties in listed:
             self.access.require_queue(properties, AccessRight.GET_PROPERTIES)
-        topics = {p.path_name: QueueTopics(p.data_topic, p.receipts_topic) for p in listed}
+        # A share queue has no count (MessageQueue.count refuses it): its group's start
+        # offset bounds its length only from above.
+        topics = {p.path_name: QueueTopics(p.data_topic, p.receipts_topic) for p in listed
+                  if p.arbitration == "receipts"}
         found = count_queues(self.session, topics.values())
         counts: dict[str, QueueCounts] = {}
         for path, where in topics.items():
@@ -562,7 +597,8 @@ class QueueManager:
         """
         fixed = {"path_name", "queue_manager", "queue_name", "private", "data_topic",
                  "receipts_topic", "instance", "create_time", "modify_time", "transactional",
-                 "owner", "access_list"}  # the descriptor changes with set_queue_security
+                 "owner", "access_list",  # the descriptor changes with set_queue_security
+                 "arbitration"}  # a queue never changes arbiter while receivers run on it
         bad = set(changes) & fixed | set(changes) - set(QueueProperties.__dataclass_fields__)
         if bad:
             raise InvalidParameter(f"queue properties {sorted(bad)} cannot be set",
@@ -571,6 +607,12 @@ class QueueManager:
                                    "receive_retry_count")
         current = self._properties(path_or_format_name)
         self.access.require_queue(current, AccessRight.SET_PROPERTIES)
+        if current.arbitration == "share" and "receive_retry_count" in changes:
+            raise InvalidParameter(
+                f"queue {current.path_name!r} is arbitrated by a Kafka share group, whose "
+                "delivery limit was set from receive_retry_count at creation: it cannot be "
+                "changed", queue=current.path_name,
+                hint="recreate the queue with the receive_retry_count wanted")
         updated = current.with_changes(**changes)
         if not updated.private:
             published = {name: getattr(updated, name) for name in changes

@@ -30,7 +30,8 @@ alike), retention by time or size, compaction, ``max.message.bytes`` refusals by
 ACLs and authentication, the transaction timeout, delivery timeouts (``message.timeout.ms``,
 TTRQ: a record is delivered at once, and one for a missing topic is refused at once with
 QueueNotFound where librdkafka reports UNKNOWN_TOPIC_OR_PART after the timeout), consumer
-groups, more than one partition, and other processes (a cluster lives in one process).
+groups, share groups (KIP-932: a queue created with ``arbitration="share"`` is refused with
+:class:`~facade.errors.BrokerError` naming this), more than one partition, and other processes (a cluster lives in one process).
 librdkafka tuning settings passed as ``extra`` (linger, fetch sizes) change nothing here.
 """
 
@@ -53,6 +54,12 @@ if TYPE_CHECKING:
 
 __all__ = ["MemoryKafka", "MemoryKafkaSession", "MemoryProducer", "MemoryReader"]
 
+#: Why a share-arbitrated queue cannot run here.
+NO_SHARE_GROUPS = ("the in-memory Kafka does not model Kafka share groups (KIP-932: acquisition "
+                   "locks, delivery counts, dead-letter topics), so it has no queue arbitrated "
+                   "by one (arbitration='share')")
+_SHARE_HINT = ("test share-arbitrated queues on a real broker (tests/integration), or create "
+               "the queue with arbitration='receipts'")
 #: What :attr:`MemoryKafkaSession.bootstrap_servers` reports (no broker is involved).
 MEMORY_BOOTSTRAP = "memory://"
 
@@ -573,6 +580,27 @@ class MemoryKafkaSession:
 
     def ping(self, timeout: float = 10.0) -> None:
         """Always answers."""
+
+    def share_consumer(self, group: str, topic: str,
+                       extra: Mapping[str, Any] | None = None) -> kafkaseam.ShareRecordConsumer:
+        """Refused: share groups are not modelled.
+
+        Raises:
+            BrokerError: always (see :data:`NO_SHARE_GROUPS`).
+        """
+        raise BrokerError(NO_SHARE_GROUPS, queue=topic, hint=_SHARE_HINT)
+
+    def set_group_configs(self, group: str, settings: Mapping[str, str]) -> dict[str, str]:
+        """Refused: share groups are not modelled.
+
+        Raises:
+            BrokerError: always (see :data:`NO_SHARE_GROUPS`).
+        """
+        raise BrokerError(NO_SHARE_GROUPS, hint=_SHARE_HINT)
+
+    def broker_config(self, name: str) -> str | None:
+        """None: the in-memory Kafka has no broker configs."""
+        return None
 
     def create_topics(self, names: Sequence[str], config: Mapping[str, str] | None = None,
                       exist_ok: bool = False) -> list[str]:

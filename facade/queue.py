@@ -40,6 +40,7 @@ from facade.errors import (
     BrokerUnavailable,
     EnvelopeError,
     InvalidParameter,
+    LockLost,
     MessageAlreadyReceived,
     MessageLockedUnderTransaction,
     MessageNotFound,
@@ -58,7 +59,13 @@ from facade.message import (
     MessageId,
     check_enforceable,
 )
-from facade.peeklock import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, PeekLockReceives, unlocked
+from facade.peeklock import (
+    DEFAULT_LEASE,
+    DEFAULT_PREFETCH_LEASE,
+    LockedMessage,
+    PeekLockReceives,
+    unlocked,
+)
 from facade.protection import ProtectionLevel
 from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
 from facade.queueview import PendingClaim, QueueView
@@ -73,6 +80,7 @@ from facade.receiving import (
     write_receive_outputs,
 )
 from facade.resolution import elements_of, is_dynamic, needs_directory
+from facade.sharequeue import ShareReceiver
 from facade.timeouts import lease_to_ms, receive_timeout, wait_seconds
 
 if TYPE_CHECKING:
@@ -102,6 +110,9 @@ _MAX_LOOKUP_ID = 2**64 - 1
 #: ``kmq.reason`` of a poison record found by its headers (a POISON claim's own reason, e.g. the
 #: decode error a peek met, takes precedence).
 _BAD_HEADERS = "record headers are not a kmq envelope's"
+#: What a share-arbitrated queue lacks for counting (MessageQueue.count and friends).
+_NO_COUNT = ("message count (the group's start offset bounds the queue's length only from "
+             "above)")
 #: Destinations whose topics a send not acknowledged in time asks the cluster about (each
 #: question may take seconds while brokers are down).
 _EXPLAINED_TOPICS = 3
@@ -172,7 +183,36 @@ class MessageQueue(PeekLockReceives):
         self._recovered_at = float("-inf")
         #: Transactional senders whose earlier incarnations' locks this handle released.
         self._fenced_for: set[str] = set()
+        #: The share consumer of a share-arbitrated queue (made at the first receive).
+        self._share: ShareReceiver | None = None
         self._init_locks(prefetch, prefetch_lease)
+        if prefetch and self.arbitration == "share":
+            self._refuse_share("prefetch handles", "a prefetching handle (prefetch=k)",
+                               why="the share consumer batches already: use prefetch=0")
+
+    @property
+    def arbitration(self) -> str:
+        """str: who arbitrates this handle's queue: ``"share"`` for a queue created with
+        ``arbitration="share"`` (not its journal or subqueues, which are receipts queues),
+        else ``"receipts"`` (a list or multiple-element name, which is only sent to,
+        included)."""
+        if len(self.destinations) != 1 or self._dynamic:
+            return "receipts"
+        destination = self.destinations[0]
+        properties = destination.properties
+        shared = (properties is not None and properties.arbitration == "share"
+                  and not destination.read_only and not destination.is_subqueue)
+        return "share" if shared else "receipts"
+
+    def _refuse_share(self, what: str, operation: str, *, why: str | None = None) -> None:
+        """Raise UnsupportedFormatNameOperation when this handle's queue is share-arbitrated
+        (docs/design.md, "Share-group arbitration": what a share queue refuses)."""
+        if self.arbitration != "share":
+            return
+        raise UnsupportedFormatNameOperation(
+            f"queue {self.format_name!r} is arbitrated by a Kafka share group, which has no "
+            f"{what}; use a queue created with arbitration='receipts' for {operation}",
+            queue=self.format_name, hint=why)
 
     # -- properties ----------------------------------------------------------------------------
 
@@ -320,6 +360,15 @@ class MessageQueue(PeekLockReceives):
                 raise UnsupportedFormatNameOperation(
                     f"{destination.format_name!r} is a subqueue: messages enter it only by "
                     "being moved", queue=destination.format_name, hint="use MessageQueue.move")
+            shared = destination.properties is not None and \
+                destination.properties.arbitration == "share"
+            if shared and any(message.not_before is not None for message in messages):
+                raise InvalidParameter(
+                    f"queue {destination.format_name!r} is arbitrated by a Kafka share group, "
+                    "which cannot keep a message invisible until its not_before time",
+                    queue=destination.format_name,
+                    hint="send without not_before, or to a queue created with "
+                         "arbitration='receipts'")
         config = self.manager.config
         check_fan_out(messages, len(destinations), self.format_name,
                       max_queues=config.max_send_fanout, max_bytes=config.max_send_bytes)
@@ -514,7 +563,9 @@ class MessageQueue(PeekLockReceives):
                 it with :meth:`complete` (removed for good) or :meth:`abandon` (back in the
                 queue, ``abort_count`` + 1). If neither happens within ``lease`` it is released
                 too. Default False: MSMQ's nontransactional receive (at most once).
-            lease (float): with ``lock``, seconds the lock lasts (default 30).
+            lease (float): with ``lock``, seconds the lock lasts (default 30; on a
+                share-arbitrated queue default 20 and at most 25, the broker's acquisition
+                lock being 30 s from the fetch and not renewable).
             transaction (MessageQueueTransaction | str | None): a transactional receive
                 (exactly once with the transaction's sends, :mod:`facade.transaction`): the
                 message is locked now and removed when the transaction commits; an abort, or
@@ -524,6 +575,10 @@ class MessageQueue(PeekLockReceives):
 
         On a handle opened with ``prefetch=k``, a receive without ``lock`` hands out the next of
         up to ``k`` messages taken with one PREFETCH receipt (see :mod:`facade.peeklock`).
+
+        On a queue created with ``arbitration="share"`` a Kafka share group decides who gets
+        each message (:mod:`facade.sharequeue`): in no order; at most once and never twice
+        as above; peek-lock by the broker's acquisition lock; ``transaction`` refused.
 
         A receive that raises removes nothing it does not hand out later: if the verdict of
         its claim could not be read (broker unreachable) or an output of the receive (journal
@@ -543,11 +598,15 @@ class MessageQueue(PeekLockReceives):
                 away when ``timeout`` ends.
             TransactionUsage: ``transaction`` on a nontransactional queue, or one that is
                 committed or aborted already.
+            InvalidParameter: on a share-arbitrated queue, ``transaction``, or ``lease`` above
+                25 with ``lock``.
         """
         require_bool(lock, "lock")
         if lease is not DEFAULT_LEASE:
             lease_to_ms(lease, "lease")  # checked even without lock: a bad lease is a bug
         self._authorize(remove=True)
+        if self.arbitration == "share":
+            return self._receive_shared(timeout, lock, lease, transaction, 1)[0]
         transaction = check_transaction(transaction)
         if transaction is not None:
             if lock:
@@ -560,6 +619,90 @@ class MessageQueue(PeekLockReceives):
         if self._prefetch:
             return self._receive_prefetched(receive_timeout(timeout))
         return self._wait(self._pick_head, remove=True, timeout=timeout)
+
+    def _receive_shared(self, timeout: float | None, lock: bool, lease: float,
+                        transaction: object, max_messages: int) -> list[Message]:
+        """receive / receive_many on a share-arbitrated queue (:mod:`facade.sharequeue`):
+        ACCEPT and ``commit_sync`` before a message is handed out (at most once, never twice).
+
+        Raises:
+            InvalidParameter: ``transaction`` given (KIP-932 has no transactional
+                acknowledgement).
+        """
+        if transaction is not None:
+            raise InvalidParameter(
+                f"queue {self.format_name!r} is arbitrated by a Kafka share group, which has "
+                "no transactional acknowledgement: receive without transaction=",
+                queue=self.format_name,
+                hint="use a queue created with transactional=True and arbitration='receipts' "
+                     "for transactional receives")
+        with self._lock:
+            if self._share is None:
+                destination = self._single()
+                self._share = ShareReceiver(self.manager, destination,
+                                            self._subqueue_destination("poison"),
+                                            self.protection_level)
+            if lock:
+                message, token, ends = self._share.receive_locked(
+                    timeout, None if lease is DEFAULT_LEASE else lease)
+                return [LockedMessage.adopt(
+                    message, token, dt.datetime.fromtimestamp(ends, dt.timezone.utc), self)]
+            return self._share.receive_many(max_messages, timeout)
+
+    def complete(self, message: Message) -> None:
+        """Finish a peek-lock receive: remove the message for good (see
+        :meth:`PeekLockReceives.complete`). On a share-arbitrated queue: the journal copy,
+        ACCEPT and ``commit_sync``, then ACK_RECEIVE.
+
+        Raises:
+            InvalidParameter: ``message`` was not received with ``lock=True`` through this
+                handle.
+            LockLost: the lock was settled by someone else first (on a share queue: the
+                acquisition lock lapsed, or the handle left the group after a failed receive).
+            BrokerUnavailable, BrokerError: no answer; on a share queue the message may have
+                been removed or will be delivered again (at least once).
+        """
+        if self.arbitration != "share":
+            super().complete(message)
+            return
+        with self._lock:
+            self._share_receiver_of(message).complete(self._share_token(message),
+                                                      unlocked(message), message)
+
+    def abandon(self, message: Message) -> bool:
+        """Give a peek-locked message back to the queue (see :meth:`PeekLockReceives.abandon`);
+        on a share-arbitrated queue a RELEASE (its delivery count goes up by one).
+
+        Returns:
+            bool: True if this call released it, False if its lock had been settled already.
+
+        Raises:
+            InvalidParameter: ``message`` was not received with ``lock=True``.
+            BrokerUnavailable: the verdict could not be read (the lock lapses all the same).
+        """
+        if self.arbitration != "share":
+            return super().abandon(message)
+        with self._lock:
+            return self._share_receiver_of(message).abandon(self._share_token(message),
+                                                            message)
+
+    def _share_token(self, message: Message) -> str:
+        token = getattr(message, "lock_token", None)
+        if not isinstance(token, str) or not token.startswith("share:") \
+                or message.lookup_id is None:
+            raise InvalidParameter("this message was not received with receive(lock=True) "
+                                   "from a share-arbitrated queue: it has no peek-lock here",
+                                   queue=self.format_name,
+                                   hint="pass the message object that receive(lock=True) "
+                                        "returned")
+        return token
+
+    def _share_receiver_of(self, message: Message) -> ShareReceiver:
+        if self._share is None:
+            raise LockLost(f"lookup id {message.lookup_id} of {self.format_name!r} is not "
+                           "locked by this handle (closed since)", lookup_id=message.lookup_id,
+                           queue=self.format_name)
+        return self._share
 
     def _receive_in_transaction(self, timeout: float | None,
                                 transaction: MessageQueueTransaction | str,
@@ -600,7 +743,9 @@ class MessageQueue(PeekLockReceives):
         Raises:
             ReceiveTimeout: no message within ``timeout`` seconds.
             AccessDenied: the caller lacks PEEK_MESSAGE.
+            UnsupportedFormatNameOperation: a share-arbitrated queue (no peek).
         """
+        self._refuse_share("peek", "peek")
         self._authorize(remove=False)
         return self._wait(lambda view, now: view.state.peek_first(now), remove=False, timeout=timeout)
 
@@ -645,6 +790,9 @@ class MessageQueue(PeekLockReceives):
             raise InvalidParameter(f"max_messages must be an int >= 1, not {max_messages!r}")
         timeout = receive_timeout(timeout)
         self._authorize(remove=True)
+        if self.arbitration == "share":
+            return self._receive_shared(timeout, False, DEFAULT_LEASE, transaction,
+                                        max_messages)
         transaction = check_transaction(transaction)
         if transaction is not None:
             return self._receive_in_transaction(timeout, transaction, max_messages)
@@ -789,12 +937,14 @@ class MessageQueue(PeekLockReceives):
                 ``timeout``.
         """
         key = _id_text(message_id, "message_id")
+        self._refuse_share("selective receive", "receive by id")
         return self._by(lambda state: state.by_message_id(key), True, timeout, f"id {key}")
 
     def peek_by_id(self, message_id: MessageId | str, timeout: float | None = 0) -> Message:
         """Return the message with this id without removing it (``PeekById``); arguments and
         errors as :meth:`receive_by_id`."""
         key = _id_text(message_id, "message_id")
+        self._refuse_share("peek", "peek by id")
         return self._by(lambda state: state.by_message_id(key), False, timeout, f"id {key}")
 
     def receive_by_correlation_id(self, correlation_id: MessageId | str,
@@ -802,6 +952,7 @@ class MessageQueue(PeekLockReceives):
         """Remove and return the first message with this correlation id; arguments and errors
         as :meth:`receive_by_id` (InvalidParameter names ``correlation_id``)."""
         key = _id_text(correlation_id, "correlation_id")
+        self._refuse_share("selective receive", "receive by correlation id")
         return self._by(lambda state: state.by_correlation_id(key), True, timeout,
                         f"correlation id {key}")
 
@@ -810,6 +961,7 @@ class MessageQueue(PeekLockReceives):
         """Return the first message with this correlation id without removing it; arguments
         and errors as :meth:`receive_by_id`."""
         key = _id_text(correlation_id, "correlation_id")
+        self._refuse_share("peek", "peek by correlation id")
         return self._by(lambda state: state.by_correlation_id(key), False, timeout,
                         f"correlation id {key}")
 
@@ -820,7 +972,9 @@ class MessageQueue(PeekLockReceives):
             MessageAlreadyReceived: the message was removed (received, purged, expired).
             MessageNotFound: no message ever had this lookup id.
             InvalidParameter: ``lookup_id`` is not an int 0 to 2**64-1.
+            UnsupportedFormatNameOperation: a share-arbitrated queue.
         """
+        self._refuse_share("selective receive", "receive by lookup id")
         return self._by_lookup_id(lookup_id, remove=True)
 
     def peek_by_lookup_id(self, lookup_id: int) -> Message:
@@ -830,7 +984,9 @@ class MessageQueue(PeekLockReceives):
             MessageAlreadyReceived: the message was removed (received, purged, expired).
             MessageNotFound: no message ever had this lookup id.
             InvalidParameter: ``lookup_id`` is not an int 0 to 2**64-1.
+            UnsupportedFormatNameOperation: a share-arbitrated queue.
         """
+        self._refuse_share("peek", "peek by lookup id")
         return self._by_lookup_id(lookup_id, remove=False)
 
     def move(self, lookup_id: int, subqueue: str) -> Message:
@@ -856,6 +1012,7 @@ class MessageQueue(PeekLockReceives):
                 a str.
         """
         _check_lookup_id(lookup_id)
+        self._refuse_share("selective receive", "move by lookup id")
         # Resolve first: a bad subqueue name fails before anything is claimed.
         self._subqueue_destination(subqueue)
         self._authorize(remove=True)
@@ -884,6 +1041,7 @@ class MessageQueue(PeekLockReceives):
                 a str.
         """
         _check_lookup_id(lookup_id)
+        self._refuse_share("selective receive", "mark_rejected by lookup id")
         if not isinstance(reason, str):
             raise InvalidParameter.wrong_type("reason", "a str", reason)
         self._authorize(remove=True)
@@ -907,11 +1065,17 @@ class MessageQueue(PeekLockReceives):
         """QueueReader: this handle's receive steps (its view, wait loop, claim and peek), what
         its cursors (:class:`facade.cursor.Cursor`) walk the queue with. Applications call
         :meth:`receive`, :meth:`peek` and :meth:`cursor` instead."""
+        self._refuse_share("cursor", "cursors")
         return _HandleReader(self)
 
     def cursor(self) -> Cursor:
         """A cursor over this queue (``MQCreateCursor``): peek_current, peek_next,
-        receive_current. See :class:`facade.cursor.Cursor`."""
+        receive_current. See :class:`facade.cursor.Cursor`.
+
+        Raises:
+            UnsupportedFormatNameOperation: a share-arbitrated queue (no cursors).
+        """
+        self._refuse_share("cursor", "cursors")
         self._authorize(remove=False)
         return Cursor(self)
 
@@ -923,7 +1087,11 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             AccessDenied: the caller lacks DELETE_MESSAGE (MQSEC_DELETE_MESSAGE).
+            UnsupportedFormatNameOperation: a share-arbitrated queue (a share group cannot
+                accept records it has not acquired).
         """
+        self._refuse_share("purge (a share group cannot accept records it has not acquired)",
+                           "purge")
         self._authorize(remove=True)
         view = self._open_view()
         view.catch_up()
@@ -935,7 +1103,9 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             AccessDenied: the caller lacks GET_PROPERTIES.
+            UnsupportedFormatNameOperation: a share-arbitrated queue (no count).
         """
+        self._refuse_share(_NO_COUNT, "count")
         self.manager.access.require(self._single(), AccessRight.GET_PROPERTIES)
         view = self._open_view()
         view.catch_up(for_good=False)
@@ -947,7 +1117,11 @@ class MessageQueue(PeekLockReceives):
 
         Returns:
             int: how many, now (0 or more).
+
+        Raises:
+            UnsupportedFormatNameOperation: a share-arbitrated queue (no count).
         """
+        self._refuse_share(_NO_COUNT, "expired_count")
         view = self._open_view()
         view.catch_up(for_good=False)
         return len(view.state.expired(_now_ms()))
@@ -964,7 +1138,9 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             AccessDenied: the caller lacks GET_PROPERTIES.
+            UnsupportedFormatNameOperation: a share-arbitrated queue (no count).
         """
+        self._refuse_share(_NO_COUNT, "counts")
         self.manager.access.require(self._single(), AccessRight.GET_PROPERTIES)
         view = self._open_view()
         view.catch_up(for_good=False)
@@ -978,7 +1154,11 @@ class MessageQueue(PeekLockReceives):
 
         Every process skips them alike (they remove nothing); a count above 0 means something
         other than kmq writes to the topic (``kmq queue show`` reports it).
+
+        Raises:
+            UnsupportedFormatNameOperation: a share-arbitrated queue (no receipts).
         """
+        self._refuse_share("receipts log", "receipts")
         view = self._open_view()
         view.catch_up()
         return view.malformed_receipts
@@ -987,7 +1167,11 @@ class MessageQueue(PeekLockReceives):
         """Records of the queue manager's snapshot topic under this queue's key that this
         handle skipped when it opened: not valid snapshots of this queue, or stale ones (see
         ``docs/design.md``, "Bounded state"); the handle read the logs instead.
+
+        Raises:
+            UnsupportedFormatNameOperation: a share-arbitrated queue (no snapshots).
         """
+        self._refuse_share("snapshots", "snapshots")
         return self._open_view().malformed_snapshots
 
     def close(self) -> None:
@@ -1011,7 +1195,12 @@ class MessageQueue(PeekLockReceives):
             try:
                 self._release_locks()
             finally:
-                self._release_held()
+                try:
+                    self._release_held()
+                finally:
+                    share, self._share = self._share, None
+                    if share is not None:
+                        share.close()
         finally:
             if self._view is not None:
                 self._view.close()
@@ -1452,8 +1641,12 @@ class MessageQueue(PeekLockReceives):
 
         Returns:
             int: messages this call expired, dead-lettered as poison records, released or
-            dead-lettered after their lease, or moved to ``;poison``.
+            dead-lettered after their lease, or moved to ``;poison``. 0 on a share-arbitrated
+            queue: its receivers expire and move messages as they acquire them, and the
+            broker keeps the locks.
         """
+        if self.arbitration == "share":
+            return 0
         view = self._open_view()
         view.catch_up()
         return (self._expire(view) + len(self._dead_letter_poison(view))
@@ -1579,8 +1772,12 @@ class MessageQueue(PeekLockReceives):
 
         Raises:
             InvalidParameter: ``grace`` is not finite seconds >= 0.
+
+        A share-arbitrated queue has no claims: 0.
         """
         grace = wait_seconds(grace, "grace")
+        if self.arbitration == "share":
+            return 0
         view = self._open_view()
         view.catch_up()
         return self._complete_abandoned(view, grace)

@@ -80,12 +80,17 @@ _SETTABLE_TYPES: FieldTypes = {
     "journal_quota_kb": ((int, type(None)), "None or an int of KB"),
     "base_priority": ((int,), "an int -32768..32767"),
     "privacy_level": ((int,), "0 NONE, 1 OPTIONAL or 2 BODY"),
+    "arbitration": ((str,), '"receipts" or "share"'),
 }
 #: The ``version`` this module writes into registry records; it reads any version >= 1.
 REGISTRY_RECORD_VERSION = 1
 #: Default PROPID_Q_* extension ``receive_retry_count``: WCF's MSMQ binding default
 #: (``MsmqBindingBase.ReceiveRetryCount``), and the delivery-count limit of Kafka share groups.
 DEFAULT_RECEIVE_RETRY_COUNT = 5
+#: ``arbitration`` values: who decides which receiver gets a message (docs/design.md,
+#: "Share-group arbitration"). ``receipts``: the queue's receipts log (every MSMQ operation,
+#: priority and FIFO order); ``share``: a Kafka share group (KIP-932; no order, no peek).
+ARBITRATIONS = ("receipts", "share")
 #: Largest ``receive_retry_count`` (the abort count is a 32-bit value, PROPID_M_ABORT_COUNT).
 MAX_RECEIVE_RETRY_COUNT = 2**32 - 2
 
@@ -127,6 +132,12 @@ class QueueProperties:
             None for a record written before kmq had access control (see :attr:`security`).
         access_list (tuple[str, ...]): the queue's discretionary access-control list, one
             entry per value in :meth:`facade.acl.AccessControlEntry.to_text` form.
+        arbitration (str): who decides which receiver gets a message, fixed at creation:
+            ``"receipts"`` (default; the receipts log: every MSMQ operation, highest priority
+            first, then arrival order) or ``"share"`` (a Kafka share group: receivers scale
+            out, but **no order** is kept, and peek, cursors, selective receives, purge,
+            count, prefetch and transactions are refused). A record without it reads as
+            ``"receipts"``.
     """
 
     path_name: str
@@ -150,6 +161,7 @@ class QueueProperties:
     receive_retry_count: int | None = DEFAULT_RECEIVE_RETRY_COUNT
     owner: str | None = None
     access_list: tuple[str, ...] = ()
+    arbitration: str = "receipts"
 
     @property
     def security(self) -> SecurityDescriptor:
@@ -194,6 +206,10 @@ class QueueProperties:
                                    queue=self.path_name)
         if self.owner is not None:
             self.security  # noqa: B018 - raises InvalidParameter for a bad owner or entry
+        if self.arbitration not in ARBITRATIONS:
+            raise InvalidParameter(
+                f"arbitration must be one of {', '.join(map(repr, ARBITRATIONS))}, not "
+                f"{self.arbitration!r}", queue=self.path_name)
         retries = self.receive_retry_count
         if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
                                     or not 0 <= retries <= MAX_RECEIVE_RETRY_COUNT):
@@ -342,6 +358,9 @@ def _decode_queue(doc: dict[str, Any], key: str | None) -> QueueProperties:
                if "receive_retry_count" in doc else DEFAULT_RECEIVE_RETRY_COUNT)
     # Added with access control: absent means a record written before it (no owner).
     owner = _check_type(doc, "owner", (str,), optional=True) if "owner" in doc else None
+    # Added with share-group arbitration: absent means the receipts log arbitrates.
+    arbitration = (_check_type(doc, "arbitration", (str,)) if "arbitration" in doc
+                   else "receipts")
     access_list = _access_list(doc)
     path_name = text["path_name"]
     if key is not None and key != path_name:
@@ -352,7 +371,8 @@ def _decode_queue(doc: dict[str, Any], key: str | None) -> QueueProperties:
         properties = QueueProperties(**text, **flags, **numbers, **quotas, type_id=type_id,
                                      instance=_guid(doc, "instance"),
                                      receive_retry_count=retries, owner=owner,
-                                     access_list=access_list, **times)
+                                     access_list=access_list, arbitration=arbitration,
+                                     **times)
         properties.validate()
     except MessageQueueError as exc:  # FormatNameError, InvalidParameter
         raise _Malformed(str(exc)) from None

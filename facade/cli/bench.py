@@ -42,6 +42,8 @@ def _table(report: BenchReport) -> Table:
         style = "" if result.target is None else ("green" if ratio >= result.target else "red")
         table.add_row(result.description, f"{result.kmq_median:,.0f}", f"{result.raw_median:,.0f}",
                       f"[{style}]{ratio:.3f}[/{style}]" if style else f"{ratio:.3f}", target)
+        if result.figures:
+            table.add_row(f"  {result.figures_text()}", "", "", "", "")
     machine = report.machine
     table.caption = (f"{machine['cpus']} x {machine['cpu_model']}, Python {machine['python']}, "
                      f"librdkafka {machine['librdkafka']}, load {machine['load_average_1m']}")

@@ -51,10 +51,24 @@ def _queue_dict(properties: Any) -> dict[str, Any]:
     import datetime as dt
 
     data = dataclasses.asdict(properties)
+    # What a receiver can rely on: a share group hands messages out in no order.
+    data["order"] = (ORDER_NONE if data.get("arbitration") == "share"
+                     else "highest priority first, then arrival")
     for name in ("create_time", "modify_time"):
         if data.get(name) is not None:
             data[name] = dt.datetime.fromtimestamp(data[name], dt.UTC).isoformat()
     return data
+
+
+class Arbitration(str, enum.Enum):
+    """``kmq queue create --arbitration``: QueueProperties.arbitration's values."""
+
+    RECEIPTS = "receipts"
+    SHARE = "share"
+
+
+#: The ``order`` of a share-arbitrated queue, as ``kmq queue show`` and ``list`` print it.
+ORDER_NONE = "none kept (share group): neither priority nor arrival order"
 
 
 def _create_path(path: str, public: bool) -> str:
@@ -87,6 +101,13 @@ def create(path: str = text_argument(
                None, min=-1,
                help="Peek-lock releases after which a message goes to ;poison; -1 = no limit "
                     "(default 5, facade.registry.DEFAULT_RECEIVE_RETRY_COUNT)."),
+           arbitration: Arbitration = typer.Option(
+               "receipts", "--arbitration", case_sensitive=False,
+               help="Who decides which receiver gets a message: 'receipts' (default; every "
+                    "MSMQ operation, priority then arrival order) or 'share' (a Kafka share "
+                    "group: receivers scale out, NO order is kept; peek, cursors, selective "
+                    "receives, purge, count, prefetch and transactions are refused). See "
+                    "docs/design.md, \"Share-group arbitration\"."),
            as_json: bool = JsonOption) -> None:
     r"""Create a queue; a path without private$ is a public queue, published in the directory.
 
@@ -96,6 +117,7 @@ def create(path: str = text_argument(
     with _manager(as_json) as qm:
         queue = qm.create_queue(queue_path, label=label, transactional=transactional,
                                 journal=journal, quota_kb=quota_kb,
+                                arbitration=arbitration.value,
                                 **_retry_setting(receive_retry_count))
         props = queue.properties
     data = _queue_dict(props)
@@ -171,7 +193,8 @@ def list_queues(counts: bool = typer.Option(
                            "messages": None if counted is None else counted.receivable,
                            "expired": None if counted is None else counted.expired})
     columns = (("path_name", "queue"), ("label", "label"), ("messages", "messages"),
-               ("transactional", "xact"), ("journal", "journal"), ("quota_kb", "quota KB"))
+               ("transactional", "xact"), ("journal", "journal"), ("quota_kb", "quota KB"),
+               ("arbitration", "arbiter"))
 
     def render(rows: list[dict]) -> Table:
         from rich.table import Table
@@ -188,6 +211,8 @@ def list_queues(counts: bool = typer.Option(
 
 
 def _messages_cell(row: dict) -> str | None:
+    if row.get("arbitration") == "share":
+        return "n/a (share: no order, no count)"
     if row["messages"] is None:
         return None
     if row["expired"]:
@@ -208,9 +233,14 @@ def show(queue: str = QueueArg, as_json: bool = JsonOption) -> None:
     not counted in "messages", dead-lettered by the next sweep)."""
     with _manager(as_json) as qm:
         with qm.open_queue(resolve_queue_name(qm, queue)) as q:
-            data = {**_queue_dict(q.properties), **_counts(q),
-                    "malformed_receipts": q.malformed_receipts(),
-                    "malformed_snapshots": q.malformed_snapshots()}
+            properties = q.properties
+            if q.arbitration == "share":
+                # A share group keeps no count and no receipts (MessageQueue.count refuses).
+                data = {**_queue_dict(properties), "messages": None, "expired": None}
+            else:
+                data = {**_queue_dict(properties), **_counts(q),
+                        "malformed_receipts": q.malformed_receipts(),
+                        "malformed_snapshots": q.malformed_snapshots()}
     emit(data, as_json, lambda d: key_value_table(queue, d))
 
 

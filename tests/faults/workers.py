@@ -130,7 +130,10 @@ def run_receiver(args: dict[str, Any]) -> None:
 
     qm = _open(args)
     queue = qm.open_queue(args["queue"])
-    claimant = queue._open_view().claimant  # the id its receipts carry
+    if queue.arbitration == "share":
+        claimant = f"share-{os.getpid()}"  # a share queue has no receipts to name it
+    else:
+        claimant = queue._open_view().claimant  # the id its receipts carry
     recorder = Recorder(Path(args["history"]), claimant)
     label = args.get("label", args["queue"])
     recorder.event("start", claimant=claimant, pid=os.getpid())

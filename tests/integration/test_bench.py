@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from confluent_kafka.admin import AdminClient
 
 from facade.bench import DEFAULT_SCENARIOS, TARGETS, format_table, run_benchmarks
@@ -35,6 +36,27 @@ def test_every_default_scenario_reports_both_sides_and_cleans_up(broker: BrokerE
     assert set(document["scenarios"]) == set(DEFAULT_SCENARIOS)
     assert "the same Avro envelope + headers" in format_table(report)
     # Throwaway queues and raw topics are deleted again.
+    leftovers = {t for t in set(admin.list_topics(timeout=10).topics) - before
+                 if "bench" in t}
+    assert not leftovers
+
+
+def test_receive_share_prints_one_two_and_four_processes(broker: BrokerEndpoint,
+                                                          kmq_home: Path) -> None:
+    config = KmqConfig.load(bootstrap_servers=broker.bootstrap_servers)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    before = set(admin.list_topics(timeout=10).topics)
+    report = run_benchmarks(config, messages=30, rounds=1, payload=64,
+                            scenarios=["receive-share"])
+    (result,) = report.results
+    assert result.skipped is None and result.target == TARGETS["receive-share"]
+    assert set(result.figures) == {"load_avg_1min", "load_avg_1min_after", "share_1_msg_per_s",
+                                   "share_2_msg_per_s", "share_4_msg_per_s"}
+    assert result.kmq[0] == pytest.approx(result.figures["share_4_msg_per_s"][0], abs=0.01)
+    assert all(values[0] > 0 for key, values in result.figures.items() if key.startswith("share"))
+    document = report.as_dict()["scenarios"]["receive-share"]
+    assert document["share_1_msg_per_s"] == result.figures["share_1_msg_per_s"][0]
+    assert "share_2_msg_per_s" in format_table(report)
     leftovers = {t for t in set(admin.list_topics(timeout=10).topics) - before
                  if "bench" in t}
     assert not leftovers

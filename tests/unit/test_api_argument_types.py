@@ -206,7 +206,8 @@ CASES = [
          {"config": Param(("none",)), "session": Param(("none",)), "lease_ids": Param(FLAG)},
          base={"config": None, "session": None}),
     Case("QueueManager.create_queue", lambda e, kw: e.qm.create_queue(**kw),
-         {"path": Param(TEXT, "path name"), "transactional": Param(FLAG), **_QUEUE_PROPERTIES},
+         {"path": Param(TEXT, "path name"), "transactional": Param(FLAG), **_QUEUE_PROPERTIES,
+          "arbitration": Param(TEXT)},
          base={"path": r".\private$\never"}),
     *(Case(f"QueueManager.{name}", lambda e, kw, name=name: getattr(e.qm, name)(**kw),
            {"path_or_format_name": Param(TEXT, "path name")})
@@ -272,7 +273,7 @@ CASES = [
          {"grace": Param(NUMBER)}),
     Case("MessageQueue.set_properties", lambda e, kw: e.queue.set_properties(**kw),
          dict(_QUEUE_PROPERTIES)),
-    *(Case(f"PeekLockReceives.{name}", lambda e, kw, name=name: getattr(e.queue, name)(**kw),
+    *(Case(f"MessageQueue.{name}", lambda e, kw, name=name: getattr(e.queue, name)(**kw),
            {"message": Param(())}) for name in ("complete", "abandon")),
     # Cursor
     Case("Cursor.__init__", lambda e, kw: Cursor(**kw), {"queue": Param(())}),
