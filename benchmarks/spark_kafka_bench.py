@@ -12,7 +12,8 @@ then, in one local-mode Spark session (``local_session``: the connector jars on
 * ``kmq python``: ``read_queue(..., path="kmq")``: kmq's Python data source and decoder.
 
 Prints rows/s per read and operation (median of the rounds), the ratios the issue asks for
-(kafka + from_avro against kmq python, and against raw kafka), and the figures as JSON. Not part
+(kafka + from_avro against kmq python, and against raw kafka), the range of the 1-minute load
+average over the measurements (the machine may be shared), and the figures as JSON. Not part
 of the test run. Broker: KMQ_BOOTSTRAP_SERVERS, else the dev stack (``kmq dev up``).
 
     .venv/bin/python benchmarks/spark_kafka_bench.py --messages 200000 --rounds 3
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 import uuid
@@ -87,6 +89,7 @@ def main() -> None:
             for build, _column in reads.values():  # warm-up: JVM, Python workers, caches
                 build().count()
             results: dict[str, list[float]] = {}
+            loads: list[float] = []
             for _ in range(args.rounds):
                 for name, (build, column) in reads.items():
                     for operation, action in (("count", lambda: build().count()),
@@ -94,6 +97,7 @@ def main() -> None:
                         rows, seconds = timed(action)
                         assert rows == args.messages, (name, operation, rows)
                         results.setdefault(f"{name} {operation}", []).append(rows / seconds)
+                        loads.append(os.getloadavg()[0])
         finally:
             spark.stop()
         qm.delete_queue(QUEUE)
@@ -110,9 +114,11 @@ def main() -> None:
         print(f"{name:44} {value:10.0f}")
     for name, value in ratios.items():
         print(f"{name:44} {value:10.2f}")
+    print(f"{'1-minute load average (min-max)':44} {min(loads):4.1f}-{max(loads):4.1f}")
     print(json.dumps({"messages": args.messages, "rounds": args.rounds,
                       "fill_seconds": round(fill_seconds, 2), "rows_per_second": medians,
-                      "all_rounds": results, "ratios": ratios}, indent=2))
+                      "all_rounds": results, "ratios": ratios,
+                      "load_average": [min(loads), max(loads)]}, indent=2))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ Python's decoder (:func:`facade.envelope.decode_message`) stays the authority. A
 on the JVM only when it provably reads as Python reads it (:func:`fast_path_conditions`):
 
 * the header is the current envelope schema's, and ``from_avro`` decoded the rest;
-* the canonical Avro encoding of the decoded values (minimal varints, a map as one block:
-  :func:`encoded_size`) is exactly as long as the bytes read, so nothing was left over
+* the canonical Avro encoding of the decoded values (``to_avro``: Avro's Java writer, minimal
+  varints, a map as one block) is exactly as long as the bytes read, so nothing was left over
   (trailing bytes) and nothing was read leniently; map keys are unique;
 * every property is in its MSMQ range, as :meth:`facade.message.Message.validate` checks it
   (enums and flags from the property declarations, int ranges, label length, non-empty format
@@ -21,14 +21,23 @@ on the JVM only when it provably reads as Python reads it (:func:`fast_path_cond
   ``kmq.Acknowledgment`` that Python decodes.
 
 Every other row (poison records, older writer schemas, acknowledgments, anything unusual) is
-handed, undecoded, to the Python decoder in the same ``mapInArrow`` step that applies the
-queue view (:class:`spark_connector.read.QueueViewFilter`), which gives it the ``error`` and
+handed, undecoded, to the Python decoder in the same step that applies the queue view
+(:class:`spark_connector.read.KafkaRowFinisher`), which gives it the ``error`` and
 ``raw_value`` columns, dead-letters it or fails the task exactly as the Python path does.
+
+The expressions are kept compilable and small, because that is where the time goes: Spark
+compiles the scan, the decode and the checks of a stage into one Java method. A higher-order
+function (``aggregate``, ``forall``, ``transform``) is never compiled (``CodegenFallback``)
+and makes Spark interpret the whole projection it is in; an expression repeated under a
+``CASE WHEN`` branch is not shared, so each repetition is computed; and a method of more than
+8,000 bytes of bytecode is not compiled by the JIT at all (HotSpot's
+``DontCompileHugeMethods``). Hence one ``to_avro`` for the canonical length rather than a
+size rule per field, and one regular expression per message id rather than one ``substring``
+per byte.
 """
 
 from __future__ import annotations
 
-import json
 from enum import IntEnum, IntFlag
 from typing import TYPE_CHECKING, Any, cast
 
@@ -85,28 +94,25 @@ def _prefix() -> bytes:
     return kmq_avro.family(ENVELOPE_SCHEMA_FILE).current.prefix
 
 
-def _guid_text(hex_col: Column) -> Column:
-    """``guid\\seq`` text of a 20-byte MSMQ MSGID given as 40 lowercase hex digits: the GUID
-    in Windows byte order (first three groups little-endian), then a little-endian uint32."""
-    from pyspark.sql import functions as F
-
-    def byte(i: int) -> Column:  # the i-th byte (0-based) as two hex digits
-        return F.substring(hex_col, 2 * i + 1, 2)
-
-    def group(*indexes: int) -> Column:
-        return F.concat(*[byte(i) for i in indexes])
-
-    sequence = F.conv(group(19, 18, 17, 16), 16, 10)
-    return F.concat(group(3, 2, 1, 0), F.lit("-"), group(5, 4), F.lit("-"), group(7, 6),
-                    F.lit("-"), group(8, 9), F.lit("-"), group(10, 11, 12, 13, 14, 15),
-                    F.lit("\\"), sequence)
+#: The 40 hex digits of an MSGID in groups: GUID bytes 0-3, 4-5, 6-7 (each little-endian),
+#: 8-9, 10-15, then the sequence number's four bytes (little-endian).
+_MSGID_HEX = "^" + "(..)" * 8 + "(.{4})(.{12})" + "(..)" * 4 + "$"
+#: The GUID text, a backslash, then the sequence number's hex digits in big-endian order.
+_MSGID_ORDER = "$4$3$2$1-$6$5-$8$7-$9-$10\\\\$14$13$12$11"
 
 
 def _message_id(column: Column) -> Column:
+    """``guid\\seq`` text of a 20-byte MSMQ MSGID (null stays null): the GUID in Windows
+    byte order (first three groups little-endian), then a little-endian uint32 in decimal.
+
+    One ``hex`` and one regular expression per id: Spark does not share a subexpression
+    under a ``CASE WHEN`` branch, so an expression taking each byte apart separately
+    recomputes the hex text for each of the 20 bytes."""
     from pyspark.sql import functions as F
 
-    return F.when(column.isNull(), F.lit(None).cast("string")).otherwise(
-        _guid_text(F.lower(F.hex(column))))
+    ordered = F.regexp_replace(F.hex(column), _MSGID_HEX, _MSGID_ORDER)
+    return F.concat(F.lower(F.substring(ordered, 1, 37)),
+                    F.conv(F.substring(ordered, 38, 8), 16, 10))
 
 
 def _enum_names(kind: type[IntEnum]) -> Column:
@@ -114,81 +120,6 @@ def _enum_names(kind: type[IntEnum]) -> Column:
 
     return F.create_map(*[item for member in kind
                           for item in (F.lit(member.value), F.lit(member.name))])
-
-
-#: Integers whose zigzag varint this module sizes (larger ones take the Python path).
-_SIZED_LIMIT = 1 << 55
-
-
-def _varint_size(zigzag: Column) -> Column:
-    """Bytes of the Avro varint of a non-negative zigzag value below 2**56 (null above)."""
-    from pyspark.sql import functions as F
-
-    size = F.when(zigzag < F.lit(1 << 7), F.lit(1))
-    for groups in range(2, 9):
-        size = size.when(zigzag < F.lit(1 << (7 * groups)), F.lit(groups))
-    return size
-
-
-def _long_size(value: Column) -> Column:
-    """Bytes of an Avro int or long (zigzag varint); null when out of the sized range."""
-    from pyspark.sql import functions as F
-
-    number = value.cast("long")
-    zigzag = F.when(number >= 0, number * 2).otherwise(-number * 2 - 1)
-    return F.when(number.between(-_SIZED_LIMIT, _SIZED_LIMIT), _varint_size(zigzag))
-
-
-def _length_prefixed(length: Column) -> Column:
-    return _long_size(length) + length
-
-
-def _type_size(kind: Any, value: Column) -> Column:
-    """Bytes of ``value`` written canonically with the Avro type ``kind`` (as fastavro and
-    Avro's Java writer write: minimal varints, a map as one block)."""
-    from pyspark.sql import functions as F
-
-    if isinstance(kind, list):  # ["null", X]: the branch index (one byte), then the value
-        other = next(k for k in kind if k != "null")
-        return F.when(value.isNull(), F.lit(1)).otherwise(1 + _type_size(other, value))
-    if isinstance(kind, dict):
-        if kind.get("logicalType") == "timestamp-millis":
-            return _long_size(F.unix_millis(value))
-        if kind["type"] == "fixed":
-            return F.lit(int(kind["size"]))
-        if kind["type"] == "map":
-            entries = F.map_entries(value)
-            body = F.aggregate(
-                entries, F.lit(0).cast("long"),
-                lambda total, entry: total + _length_prefixed(F.octet_length(entry["key"]))
-                + _length_prefixed(F.octet_length(entry["value"])))
-            count = F.size(entries)
-            return F.when(count == 0, F.lit(1)).otherwise(_long_size(count) + body + 1)
-        return _type_size(kind["type"], value)
-    if kind in ("int", "long"):
-        return _long_size(value)
-    if kind == "boolean":
-        return F.lit(1)
-    if kind == "string":
-        return _length_prefixed(F.octet_length(value))
-    if kind == "bytes":
-        return _length_prefixed(F.length(value))
-    if kind == "MessageId":  # the named fixed type, defined by the id field
-        return F.lit(20)
-    raise NotImplementedError(f"Avro type {kind!r} has no size rule in spark_connector.jvmdecode")
-
-
-def encoded_size(env: Column, schema: dict[str, Any]) -> Column:
-    """Bytes of the record ``env`` written canonically with ``schema`` (a parsed record
-    schema); null when a value is outside what this sizes. Equal to the Avro body's length
-    exactly when the body was written canonically and has nothing after the record."""
-    total = None
-    for field in schema["fields"]:
-        size = _type_size(field["type"], env[field["name"]])
-        total = size if total is None else total + size
-    if total is None:
-        raise NotImplementedError("an Avro record without fields has no size rule")
-    return total
 
 
 def fast_path_conditions(env: Column) -> list[tuple[str, Column]]:
@@ -241,9 +172,12 @@ def fast_path_conditions(env: Column) -> list[tuple[str, Column]]:
                                                                     F.expr(_LAST_INSTANT))))
     properties = env["properties"]
     keys, values = F.map_keys(properties), F.map_values(properties)
+    # Every key and value is valid UTF-8 exactly when they are, joined by an ASCII byte: no
+    # byte of a multi-byte UTF-8 sequence is ASCII, so validity never spans the separator.
+    # (F.forall would say the same, but see the module docs on higher-order functions.)
     conditions.append(("properties", (F.size(F.array_distinct(keys)) == F.size(keys))
-                       & F.forall(keys, lambda k: F.is_valid_utf8(k))
-                       & F.forall(values, lambda v: F.is_valid_utf8(v))))
+                       & F.is_valid_utf8(F.array_join(keys, ","))
+                       & F.is_valid_utf8(F.array_join(values, ","))))
     in_transaction = env["transaction_id"].isNotNull()
     conditions.append(("transaction", in_transaction
                        | ~(env["first_in_transaction"] | env["last_in_transaction"])))
@@ -295,7 +229,7 @@ def decode_on_jvm(df: DataFrame) -> DataFrame:
         else null), ``_kmq_size`` (the value's length) and ``_kmq_headers``.
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro
+    from pyspark.sql.avro.functions import from_avro, to_avro
 
     from spark_connector.schema import MESSAGE_SCHEMA
 
@@ -311,8 +245,11 @@ def decode_on_jvm(df: DataFrame) -> DataFrame:
         "*", from_avro(F.col("_kmq_body"), schema, {"mode": "PERMISSIVE"}).alias("_kmq_env"))
     env = F.col("_kmq_env")
     # Read exactly as Python reads it: nothing after the record, nothing encoded leniently.
-    fast = env.isNotNull() & (encoded_size(env, json.loads(schema))
-                              == F.length(F.col("_kmq_body")))
+    # to_avro writes the decoded values canonically (Avro's Java writer: minimal varints, a
+    # map as one block), so the same length means nothing was left over or read leniently.
+    # (Lengths, not bytes: a map's entries may come back in another order.)
+    fast = env.isNotNull() & (F.octet_length(to_avro(env, schema))
+                              == F.octet_length(F.col("_kmq_body")))
     for _what, condition in fast_path_conditions(env):
         fast = fast & F.coalesce(condition, F.lit(False))
     checked = decoded.select("*", F.coalesce(fast, F.lit(False)).alias(FAST_PATH))

@@ -33,7 +33,7 @@ import json
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import fields
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -258,13 +258,11 @@ def _kafka_path(spark: Any, resolution: Resolution, streaming: bool,
             return raw
         return raw.mapInArrow(QueueViewFilter(resolution, stall), raw.schema)
     from spark_connector.jvmdecode import decode_on_jvm
-    from spark_connector.schema import MESSAGE_SCHEMA
 
     view = None if include_removed else QueueViewFilter(resolution, stall, headers="_kmq_headers",
                                                         size="_kmq_size")
     target = DeadLetterTarget.from_resolution(resolution) if on_error == "dead_letter" else None
-    return decode_on_jvm(raw).mapInArrow(KafkaRowFinisher(view, on_error, target),
-                                         MESSAGE_SCHEMA)
+    return KafkaRowFinisher(view, on_error, target).apply(decode_on_jvm(raw))
 
 
 def kafka_source_options(resolution: Resolution, *, streaming: bool = True,
@@ -452,14 +450,31 @@ class _TopicTracker:
         """Nothing is held open between batches (the prefix reader is closed already)."""
 
 
-class KafkaRowFinisher:
-    """The one Python step of the Kafka-source path (``mapInArrow``): the queue view, then
-    the Python decoder for the rows the JVM did not decode (:mod:`spark_connector.jvmdecode`).
+#: The columns the Python step reads (narrow: the decoded columns stay on the JVM).
+_STEP_INPUTS = ("topic", "partition", "offset", "timestamp", "_kmq_size", "_kmq_headers",
+                FAST_PATH, "_kmq_value")
+#: The struct field of the Python step's result saying whether the row is output.
+_KEEP = "_kmq_keep"
+#: The Python step's result column (dropped from the output).
+_STEP = "_kmq_step"
 
-    Rows decoded on the JVM pass through as Arrow columns, untouched per row; the others
-    (poison records, acknowledgments, other writer schemas) are decoded by
-    :func:`spark_connector.decode.decode_batch` with ``on_error`` as on the kmq path. Output
-    rows keep offset order within each batch.
+
+class KafkaRowFinisher:
+    """The one Python step of the Kafka-source path: a scalar iterator ``arrow_udf`` over a
+    few narrow columns, whose result says which rows are in the queue view and carries the
+    Python decoder's columns for the rows the JVM did not decode
+    (:mod:`spark_connector.jvmdecode`).
+
+    The step sees each row's topic, partition, offset, timestamp, value length, headers and
+    JVM verdict (``_kmq_fast``), and the record value only where the JVM did not decode it;
+    the ~45 decoded columns never leave the JVM. The rows are then filtered and their columns
+    chosen on the JVM (:meth:`apply`). The rows the JVM did not decode (poison records,
+    acknowledgments, other writer schemas) are decoded by
+    :func:`spark_connector.decode.decode_batch` with ``on_error`` as on the kmq path; one
+    dropped there (dead-lettered) is not output. The UDF is non-deterministic, so Spark runs
+    it once per row, in the partition's offset order, and pushes no filter below it (the queue
+    view must see every record: a filter below it would change which copy of a message is the
+    duplicate).
 
     Args:
         view (QueueViewFilter | None): the queue view to apply; None keeps every row
@@ -474,37 +489,48 @@ class KafkaRowFinisher:
         self.on_error = on_error
         self.dead_letter = dead_letter
 
-    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from spark_connector.decode import _ARROW_SCHEMA, _DeadLetterWriter, decode_batch
+    def apply(self, decoded: Any) -> Any:
+        """The message rows of :func:`spark_connector.jvmdecode.decode_on_jvm`'s output.
+
+        Args:
+            decoded (DataFrame): MESSAGE_SCHEMA's columns plus ``_kmq_fast`` and
+                :data:`~spark_connector.jvmdecode.RAW_COLUMNS`.
+
+        Returns:
+            DataFrame: :data:`~spark_connector.schema.MESSAGE_SCHEMA` rows in the view.
+        """
+        from pyspark.sql import functions as F
+        from pyspark.sql.functions import arrow_udf
+
+        from spark_connector.schema import MESSAGE_SCHEMA
+
+        finisher = self
+
+        def finish(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+            return finisher(batches)  # a function: arrow_udf takes its kind from the hints
+
+        # cast: pyspark's stubs list atomic and array result types only, not a struct.
+        step = cast(Any, arrow_udf)(finish, _step_type()).asNondeterministic()
+        stepped = decoded.select("*", step(*[F.col(c) for c in _STEP_INPUTS]).alias(_STEP))
+        kept = stepped.filter(F.col(_STEP)[_KEEP])
+        outputs = []
+        for field in MESSAGE_SCHEMA.fields:
+            if field.name in _JVM_ONLY:
+                outputs.append(F.col(field.name))
+            else:
+                outputs.append(F.when(F.col(FAST_PATH), F.col(field.name))
+                               .otherwise(F.col(_STEP)[field.name]).alias(field.name))
+        return kept.select(*outputs)
+
+    def __call__(self, batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+        from spark_connector.decode import _DeadLetterWriter
 
         writer = _DeadLetterWriter(self.dead_letter) if self.dead_letter else None
         masks = self.view.open() if self.view is not None else None
-        names = _ARROW_SCHEMA.names
         try:
-            for batch in batches:
-                if masks is not None:
-                    batch = batch.filter(masks(batch))
-                if batch.num_rows == 0:
-                    continue
-                fast_mask = batch.column(FAST_PATH)
-                fast = batch.filter(fast_mask).select(names)
-                parts = [pa.Table.from_batches([fast]).cast(_ARROW_SCHEMA)]
-                slow = batch.filter(pc.invert(fast_mask))
-                if slow.num_rows:
-                    records = pa.RecordBatch.from_arrays(
-                        [slow.column("_kmq_value"), slow.column("topic"),
-                         slow.column("partition"), slow.column("offset"),
-                         slow.column("timestamp")],
-                        names=["value", "topic", "partition", "offset", "timestamp"])
-                    decoded = decode_batch(records, self.on_error,
-                                           writer.write if writer else None)
-                    parts.append(pa.Table.from_batches([decoded], schema=_ARROW_SCHEMA))
-                    table = pa.concat_tables(parts)
-                    table = table.take(pc.sort_indices(table, [("topic", "ascending"),
-                                                               ("offset", "ascending")]))
-                else:
-                    table = parts[0]
-                yield from table.combine_chunks().to_batches()
+            for arrays in batches:
+                batch = pa.RecordBatch.from_arrays(list(arrays), names=list(_STEP_INPUTS))
+                yield self._step(batch, masks, writer)
             if writer is not None:
                 writer.flush()  # the task succeeds only once every copy is acknowledged
         finally:
@@ -512,3 +538,60 @@ class KafkaRowFinisher:
                 masks.__exit__(None, None, None)
             if writer is not None:
                 writer.close()
+
+    def _step(self, batch: pa.RecordBatch, masks: _ViewMask | None,
+              writer: Any) -> pa.StructArray:
+        from spark_connector.decode import decode_batch
+
+        viewed = masks(batch) if masks is not None else pa.repeat(pa.scalar(True), batch.num_rows)
+        fast = batch.column(FAST_PATH).fill_null(False)
+        step_type = _STEP_ARROW
+        slow = pc.and_(viewed, pc.invert(fast))
+        decoded_keep = pc.and_(viewed, fast)
+        if pc.any(slow).as_py():
+            rows = batch.filter(slow)
+            records = pa.RecordBatch.from_arrays(
+                [rows.column("_kmq_value"), rows.column("topic"), rows.column("partition"),
+                 rows.column("offset"), rows.column("timestamp")],
+                names=["value", "topic", "partition", "offset", "timestamp"])
+            decoded = decode_batch(records, self.on_error, writer.write if writer else None)
+            # Decoded rows keep their record's topic and offset: put each back in its place
+            # (rows dead-lettered there are not output).
+            where = {(t, o): i for i, (t, o) in enumerate(zip(
+                batch.column("topic").to_pylist(), batch.column("offset").to_pylist()))}
+            index: list[int | None] = [None] * batch.num_rows
+            for j, key in enumerate(zip(decoded.column("topic").to_pylist(),
+                                        decoded.column("offset").to_pylist())):
+                index[where[key]] = j
+            positions = pa.array(index, type=pa.int32())
+            decoded_keep = pc.or_(decoded_keep, pc.is_valid(positions))
+            columns = [decoded.column(f.name).take(positions) for f in list(step_type)[1:]]
+        else:
+            columns = [pa.nulls(batch.num_rows, f.type) for f in list(step_type)[1:]]
+        return pa.StructArray.from_arrays([decoded_keep.fill_null(False), *columns],
+                                          fields=list(step_type))
+
+
+#: Columns always taken from the JVM (the record's own).
+_JVM_ONLY = ("topic", "partition", "offset", "timestamp")
+
+
+def _step_type() -> Any:
+    """Spark type of the Python step's result: the keep flag, then the Python decoder's
+    columns for the rows the JVM did not decode."""
+    from pyspark.sql.types import BooleanType, StructField, StructType
+
+    from spark_connector.schema import MESSAGE_SCHEMA
+
+    return StructType([StructField(_KEEP, BooleanType(), False)]
+                      + [f for f in MESSAGE_SCHEMA.fields if f.name not in _JVM_ONLY])
+
+
+def _step_arrow() -> pa.StructType:
+    from spark_connector.decode import _ARROW_SCHEMA
+
+    return pa.struct([pa.field(_KEEP, pa.bool_(), nullable=False)]
+                     + [f for f in _ARROW_SCHEMA if f.name not in _JVM_ONLY])
+
+
+_STEP_ARROW = _step_arrow()
