@@ -60,12 +60,6 @@ from facade.registry import (
 from facade.resolution import Resolver, is_local_address
 from facade.transmission import Transmitter
 from facade.sequence import MessageIdAllocator
-from facade.sharequeue import (
-    check_share_properties,
-    prepare_share_queue,
-    share_receipts_topic,
-    share_topics,
-)
 from facade.systemoutputs import SystemOutputs
 from facade.timeouts import DEFAULT_PREFETCH_LEASE, lease_to_ms
 from facade.topics import QueueTopics, queue_topics, system_topics, transactional_id_prefix
@@ -325,6 +319,14 @@ class QueueManager:
         ).validate()
         share = properties.arbitration == "share"
         if share:
+            # Imported here: facade.sharequeue brings in the receive path and its crypto,
+            # which `kmq queue list` and every other command that creates no queue skip.
+            from facade.sharequeue import (
+                check_share_properties,
+                prepare_share_queue,
+                share_receipts_topic,
+            )
+
             check_share_properties(properties)
             properties = dataclasses.replace(
                 properties, receipts_topic=share_receipts_topic(properties.data_topic))
@@ -386,6 +388,8 @@ class QueueManager:
         journal = topics.journal()
         doomed = [topics.data, topics.receipts, journal.data, journal.receipts]
         if properties.arbitration == "share":
+            from facade.sharequeue import share_topics  # see create_queue
+
             doomed += share_topics(self.session, topics.data)
         # Handles on the queue stop reading it first: librdkafka can crash when a topic a
         # consumer is assigned to disappears under it (seen with librdkafka 2.16). Readers of
