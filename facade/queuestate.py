@@ -1758,7 +1758,7 @@ class QueueState:
             ValueError: the snapshot is inconsistent (offsets out of order or range, codes
                 that disagree with the entries, an unknown code, another dedupe window).
         """
-        _check_snapshot(snapshot, dedupe_window)
+        check_snapshot(snapshot, dedupe_window)
         state = cls(data_start=snapshot.data_start, receipts_start=snapshot.receipts_offset,
                     dedupe_window=dedupe_window)
         state._data_offset = snapshot.data_offset
@@ -1788,11 +1788,6 @@ def check_snapshot(snap: StateSnapshot, dedupe_window: int = DEDUPE_WINDOW) -> N
     Raises:
         ValueError: the snapshot is inconsistent; the message says how.
     """
-    _check_snapshot(snap, dedupe_window)
-
-
-def _check_snapshot(snap: StateSnapshot, dedupe_window: int) -> None:
-    """Raise ValueError unless ``snap`` is a consistent state (see from_snapshot)."""
     if snap.dedupe_window != dedupe_window:
         raise ValueError(f"built with dedupe window {snap.dedupe_window}, not {dedupe_window}")
     if not 0 <= snap.data_start <= snap.codes_base <= snap.data_offset or snap.receipts_offset < 0:
