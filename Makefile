@@ -22,7 +22,7 @@ system-deps:
 # cache (~/.cache/kmq/jars) once; `kmq dev up`, the tests, the demo and the bench start the
 # broker from there. Needs a JDK 17+ and mvn.
 kafka: install
-	$(PY) -c "from facade.localkafka import KAFKA_POM; from facade.mavenjars import find_java, resolve_jars; find_java(); print('Kafka jars:', resolve_jars(KAFKA_POM))"
+	$(PY) -c "from facade.kafka.localkafka import KAFKA_POM; from facade.kafka.mavenjars import find_java, resolve_jars; find_java(); print('Kafka jars:', resolve_jars(KAFKA_POM))"
 
 # Spark's Kafka source and sink and spark-avro (deploy/spark/pom.xml), at exactly the pinned
 # pyspark's version, resolved by Maven into the same jar cache; spark_connector.local_session()

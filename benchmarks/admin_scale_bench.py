@@ -26,7 +26,7 @@ The run, on one queue manager of a fresh name:
 Every figure is printed with the load average (``os.getloadavg()``): the machine is shared.
 
 Broker: ``KMQ_BOOTSTRAP_SERVERS``, else a private Apache Kafka node started for the run
-(``facade.localkafka``), stopped afterwards.
+(``facade.kafka.localkafka``), stopped afterwards.
 
     .venv/bin/python benchmarks/admin_scale_bench.py --queues 1000
 """
@@ -52,7 +52,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # noqa: E40
 
 from facade.config import DirectorySettings, KmqConfig  # noqa: E402
 from facade.manager import QueueManager  # noqa: E402
-from facade.message import Message  # noqa: E402
+from facade.model.message import Message  # noqa: E402
 
 _ROOT = Path(__file__).resolve().parents[1]
 
@@ -258,7 +258,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="admin-bench-") as tmp:
         work = Path(tmp)
         if not bootstrap:
-            from facade.localkafka import LocalKafka
+            from facade.kafka.localkafka import LocalKafka
 
             broker = LocalKafka(work / "kafka")
             broker.start()

@@ -50,14 +50,14 @@ from benchmarks.wire_format_bench import per_call_us, sample_messages  # noqa: E
 from facade import Message  # noqa: E402
 from facade.bench import BATCH, FANOUT, TARGETS, _Raw  # noqa: E402
 from facade.config import KmqConfig  # noqa: E402
-from facade.envelope import (  # noqa: E402
+from facade.model.envelope import (  # noqa: E402
     decode_message,
     encode_message,
     envelope_record,
     envelope_writer,
 )
-from facade.outgoingqueue import OutgoingQueue  # noqa: E402
-from facade.receipts import ReceiptAction, encode_receipt, make_claimant, new_claim  # noqa: E402
+from facade.state.outgoingqueue import OutgoingQueue  # noqa: E402
+from facade.model.receipts import ReceiptAction, encode_receipt, make_claimant, new_claim  # noqa: E402
 
 #: Body bytes of every message, as in ``kmq bench``'s default ``--payload``.
 PAYLOAD = 200

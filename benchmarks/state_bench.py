@@ -13,7 +13,7 @@ parent allocated while filling the queue counts:
   200,000, received with ``receive_many(100)``) and ``--pending`` pending ones (default 1,000).
   The child times a handle from creation to its first peek (target: under 1 s).
 
-Broker: ``KMQ_BOOTSTRAP_SERVERS``, else a private Apache Kafka node started for the run (``facade.localkafka``). Not part of
+Broker: ``KMQ_BOOTSTRAP_SERVERS``, else a private Apache Kafka node started for the run (``facade.kafka.localkafka``). Not part of
 the test run.
 
     .venv/bin/python benchmarks/state_bench.py memory
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from facade.config import DirectorySettings, KmqConfig  # noqa: E402
 from facade.manager import QueueManager  # noqa: E402
-from facade.message import Message  # noqa: E402
+from facade.model.message import Message  # noqa: E402
 
 _QUEUE = r".\private$\state-bench"
 _HALF_QUEUE = r".\private$\state-bench-half"
@@ -152,7 +152,7 @@ def main() -> None:
     bootstrap = os.environ.get("KMQ_BOOTSTRAP_SERVERS")
     with tempfile.TemporaryDirectory(prefix="state-bench-") as work:
         if not bootstrap:
-            from facade.localkafka import LocalKafka
+            from facade.kafka.localkafka import LocalKafka
 
             broker = LocalKafka(Path(work) / "kafka")
             broker.start()

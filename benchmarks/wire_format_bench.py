@@ -5,7 +5,7 @@ Issue 16 asks to measure both and choose. The headers layout is prototyped here 
 writes the Avro envelope): every envelope field that differs from its default becomes one
 header ``kmq.<field>`` (text as UTF-8, integers as decimal digits, bytes as they are, the
 application properties map as JSON), the body is the value. Both layouts start from the same
-envelope record (``facade.envelope.envelope_record``) and end in the same ``Message``
+envelope record (``facade.model.envelope.envelope_record``) and end in the same ``Message``
 constructor, so the comparison is of the wire layout alone.
 
 Measured per message, for three messages (a default express message with a 200-byte body; one
@@ -37,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from facade import Message, MessageId  # noqa: E402
-from facade.envelope import (  # noqa: E402
+from facade.model.envelope import (  # noqa: E402
     _message_from_record,
     decode_message,
     encode_message,

@@ -6,8 +6,8 @@ The names here are the public API::
 
 with the message property enums (``Delivery``, ``Acknowledgment``, ``MessageClass``...), the
 format-name types and parsers, the configuration and every error (``MessageQueueError`` and its
-subclasses). Implementation modules stay importable for advanced use (``facade.formatnames``,
-``facade.envelope``, ``facade.config``), but ``facade.<name>`` is what applications should use;
+subclasses). Implementation modules stay importable for advanced use (``facade.model.formatnames``,
+``facade.model.envelope``, ``facade.config``), but ``facade.<name>`` is what applications should use;
 the package ships ``py.typed``, so type checkers read the annotations.
 
 Names are imported on first use (PEP 562 ``__getattr__``), so ``import facade.cli`` (the ``kmq``
@@ -19,7 +19,7 @@ import importlib
 import typing
 
 if typing.TYPE_CHECKING:
-    from facade.acl import AccessRight, SecurityDescriptor
+    from facade.security.acl import AccessRight, SecurityDescriptor
     from facade.config import DirectorySettings, KmqConfig
     from facade.errors import (
         AccessDenied,
@@ -47,9 +47,9 @@ if typing.TYPE_CHECKING:
         TransientQueueError,
         UnsupportedFormatNameOperation,
     )
-    from facade.cursor import Cursor
-    from facade.destination import Destination
-    from facade.formatnames import (
+    from facade.queues.cursor import Cursor
+    from facade.queues.destination import Destination
+    from facade.model.formatnames import (
         FormatName,
         QueuePath,
         SystemQueue,
@@ -59,7 +59,7 @@ if typing.TYPE_CHECKING:
         path_to_format_name,
     )
     from facade.manager import QueueManager
-    from facade.message import (
+    from facade.model.message import (
         AcknowledgedQueue,
         Acknowledgment,
         AcknowledgmentInfo,
@@ -75,10 +75,10 @@ if typing.TYPE_CHECKING:
         PrivacyLevel,
         SenderIdType,
     )
-    from facade.peeklock import LockedMessage
-    from facade.queue import MessageQueue
-    from facade.registry import QueueProperties
-    from facade.transaction import MessageQueueTransaction, TransactionStatus
+    from facade.queues.peeklock import LockedMessage
+    from facade.queues.queue import MessageQueue
+    from facade.state.registry import QueueProperties
+    from facade.queues.transaction import MessageQueueTransaction, TransactionStatus
 
 __all__ = [
     "AccessDenied",
@@ -142,23 +142,23 @@ __all__ = [
 
 #: Public name -> the module defining it.
 _MODULES = {
-    **dict.fromkeys(("AccessRight", "SecurityDescriptor"), "facade.acl"),
+    **dict.fromkeys(("AccessRight", "SecurityDescriptor"), "facade.security.acl"),
     **dict.fromkeys(("DirectorySettings", "KmqConfig"), "facade.config"),
-    "Cursor": "facade.cursor",
-    "Destination": "facade.destination",
-    "LockedMessage": "facade.peeklock",
-    "MessageQueue": "facade.queue",
+    "Cursor": "facade.queues.cursor",
+    "Destination": "facade.queues.destination",
+    "LockedMessage": "facade.queues.peeklock",
+    "MessageQueue": "facade.queues.queue",
     "QueueManager": "facade.manager",
-    "QueueProperties": "facade.registry",
+    "QueueProperties": "facade.state.registry",
     **dict.fromkeys(("FormatName", "QueuePath", "SystemQueue", "parse_format_name",
                      "parse_path_name", "parse_queue_reference", "path_to_format_name"),
-                    "facade.formatnames"),
+                    "facade.model.formatnames"),
     **dict.fromkeys(("AcknowledgedQueue", "Acknowledgment", "AcknowledgmentInfo", "AuthLevel",
                      "BodyType", "Delivery", "EncryptionAlgorithm", "HashAlgorithm",
                      "JournalLevel", "Message", "MessageClass", "MessageId", "PrivacyLevel",
                      "SenderIdType"),
-                    "facade.message"),
-    **dict.fromkeys(("MessageQueueTransaction", "TransactionStatus"), "facade.transaction"),
+                    "facade.model.message"),
+    **dict.fromkeys(("MessageQueueTransaction", "TransactionStatus"), "facade.queues.transaction"),
 }
 
 

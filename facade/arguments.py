@@ -4,8 +4,8 @@ An argument of the wrong type gets :class:`~facade.errors.InvalidParameter` (MSM
 MQ_ERROR_INVALID_PARAMETER) naming the parameter and what it takes, at the call, before
 anything is stored or sent: never a ``TypeError`` or ``AttributeError`` from deeper down,
 which names neither. Checks of one kind of value live with it (durations in
-:mod:`facade.timeouts`, message properties in :mod:`facade.message`, format names in
-:mod:`facade.formatnames`); what is left, shared by several modules, is here.
+:mod:`facade.timeouts`, message properties in :mod:`facade.model.message`, format names in
+:mod:`facade.model.formatnames`); what is left, shared by several modules, is here.
 """
 
 from __future__ import annotations

@@ -69,11 +69,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from facade.config import DirectorySettings, KmqConfig
 from facade.errors import ConfigurationError
 from facade.benchnames import DEFAULT_SCENARIOS
-from facade.devstack import DevStack
-from facade.kafka import client_logging, resolve_bootstrap_servers
+from facade.kafka.devstack import DevStack
+from facade.kafka.librdkafka import client_logging, resolve_bootstrap_servers
 from facade.manager import QueueManager
-from facade.envelope import envelope_record, envelope_writer
-from facade.message import AuthLevel, Delivery, Message, MessageId, PrivacyLevel
+from facade.model.envelope import envelope_record, envelope_writer
+from facade.model.message import AuthLevel, Delivery, Message, MessageId, PrivacyLevel
 
 __all__ = [
     "SCENARIOS",
@@ -814,7 +814,7 @@ def _drop(qm: QueueManager, queue: Any) -> None:
 
 def _security_ready(qm: QueueManager) -> None:
     """A signing identity for the run's principal, registered in the run's directory."""
-    from facade.certificates import create_identity, identity_names
+    from facade.security.certificates import create_identity, identity_names
     from facade.directory.certificates import register_certificate
 
     home, principal = qm.config.home, qm.config.principal

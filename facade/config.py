@@ -61,7 +61,7 @@ The two send bounds protect the sending process from a send that multiplies its 
 distribution list or multiple-element name writes one copy per queue, all held in the sender's
 memory (and, for recoverable messages, its outgoing queue) until the broker has them. A send
 over either bound is refused with :class:`~facade.errors.InvalidParameter` before anything is
-written (:func:`facade.sending.check_fan_out`); a send to one queue is bounded by the message
+written (:func:`facade.queues.sending.check_fan_out`); a send to one queue is bounded by the message
 size alone. Defaults: 1000 queues, more than a hand-kept distribution list has; 64 MiB, the
 bodies a sending process may have to hold at once: sixteen of MSMQ's largest (4 MB) bodies, or
 a 64 KiB body sent to 1000 queues, about twice that in the sender's resident memory.

@@ -16,12 +16,12 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from facade.acl import AccessRight, ObjectKind, SecurityDescriptor
+from facade.security.acl import AccessRight, ObjectKind, SecurityDescriptor
 from facade.arguments import require_bool
-from facade.authorization import QueueAccess
+from facade.queues.authorization import QueueAccess
 from facade.config import KmqConfig
-from facade.destination import Destination
-from facade.envelope import EncodedRecord, encode_message
+from facade.queues.destination import Destination
+from facade.model.envelope import EncodedRecord, encode_message
 from facade.errors import (
     ConfigurationError,
     DirectoryObjectNotFound,
@@ -31,7 +31,7 @@ from facade.errors import (
     QueueNotFound,
     UnsupportedFormatNameOperation,
 )
-from facade.formatnames import (
+from facade.model.formatnames import (
     DirectFormatName,
     DirectProtocol,
     DistributionListFormatName,
@@ -44,32 +44,32 @@ from facade.formatnames import (
     parse_path_name,
     parse_queue_reference,
 )
-from facade.kafka import KafkaSession as BrokerSession
-from facade.kafka import NO_LINGER, TransactionalProducer, produce_async, stop_reading
-from facade.kafkaseam import KafkaRecord, KafkaSession, RecordProducer
-from facade.locality import is_loopback_host
-from facade.message import Delivery, Message, MessageClass
-from facade.principal import PrincipalSource, resolve_principal, unproven_directory_bind
-from facade.qmsecurity import QueueManagerSecurity
-from facade.registry import (
+from facade.kafka.librdkafka import KafkaSession as BrokerSession
+from facade.kafka.librdkafka import NO_LINGER, TransactionalProducer, produce_async, stop_reading
+from facade.kafka.kafkaseam import KafkaRecord, KafkaSession, RecordProducer
+from facade.security.locality import is_loopback_host
+from facade.model.message import Delivery, Message, MessageClass
+from facade.security.principal import PrincipalSource, resolve_principal, unproven_directory_bind
+from facade.queues.qmsecurity import QueueManagerSecurity
+from facade.state.registry import (
     DEFAULT_RECEIVE_RETRY_COUNT,
     QueueManagerRecord,
     QueueProperties,
     Registry,
 )
-from facade.resolution import Resolver, is_local_address
-from facade.transmission import Transmitter
-from facade.sequence import MessageIdAllocator
-from facade.systemoutputs import SystemOutputs
+from facade.queues.resolution import Resolver, is_local_address
+from facade.queues.transmission import Transmitter
+from facade.state.sequence import MessageIdAllocator
+from facade.queues.systemoutputs import SystemOutputs
 from facade.timeouts import DEFAULT_PREFETCH_LEASE, lease_to_ms
-from facade.topics import QueueTopics, queue_topics, system_topics, transactional_id_prefix
-from facade.transaction import TRANSACTION_LEASE, MessageQueueTransaction
+from facade.model.topics import QueueTopics, queue_topics, system_topics, transactional_id_prefix
+from facade.queues.transaction import TRANSACTION_LEASE, MessageQueueTransaction
 
 if TYPE_CHECKING:
     from facade.directory import Directory, PublicQueueEntry
-    from facade.protection import MessageProtection
-    from facade.queue import MessageQueue
-    from facade.queuecounts import QueueCounts
+    from facade.queues.protection import MessageProtection
+    from facade.queues.queue import MessageQueue
+    from facade.state.queuecounts import QueueCounts
 
 __all__ = ["Destination", "QueueManager"]
 
@@ -80,7 +80,7 @@ class QueueManager:
     """An MSMQ queue manager on a Kafka cluster.
 
     Build one with :meth:`open`. Thread-safe for administration; each opened
-    :class:`~facade.queue.MessageQueue` is meant for one thread at a time.
+    :class:`~facade.queues.queue.MessageQueue` is meant for one thread at a time.
 
     Args:
         config (KmqConfig): resolved configuration.
@@ -91,7 +91,7 @@ class QueueManager:
 
     def __init__(self, config: KmqConfig, session: KafkaSession, record: QueueManagerRecord,
                  registry: Registry | None = None):
-        #: The caller access checks are made for (see :mod:`facade.principal`).
+        #: The caller access checks are made for (see :mod:`facade.security.principal`).
         self.principal = resolve_principal(config)
         # The directory's own checks (Send To, lists) use the same name.
         self.config = dataclasses.replace(config, principal=self.principal.name)
@@ -135,7 +135,7 @@ class QueueManager:
                 while the broker is away later; False leaves it to the first send (an admin
                 command that sends nothing saves a producer and a round trip, about 0.5 s).
             session (KafkaSession | None): the Kafka clients to use (the protocol of
-                :mod:`facade.kafkaseam`), e.g. a :class:`facade.memorykafka.MemoryKafkaSession`
+                :mod:`facade.kafka.kafkaseam`), e.g. a :class:`facade.kafka.memorykafka.MemoryKafkaSession`
                 for unit tests; None: librdkafka clients for the configured brokers. The
                 manager closes it with itself.
             **overrides: passed to :meth:`KmqConfig.load` (``bootstrap_servers=``, ...).
@@ -144,7 +144,7 @@ class QueueManager:
             BrokerUnavailable: no broker configured or running, or it does not answer.
             ConfigurationError: invalid configuration; a declared principal (``KMQ_PRINCIPAL``)
                 that contradicts the authenticated identity, or no authenticated identity
-                against a cluster that is not local (see :mod:`facade.principal`); credentials
+                against a cluster that is not local (see :mod:`facade.security.principal`); credentials
                 the broker refuses.
             InvalidParameter: ``config``, ``lease_ids`` or ``session`` of the wrong type.
         """
@@ -154,8 +154,8 @@ class QueueManager:
         require_bool(lease_ids, "lease_ids")
         if session is not None and not isinstance(session, KafkaSession):
             raise InvalidParameter.wrong_type(
-                "session", "None or a KafkaSession (facade.kafkaseam)", session,
-                hint="e.g. facade.memorykafka.MemoryKafkaSession() for tests")
+                "session", "None or a KafkaSession (facade.kafka.kafkaseam)", session,
+                hint="e.g. facade.kafka.memorykafka.MemoryKafkaSession() for tests")
         config = config or KmqConfig.load(**overrides)
         # Before any request: a declared principal that contradicts the authenticated one (or
         # none where one is required) is refused, not acted on.
@@ -188,7 +188,7 @@ class QueueManager:
 
     def _prove_principal(self) -> None:
         """Bind to the directory now when its bind identity is the principal: only the LDAP
-        server's acceptance proves it (:func:`facade.principal.unproven_directory_bind` says
+        server's acceptance proves it (:func:`facade.security.principal.unproven_directory_bind` says
         what a failed bind leaves).
 
         Raises:
@@ -206,12 +206,12 @@ class QueueManager:
     @property
     def protection(self) -> MessageProtection:
         """This queue manager's signing, encryption and arrival checks
-        (:class:`~facade.protection.MessageProtection`), made on first use: it loads the X.509
+        (:class:`~facade.queues.protection.MessageProtection`), made on first use: it loads the X.509
         code of ``cryptography``, which an admin command such as ``kmq queue list`` does not
         need (start-up time)."""
         with self._protection_lock:
             if self._protection is None:
-                from facade.protection import MessageProtection
+                from facade.queues.protection import MessageProtection
 
                 self._protection = MessageProtection(self)
             return self._protection
@@ -237,11 +237,11 @@ class QueueManager:
 
     def destinations(self, reference: FormatName | QueuePath, *,
                      for_send: bool = False) -> list[Destination]:
-        """Every queue a path or format name resolves to (see :mod:`facade.resolution`).
+        """Every queue a path or format name resolves to (see :mod:`facade.queues.resolution`).
 
         Raises:
             DirectoryUnavailable, DirectoryObjectNotFound, QueueNotFound, AccessDenied: see
-                :meth:`facade.resolution.Resolver.destinations`.
+                :meth:`facade.queues.resolution.Resolver.destinations`.
         """
         return self.resolver.destinations(reference, for_send=for_send)
 
@@ -271,7 +271,7 @@ class QueueManager:
                 (MSMQ's default), 2 BODY (encrypted only); refused: NACK_BAD_ENCRYPTION.
             receive_retry_count (int | None): poison-message handling for peek-lock receives:
                 a message released more than this many times goes to ``;poison`` (default 5,
-                None = no limit; see :class:`~facade.registry.QueueProperties`).
+                None = no limit; see :class:`~facade.state.registry.QueueProperties`).
             arbitration (str): who decides which receiver gets a message, fixed for the
                 queue's life. ``"receipts"`` (default): the queue's receipts log, with every
                 MSMQ operation, highest priority first, then arrival order. ``"share"``: a
@@ -319,9 +319,9 @@ class QueueManager:
         ).validate()
         share = properties.arbitration == "share"
         if share:
-            # Imported here: facade.sharequeue brings in the receive path and its crypto,
+            # Imported here: facade.queues.sharequeue brings in the receive path and its crypto,
             # which `kmq queue list` and every other command that creates no queue skip.
-            from facade.sharequeue import (
+            from facade.queues.sharequeue import (
                 check_share_properties,
                 prepare_share_queue,
                 share_receipts_topic,
@@ -388,13 +388,13 @@ class QueueManager:
         journal = topics.journal()
         doomed = [topics.data, topics.receipts, journal.data, journal.receipts]
         if properties.arbitration == "share":
-            from facade.sharequeue import share_topics  # see create_queue
+            from facade.queues.sharequeue import share_topics  # see create_queue
 
             doomed += share_topics(self.session, topics.data)
         # Handles on the queue stop reading it first: librdkafka can crash when a topic a
         # consumer is assigned to disappears under it (seen with librdkafka 2.16). Readers of
         # other queue managers of this process stop too, and raise QueueNotFound from then
-        # on; other processes' readers rest while unused (see facade.kafka.TopicReader).
+        # on; other processes' readers rest while unused (see facade.kafka.librdkafka.TopicReader).
         for queue in list(self._open_queues):
             if any(d.topics.data in doomed for d in queue.destinations):
                 queue.close()
@@ -430,10 +430,10 @@ class QueueManager:
         PROPID_MGMT_QUEUE_MESSAGE_COUNT for each, as the MSMQ snap-in lists them).
 
         Each count equals the queue's own :meth:`MessageQueue.counts
-        <facade.queue.MessageQueue.counts>` at the moment of the query, but is found without
+        <facade.queues.queue.MessageQueue.counts>` at the moment of the query, but is found without
         opening the queue: from one batched end-offset query for all queues, one read of the
         snapshot topic, and the records written since each queue's latest snapshot
-        (:mod:`facade.queuecounts`); an idle queue whose snapshot is current, or an empty one,
+        (:mod:`facade.state.queuecounts`); an idle queue whose snapshot is current, or an empty one,
         costs no read. A queue the batch cannot count that way is counted with its own handle.
 
         Args:
@@ -450,7 +450,7 @@ class QueueManager:
                 GET_PROPERTIES on a queue.
             BrokerUnavailable: the cluster did not answer.
         """
-        from facade.queuecounts import QueueCounts, count_queues
+        from facade.state.queuecounts import QueueCounts, count_queues
 
         if path_names is None:
             listed = self.list_queues()
@@ -499,12 +499,12 @@ class QueueManager:
                 messages with one PREFETCH receipt and hands them out one by one from memory,
                 at most once; ``close()`` gives back the ones not handed out, and if the
                 process dies they are dead-lettered once ``prefetch_lease`` passes (see
-                :mod:`facade.peeklock`).
+                :mod:`facade.queues.peeklock`).
             prefetch_lease (float): seconds a prefetched batch is held (default 60).
             spread_picks (bool): True lets competing receivers spread their receives over the
                 first pending messages instead of starting at the head: about 1.2x faster
                 under contention, without per-receiver queue order (see
-                :class:`~facade.queue.MessageQueue`). Default False: MSMQ order.
+                :class:`~facade.queues.queue.MessageQueue`). Default False: MSMQ order.
 
         Raises:
             FormatNameError: malformed text.
@@ -515,7 +515,7 @@ class QueueManager:
             UnsupportedFormatNameOperation: a kind of format name this version cannot open.
             InvalidParameter: ``prefetch``, ``prefetch_lease`` or ``spread_picks`` out of range.
         """
-        from facade.queue import MessageQueue
+        from facade.queues.queue import MessageQueue
 
         reference = parse_queue_reference(path_or_format_name)
         destinations = self.destinations(reference)
@@ -537,7 +537,7 @@ class QueueManager:
 
     def queue_manager_security(self) -> SecurityDescriptor:
         """This queue manager's own descriptor (seed 004's queue-manager rights: CONTROL,
-        CREATE_QUEUE, MANAGE, QUEUE_STATUS, TEST; see :mod:`facade.qmsecurity`).
+        CREATE_QUEUE, MANAGE, QUEUE_STATUS, TEST; see :mod:`facade.queues.qmsecurity`).
 
         Raises:
             AccessDenied: the caller lacks GET_PERMISSIONS on the queue manager.
@@ -561,7 +561,7 @@ class QueueManager:
             path_or_format_name (str): the queue, by any single-queue name.
 
         Returns:
-            SecurityDescriptor: see :mod:`facade.acl`.
+            SecurityDescriptor: see :mod:`facade.security.acl`.
 
         Raises:
             QueueNotFound: no such queue (system queues have no descriptor of their own).
@@ -818,7 +818,7 @@ class QueueManager:
                              timeout: float = 30.0) -> None:
         """Write system copies already in record form, each ``(topic, record)``: encoded
         copies, or a stored record written again unchanged (a journal copy, see
-        :func:`facade.sending.stored_record_is_kept_copy`), as :meth:`write_system_copies`
+        :func:`facade.queues.sending.stored_record_is_kept_copy`), as :meth:`write_system_copies`
         does: ``acks=all``, in order, one wait.
 
         Raises:
@@ -872,7 +872,7 @@ class QueueManager:
 
         Pass it to ``send(..., transaction=tx)`` and ``receive(..., transaction=tx)``, then
         ``tx.commit()`` or ``tx.abort()``, or use it as a context manager (commit at the end of
-        the block, abort if it raises). See :mod:`facade.transaction` for the guarantees.
+        the block, abort if it raises). See :mod:`facade.queues.transaction` for the guarantees.
 
         Args:
             lease (float): seconds a message received in the transaction stays locked if the

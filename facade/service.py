@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from facade.errors import QueueNotFound
 from facade.manager import QueueManager
-from facade.queue import CLAIM_GRACE, MessageQueue
+from facade.queues.queue import CLAIM_GRACE, MessageQueue
 
 __all__ = ["QueueManagerService", "SweepReport"]
 

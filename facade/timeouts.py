@@ -1,7 +1,7 @@
 """The timeout argument of MSMQ's receive and peek calls (``MQReceiveMessage``'s
 ``dwTimeout``): None waits forever, 0 does not wait, otherwise finite seconds; and the default
 leases of peek-locks and prefetched batches (here, below the queue manager, so opening a queue
-manager does not load the receive machinery of :mod:`facade.peeklock` to read a default)."""
+manager does not load the receive machinery of :mod:`facade.queues.peeklock` to read a default)."""
 
 from __future__ import annotations
 

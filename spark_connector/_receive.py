@@ -15,7 +15,7 @@ Removal does what a facade receive does, in bulk:
    finds everything gone and writes nothing);
 2. for each offset won, the queue-journal copy and the ACK_RECEIVE (when asked for), and for a
    record whose value turns out not to be an envelope, a dead-letter copy;
-3. :meth:`facade.queue.MessageQueue.expire_due`: TTBR-expired messages go to the dead-letter
+3. :meth:`facade.queues.queue.MessageQueue.expire_due`: TTBR-expired messages go to the dead-letter
    queue with NACK_RECEIVE_TIMEOUT, poison records (invalid headers) with
    NACK_RECEIVE_REJECTED.
 
@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from facade.errors import EnvelopeError
-from facade.kafka import KafkaRecord
-from facade.queueview import QueueView
-from facade.receipts import ReceiptAction
-from facade.receiving import dead_letter_unreceivable, message_of, write_receive_outputs
+from facade.kafka.librdkafka import KafkaRecord
+from facade.state.queueview import QueueView
+from facade.model.receipts import ReceiptAction
+from facade.queues.receiving import dead_letter_unreceivable, message_of, write_receive_outputs
 from spark_connector.resolve import DriverQueues, Operation, QueueTarget, Resolution
 
 __all__ = ["BatchRemover", "RemovalStats"]
@@ -137,7 +137,7 @@ class BatchRemover:
         return won_total
 
     def _after_receive(self, target: QueueTarget, records: list[KafkaRecord]) -> None:
-        """What a facade receive does with the records it won (:mod:`facade.receiving`): the
+        """What a facade receive does with the records it won (:mod:`facade.queues.receiving`): the
         journal copies and ACK_RECEIVEs of the messages, written together; a poison record is
         dead-lettered as NACK_RECEIVE_REJECTED. The batch handed its rows out as stored
         (docs/spark.md), so the protection rules refuse nothing here."""

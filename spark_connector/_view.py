@@ -2,11 +2,11 @@
 
 A kmq queue's data topic is an append-only log; which of its records are still *in the queue*
 is decided by the queue's receipts topic (the first receipt naming an offset removes it) and by
-duplicate detection over the data log itself (:mod:`facade.queuestate`). Every facade process
+duplicate detection over the data log itself (:mod:`facade.state.queuestate`). Every facade process
 builds that view the same way, and so does this module, per Spark task:
 
-1. read the receipts topic to its current end into a :class:`~facade.queuestate.QueueState`;
-2. feed the data records in offset order, starting :data:`~facade.queuestate.DEDUPE_WINDOW`
+1. read the receipts topic to its current end into a :class:`~facade.state.queuestate.QueueState`;
+2. feed the data records in offset order, starting :data:`~facade.state.queuestate.DEDUPE_WINDOW`
    offsets before the first offset of interest so duplicates are judged as every other process
    judges them.
 
@@ -21,9 +21,9 @@ import time
 from collections.abc import Iterable, Iterator
 
 from facade.errors import BrokerUnavailable
-from facade.kafka import KafkaRecord, KafkaSession, TopicReader
-from facade.queuestate import DEDUPE_WINDOW, IndexEntry, OffsetState, OffsetStatus, QueueState
-from facade.receipts import decode_receipt
+from facade.kafka.librdkafka import KafkaRecord, KafkaSession, TopicReader
+from facade.state.queuestate import DEDUPE_WINDOW, IndexEntry, OffsetState, OffsetStatus, QueueState
+from facade.model.receipts import decode_receipt
 
 __all__ = ["TopicView", "data_records"]
 

@@ -5,7 +5,7 @@
 ``includeHeaders=true``, from kmq's ``format("kmq")``, or a user's own Kafka read; only
 ``value``, ``topic``, ``partition``, ``offset`` and ``timestamp`` are used) and returns
 :data:`~spark_connector.schema.MESSAGE_SCHEMA`. Decoding runs in ``mapInArrow`` on the
-executors, one :func:`facade.envelope.decode_message` per record; the record headers are not read
+executors, one :func:`facade.model.envelope.decode_message` per record; the record headers are not read
 because the envelope is authoritative.
 
 Poison records (values that are not kmq envelopes) never disappear silently; ``on_error`` says
@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from facade.envelope import decode_acknowledgment, decode_message, encode_message
+from facade.model.envelope import decode_acknowledgment, decode_message, encode_message
 from facade.errors import EnvelopeError, InvalidParameter
-from facade.formatnames import SystemQueue
-from facade.message import Message, MessageClass, MessageId
-from facade.topics import system_topics
-from facade.propertyspec import compile_function
+from facade.model.formatnames import SystemQueue
+from facade.model.message import Message, MessageClass, MessageId
+from facade.model.topics import system_topics
+from facade.model.propertyspec import compile_function
 from spark_connector.schema import ACK_COLUMNS, MESSAGE_SCHEMA, property_columns
 
 if TYPE_CHECKING:
@@ -259,7 +259,7 @@ def _as_utc(array: pa.Array) -> pa.Array:
 # --------------------------------------------------------------------------------------------
 
 
-#: Spark codec (facade.propertyspec) -> expression turning the property value ``{v}`` into
+#: Spark codec (facade.model.propertyspec) -> expression turning the property value ``{v}`` into
 #: its column value.
 _TO_COLUMN = {
     "plain": "{v}",
@@ -380,8 +380,8 @@ class _DeadLetterWriter:
               reason: str) -> None:
         """Queue one poison copy for sending; :meth:`flush` waits for the verdicts."""
         if self._producer is None:
-            from facade.kafka import KafkaSession
-            from facade.message import Delivery
+            from facade.kafka.librdkafka import KafkaSession
+            from facade.model.message import Delivery
 
             session = KafkaSession(self.target.bootstrap_servers, self.target.kafka_options,
                                    client_id="kmq-spark-dead-letter")

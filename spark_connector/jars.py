@@ -3,7 +3,7 @@
 ``deploy/spark/pom.xml`` pins ``org.apache.spark:spark-sql-kafka-0-10_2.13`` and
 ``org.apache.spark:spark-avro_2.13`` at the Spark version of the pinned pyspark;
 :func:`connector_jars` has Maven resolve them once into kmq's jar cache
-(:mod:`facade.mavenjars`, the same cache as the local broker's jars) and returns the jars to put
+(:mod:`facade.kafka.mavenjars`, the same cache as the local broker's jars) and returns the jars to put
 on ``spark.jars`` before the JVM starts (:func:`spark_connector.local_session` does). On a
 cluster, ``spark-submit --packages`` with :func:`connector_packages` does the same from Maven
 Central or the cluster's mirror.
@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from facade.errors import ConfigurationError
-from facade.mavenjars import pom_property, resolve_jars
+from facade.kafka.mavenjars import pom_property, resolve_jars
 
 __all__ = ["SPARK_POM", "connector_jars", "connector_packages", "spark_version"]
 
@@ -60,7 +60,7 @@ def connector_jars(*, maven: str | None = None) -> list[Path]:
     Raises:
         ConfigurationError: pyspark's version is not the POM's ``spark.version`` (the
             connectors would fail at run time: reinstall with ``make install``), or Maven could
-            not resolve the jars (see :func:`facade.mavenjars.resolve_jars`).
+            not resolve the jars (see :func:`facade.kafka.mavenjars.resolve_jars`).
     """
     import pyspark
 

@@ -7,14 +7,14 @@ rows with Spark SQL expressions: the value's single-object header (``C3 01`` + t
 :func:`spark_connector.decode.decode_messages` computes it (message ids as ``guid\seq`` text,
 enum names, milliseconds as seconds...). No row goes through Python for that.
 
-Python's decoder (:func:`facade.envelope.decode_message`) stays the authority. A row is decoded
+Python's decoder (:func:`facade.model.envelope.decode_message`) stays the authority. A row is decoded
 on the JVM only when it provably reads as Python reads it (:func:`fast_path_conditions`):
 
 * the header is the current envelope schema's, and ``from_avro`` decoded the rest;
 * the canonical Avro encoding of the decoded values (``to_avro``: Avro's Java writer, minimal
   varints, a map as one block) is exactly as long as the bytes read, so nothing was left over
   (trailing bytes) and nothing was read leniently; map keys are unique;
-* every property is in its MSMQ range, as :meth:`facade.message.Message.validate` checks it
+* every property is in its MSMQ range, as :meth:`facade.model.message.Message.validate` checks it
   (enums and flags from the property declarations, int ranges, label length, non-empty format
   names, timers, canonical GUID text, valid UTF-8, the transaction flags);
 * the message is not an acknowledgment (ACK/NACK class), whose body is a nested
@@ -41,10 +41,10 @@ from __future__ import annotations
 from enum import IntEnum, IntFlag
 from typing import TYPE_CHECKING, Any, cast
 
-from facade import avro as kmq_avro
-from facade.message import MAX_LABEL_LENGTH, Message, MessageClass
-from facade.propertyspec import specs
-from facade.timers import TIMER_RANGES
+from facade.model import avro as kmq_avro
+from facade.model.message import MAX_LABEL_LENGTH, Message, MessageClass
+from facade.model.propertyspec import specs
+from facade.model.timers import TIMER_RANGES
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -126,7 +126,7 @@ def fast_path_conditions(env: Column) -> list[tuple[str, Column]]:
     """(what is checked, the boolean expression) for every property of the decoded record
     ``env`` (a ``from_avro`` struct): all true means Python would accept the record's
     values as they are (see the module docs). Built from the property declarations, so a
-    property added to :class:`facade.message.Message` without a rule here is an error.
+    property added to :class:`facade.model.message.Message` without a rule here is an error.
 
     Raises:
         NotImplementedError: a declared envelope property has no rule here.

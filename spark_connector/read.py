@@ -6,7 +6,7 @@ Two paths, one result:
   package) reads the data topics with :func:`kafka_source_options`; spark-avro's ``from_avro``
   decodes the envelopes on the JVM (:mod:`spark_connector.jvmdecode`); one ``mapInArrow`` step
   (:class:`KafkaRowFinisher`) then keeps only the records in the queue view
-  (:class:`QueueViewFilter`: each queue's receipts read with :mod:`facade.kafka`, the rows'
+  (:class:`QueueViewFilter`: each queue's receipts read with :mod:`facade.kafka.librdkafka`, the rows'
   own headers fed into the queue state, as every queue view does) and hands the rows the JVM
   did not decode (poison records, acknowledgments) to the Python decoder.
 * **kmq**: the project's Python data source (``format("kmq")``, :mod:`spark_connector.source`)
@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 
 from facade.config import KmqConfig
 from facade.errors import InvalidParameter
-from facade.kafka import KafkaSession, TopicReader
+from facade.kafka.librdkafka import KafkaSession, TopicReader
 from spark_connector._view import DEFAULT_STALL_TIMEOUT, TopicView, data_records, in_view
 from spark_connector.decode import ON_ERROR_CHOICES, DeadLetterTarget, decode_messages
 from spark_connector.jvmdecode import FAST_PATH

@@ -7,9 +7,9 @@ executors only receive the result (topics, format names, broker settings), which
 and pickles.
 
 A Spark job acts for the principal of the driver's configuration (``KMQ_PRINCIPAL``, or the
-authenticated Kafka or directory identity: :mod:`facade.principal`). :func:`resolve` checks
+authenticated Kafka or directory identity: :mod:`facade.security.principal`). :func:`resolve` checks
 that principal's right for the job's :class:`Operation` on every queue the name reaches, with
-the facade's own checks (:class:`facade.authorization.QueueAccess`), before any row is read,
+the facade's own checks (:class:`facade.queues.authorization.QueueAccess`), before any row is read,
 removed or written, and records the principal in the :class:`Resolution`. The data source's
 planning runs in Python processes of its own on the driver: :class:`DriverQueues` reopens the
 queues there as that principal, so each batch, micro-batch, receive-mode removal and writer is
@@ -27,18 +27,18 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from facade.acl import AccessRight
-from facade.authorization import receive_right
+from facade.security.acl import AccessRight
+from facade.queues.authorization import receive_right
 from facade.config import KmqConfig
-from facade.destination import Destination
+from facade.queues.destination import Destination
 from facade.errors import (
     AccessDenied,
     InvalidParameter,
     QueueNotFound,
     UnsupportedFormatNameOperation,
 )
-from facade.formatnames import parse_queue_reference
-from facade.kafka import resolve_bootstrap_servers
+from facade.model.formatnames import parse_queue_reference
+from facade.kafka.librdkafka import resolve_bootstrap_servers
 from facade.manager import QueueManager
 
 __all__ = ["DriverQueues", "Operation", "QueueTarget", "Resolution", "authorize", "resolve",
@@ -47,10 +47,10 @@ __all__ = ["DriverQueues", "Operation", "QueueTarget", "Resolution", "authorize"
 
 class Operation(StrEnum):
     """What a Spark job does with the queues of a name, and so the right it needs on each
-    (MSMQ's ``MQSEC_*`` rights, as :mod:`facade.authorization` checks them for the facade).
+    (MSMQ's ``MQSEC_*`` rights, as :mod:`facade.queues.authorization` checks them for the facade).
 
     A dead-letter queue or machine journal has no access list of its own: its queue manager's
-    descriptor decides (:mod:`facade.qmsecurity`).
+    descriptor decides (:mod:`facade.queues.qmsecurity`).
 
     Attributes:
         PEEK: batch reads and peek-mode streams (``MQPeekMessage``): PEEK_MESSAGE, on a
@@ -61,7 +61,7 @@ class Operation(StrEnum):
             Send To on ``DL=`` and ``PUBLIC=`` names.
         ACKNOWLEDGE: the admin queue (PROPID_M_ADMIN_QUEUE) of messages the sink writes that
             ask for acknowledgments: WRITE_MESSAGE, as a send to it
-            (:meth:`~facade.authorization.QueueAccess.require_admin_queue`).
+            (:meth:`~facade.queues.authorization.QueueAccess.require_admin_queue`).
     """
 
     PEEK = "peek"
@@ -254,7 +254,7 @@ def authorize(manager: QueueManager, destinations: Iterable[Destination], operat
               format_name: str) -> None:
     """Raise unless the manager's principal may do ``operation`` on every one of
     ``destinations`` (the queues ``format_name`` reaches), checked by the manager's
-    :class:`~facade.authorization.QueueAccess` against the access lists the registry holds now
+    :class:`~facade.queues.authorization.QueueAccess` against the access lists the registry holds now
     (a queue's journal and subqueues share its list; system queues are guarded by their queue
     manager's).
 

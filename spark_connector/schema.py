@@ -16,8 +16,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from facade.message import Message
-from facade.propertyspec import SparkColumn, specs
+from facade.model.message import Message
+from facade.model.propertyspec import SparkColumn, specs
 
 __all__ = [
     "ACK_COLUMNS",
@@ -44,7 +44,7 @@ KAFKA_SOURCE_SCHEMA = StructType([
 
 #: The decoded message columns :func:`spark_connector.decode.decode_messages` produces, in order.
 #: The envelope columns come from the property declarations (``spark=`` in
-#: :class:`facade.message.Message`), in their declared positions.
+#: :class:`facade.model.message.Message`), in their declared positions.
 #:
 #: Envelope columns (null on a row whose record could not be decoded):
 #:
@@ -79,7 +79,7 @@ _SPARK_TYPES = {
 
 def property_columns() -> list[tuple[str, SparkColumn]]:
     """(property name, its declared Spark column) for every message property shown in
-    :data:`MESSAGE_SCHEMA`, in column order (see :mod:`facade.propertyspec`)."""
+    :data:`MESSAGE_SCHEMA`, in column order (see :mod:`facade.model.propertyspec`)."""
     found = [(f.name, spec.spark) for f, spec in specs(Message) if spec.spark is not None]
     return sorted(found, key=lambda item: item[1].position)
 

@@ -8,7 +8,7 @@ as :meth:`facade.manager.QueueManager.open_queue` would; executors receive the r
 (topics and format names) in the writer's options, encode envelopes and produce the records.
 
 Columns (see :data:`MESSAGE_COLUMNS`): ``body`` (required, binary or string), the other message
-properties declared with ``spark_input=`` on :class:`facade.message.Message` (``label``,
+properties declared with ``spark_input=`` on :class:`facade.model.message.Message` (``label``,
 ``priority``, ``correlation_id``, time limits, queues, flags...), and ``message_key`` (the
 source of the message id, see below). Keyword defaults (``**message_defaults``) fill missing
 columns and nulls.
@@ -21,14 +21,14 @@ micro-batch and ``batch/<write id>`` for a batch write; with a ``message_key`` c
 a SHA-256 of scope and key instead. A micro-batch that Spark replays after a failure (same query
 id from the checkpoint, same batch id, same input offsets) therefore produces records with the
 ids it produced the first time, and every kmq receiver drops a record whose message id appeared
-within :data:`facade.queuestate.DEDUPE_WINDOW` earlier offsets of its queue. Positional ids need
+within :data:`facade.state.queuestate.DEDUPE_WINDOW` earlier offsets of its queue. Positional ids need
 the replay to put the same rows in the same partitions in the same order (true of file, Kafka
 and rate sources read without a shuffle); after a shuffle, give a ``message_key``.
 Spark's own Kafka sink produces new records on a replay, which consumers cannot tell apart: it is
 at-least-once. Limits: see ``docs/spark.md`` ("Writing").
 
-What every send does with a message is :mod:`facade.sending`'s, shared with
-:meth:`facade.queue.MessageQueue.send`: the queue manager's stamps, one copy per queue (the
+What every send does with a message is :mod:`facade.queues.sending`'s, shared with
+:meth:`facade.queues.queue.MessageQueue.send`: the queue manager's stamps, one copy per queue (the
 envelope encoded once for all of them), the machine-journal copy (source journaling, the
 time-to-be-received kept in a property as on every journal copy) and the arrival
 acknowledgments (ACK_REACH_QUEUE, posted once the task's records are stored).
@@ -47,7 +47,7 @@ copy of it is written: executors cannot check rights themselves.
 What the facade does at send and this sink does not (documented in ``docs/spark.md``): queue
 quotas, NACKs and dead-lettering of copies that cannot be delivered (the task fails and Spark
 retries it instead), time-to-reach-queue as a delivery deadline, signing and encryption. The
-facade signs and encrypts (:mod:`facade.protection`), but with the sender's private key and
+facade signs and encrypts (:mod:`facade.queues.protection`), but with the sender's private key and
 certificate and the destination queues' keys, which the executors running the tasks do not
 have: the columns that ask for signing or encryption are refused (:func:`check_schema`), and a
 message is never sent unprotected. :func:`secure_message` is where each copy would be protected.
@@ -73,12 +73,12 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
 from facade.config import DEFAULT_MAX_SEND_BYTES, KmqConfig
-from facade.envelope import encode_message
+from facade.model.envelope import encode_message
 from facade.errors import AccessDenied, BrokerUnavailable, InvalidParameter
-from facade.formatnames import SystemQueue
-from facade.kafka import KafkaSession, kafka_error_to_queue_error, map_kafka_errors
+from facade.model.formatnames import SystemQueue
+from facade.kafka.librdkafka import KafkaSession, kafka_error_to_queue_error, map_kafka_errors
 from facade.manager import QueueManager
-from facade.message import (
+from facade.model.message import (
     Acknowledgment,
     BodyType,
     Delivery,
@@ -87,8 +87,8 @@ from facade.message import (
     MessageId,
     unsupported_security,
 )
-from facade.propertyspec import SparkInput, specs
-from facade.sending import (
+from facade.model.propertyspec import SparkInput, specs
+from facade.queues.sending import (
     SendCopies,
     acknowledgment,
     check_fan_out,
@@ -96,7 +96,7 @@ from facade.sending import (
     stamp_acknowledgment,
     stamp_sent,
 )
-from facade.topics import system_topics
+from facade.model.topics import system_topics
 from spark_connector.resolve import DriverQueues, Operation, QueueTarget, Resolution, resolve_with
 
 __all__ = [
@@ -221,7 +221,7 @@ class _Column:
 _INTEGER = ("byte", "short", "integer", "long")
 _NUMBER = (*_INTEGER, "float", "double", "decimal")
 
-#: SparkInput kind (facade.propertyspec) -> (Spark type names accepted, converter).
+#: SparkInput kind (facade.model.propertyspec) -> (Spark type names accepted, converter).
 _INPUT_KINDS: dict[str, tuple[tuple[str, ...], Callable[[str, Any], Any]]] = {
     "bytes": (("binary", "string"), _as_bytes),
     "int": (_INTEGER, _as_int),
@@ -249,7 +249,7 @@ def _input_column(spark_input: SparkInput, enum: type | None) -> _Column:
 
 #: Recognised columns (and ``**message_defaults`` names): Spark types accepted, MSMQ property.
 #: The message properties are those declared with ``spark_input=`` on
-#: :class:`facade.message.Message`, in field order; ``message_key`` is the sink's own.
+#: :class:`facade.model.message.Message`, in field order; ``message_key`` is the sink's own.
 MESSAGE_COLUMNS: dict[str, _Column] = {
     **{f.name: _input_column(spec.spark_input, spec.enum)
        for f, spec in specs(Message) if spec.spark_input is not None},
@@ -266,7 +266,7 @@ _SECURITY_COLUMNS = ("auth_level", "privacy_level", "hash_algorithm", "encryptio
 
 
 def _unsupported_security(names: Iterable[str]) -> InvalidParameter:
-    # The facade's error (facade.message.unsupported_security), with the sink's own hint.
+    # The facade's error (facade.model.message.unsupported_security), with the sink's own hint.
     return unsupported_security(
         names, hint="drop these columns, or send these messages with MessageQueue.send, which "
                     "signs and encrypts them")
@@ -436,7 +436,7 @@ def secure_message(message: Message, target: QueueTarget) -> Message:
     """Hook for signing (PROPID_M_AUTH_LEVEL) and body encryption (PROPID_M_PRIV_LEVEL).
 
     Called for each copy just before it is encoded, with the queue it goes to (encryption is
-    per destination). The sink does not sign or encrypt: :mod:`facade.protection` needs the
+    per destination). The sink does not sign or encrypt: :mod:`facade.queues.protection` needs the
     sender's private key and certificate and the destination queues' keys, which the executors
     do not have. So this returns the copy unchanged, and the columns that would ask for
     protection are refused by :func:`check_schema` (a message is never sent unprotected).
@@ -468,7 +468,7 @@ class _WritePlan:
     transactional: bool
     flush_timeout: float
     write_id: str | None
-    #: The driver's queue manager's max_send_bytes: a row is one send (facade.sending).
+    #: The driver's queue manager's max_send_bytes: a row is one send (facade.queues.sending).
     max_send_bytes: int = DEFAULT_MAX_SEND_BYTES
 
     @classmethod
@@ -608,7 +608,7 @@ class _RecordOutput:
                 self.producer.begin_transaction()
 
     def send(self, topic: str, record: Any) -> None:
-        """Queue one record (an :class:`~facade.envelope.EncodedRecord`) for ``topic``."""
+        """Queue one record (an :class:`~facade.model.envelope.EncodedRecord`) for ``topic``."""
         def delivered(err: Any, _msg: Any) -> None:
             if err is not None:
                 self.errors.append((err, topic))
@@ -755,7 +755,7 @@ class _PartitionWriter:
             hint="declare it in admin_queues=[...] (or give it as the admin_queue default)")
 
     def _source_journal(self, output: _RecordOutput, copy: Message) -> None:
-        """Write ``copy`` (:func:`facade.sending.source_journal_copy`) to the driver queue
+        """Write ``copy`` (:func:`facade.queues.sending.source_journal_copy`) to the driver queue
         manager's machine journal, as the facade's source journaling does."""
         topic = system_topics(self.plan.resolution.queue_manager, SystemQueue.JOURNAL).data
         output.send(topic, encode_message(copy))
@@ -934,7 +934,7 @@ def writer_options(schema: Any, format_name: str, *, config: KmqConfig | None = 
         InvalidParameter: schema or defaults invalid (names the column or default), or
             ``format_name`` reaches more queues than the queue manager's ``max_send_fanout``.
             A row is one send: a row whose body times the queues exceeds ``max_send_bytes``
-            fails its task (:func:`facade.sending.check_fan_out`).
+            fails its task (:func:`facade.queues.sending.check_fan_out`).
         FormatNameError, QueueNotFound, UnsupportedFormatNameOperation,
         DirectoryUnavailable, BrokerUnavailable: as :func:`spark_connector.resolve.resolve`
             (for the format name and for the admin queues).

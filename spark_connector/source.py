@@ -3,7 +3,7 @@
 Rows have Spark's Kafka-source schema (:data:`~spark_connector.schema.KAFKA_SOURCE_SCHEMA`), so
 :func:`spark_connector.decode.decode_messages` decodes them as it decodes ``format("kafka")``
 rows. Each queue is one single-partition data topic; a Spark partition reads one topic's offset
-range inside ``read()`` with :mod:`facade.kafka` (no consumer group, nothing committed to Kafka).
+range inside ``read()`` with :mod:`facade.kafka.librdkafka` (no consumer group, nothing committed to Kafka).
 
 Options (strings; Spark lower-cases the names):
 
@@ -42,7 +42,7 @@ nothing is changed. With ``kmq.includeRemoved=true``, the raw log.
 are in the queue and visible (not before their not-before time, not expired) at the instant the
 batch was planned, plus poison records; when the batch has committed, those messages are
 removed as a facade receive removes them (receipt, queue-journal copy, ACK_RECEIVE) and
-:meth:`~facade.queue.MessageQueue.expire_due` dead-letters expired messages and poison records
+:meth:`~facade.queues.queue.MessageQueue.expire_due` dead-letters expired messages and poison records
 (see :mod:`spark_connector._receive`). Removal runs on the driver as soon as Spark shows that
 the batch committed: when it asks for the next offsets (``latestOffset`` with the batch's end as
 start, which Spark only does after the batch's commit-log entry is written) or calls
@@ -92,7 +92,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from facade.errors import InvalidParameter
-from facade.kafka import KafkaRecord, KafkaSession
+from facade.kafka.librdkafka import KafkaRecord, KafkaSession
 from spark_connector._view import DEFAULT_STALL_TIMEOUT, TopicView, data_records, in_view
 from spark_connector.resolve import DriverQueues, Operation, Resolution, resolve
 

@@ -58,7 +58,7 @@ app.command("doctor")(doctor.doctor)
 
 def _librdkafka_logging() -> None:
     """``KMQ_LIBRDKAFKA_LOG=DEBUG`` (or INFO, WARNING, ERROR) prints librdkafka's own log lines
-    at that level and above on stderr; unset, they are not shown (see facade.kafka)."""
+    at that level and above on stderr; unset, they are not shown (see facade.kafka.librdkafka)."""
     import os
 
     level = os.environ.get("KMQ_LIBRDKAFKA_LOG", "").strip().upper()

@@ -1,6 +1,6 @@
 """Message listings shared by ``kmq dlq`` and ``kmq journal``: walk, rows, table, full detail.
 
-Listings walk a queue with a :class:`~facade.cursor.Cursor` (peek only), so nothing is removed.
+Listings walk a queue with a :class:`~facade.queues.cursor.Cursor` (peek only), so nothing is removed.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from rich.text import Text
 
 from facade.cli._output import emit
 from facade.errors import ReceiveTimeout
-from facade.message import AuthLevel, Message, MessageId, PrivacyLevel
+from facade.model.message import AuthLevel, Message, MessageId, PrivacyLevel
 
 __all__ = ["QUEUE_COLUMNS", "ROW_COLUMNS", "emit_listing", "encrypted_because",
            "message_detail", "message_row", "messages_listing", "original_ttbr",
@@ -125,7 +125,7 @@ def _shown(key: str, value: Any) -> str:
 def encrypted_because(manager: Any, message: Message) -> str | None:
     """Why a message's body is shown still encrypted, for the reader: the right it lacks on
     the queue a dead letter or machine-journal copy was sent to
-    (:func:`facade.receiving.body_refusal`), or that it does not decrypt with this queue
+    (:func:`facade.queues.receiving.body_refusal`), or that it does not decrypt with this queue
     manager's key; None when the body is clear text (never encrypted, or decrypted).
 
     Args:
@@ -135,8 +135,8 @@ def encrypted_because(manager: Any, message: Message) -> str | None:
     Raises:
         BrokerUnavailable: the registry could not be read to resolve the copy's queue.
     """
-    from facade.protection import is_encrypted
-    from facade.receiving import body_refusal
+    from facade.queues.protection import is_encrypted
+    from facade.queues.receiving import body_refusal
 
     if not is_encrypted(message):
         return None
@@ -185,7 +185,7 @@ def original_ttbr(message: Message) -> float | None:
     """The time-to-be-received (seconds) of the message a journal or dead-letter copy was made
     from, or None: none was set, or the property is not a number (an application may set any
     property, so it is not trusted to be one)."""
-    from facade.systemoutputs import ORIGINAL_TTBR_PROPERTY
+    from facade.queues.systemoutputs import ORIGINAL_TTBR_PROPERTY
 
     try:
         seconds = float(message.properties.get(ORIGINAL_TTBR_PROPERTY, "nan"))

@@ -7,7 +7,7 @@ to 4294967.294``), never a traceback. Use the constructors here instead of ``typ
 
 * :func:`seconds_option`: finite seconds, 0 (or above 0) up to :data:`MAX_SECONDS`;
 * :func:`timer_option`: a message timer (``--ttbr``, ``--ttrq``), in the range the message model
-  defines for it (:mod:`facade.timers`), so the CLI takes what the API takes;
+  defines for it (:mod:`facade.model.timers`), so the CLI takes what the API takes;
 * :func:`text_option`, :func:`text_argument`: text that is valid in the locale's encoding;
 * :func:`bytes_option`: the bytes given on the command line, whatever they are (message bodies).
 
@@ -32,7 +32,7 @@ from typing import Any
 import typer
 
 from facade.errors import InvalidParameter
-from facade.timers import TimerRange
+from facade.model.timers import TimerRange
 
 __all__ = ["MAX_SECONDS", "bytes_option", "check_text", "seconds_option", "text_argument",
            "text_option", "timer_option"]
@@ -111,8 +111,8 @@ def timer_option(timer: TimerRange, *param_decls: str, help: str) -> Any:  # noq
     means what leaving the option out means.
 
     Args:
-        timer (TimerRange): :data:`facade.timers.TIME_TO_BE_RECEIVED` or
-            :data:`~facade.timers.TIME_TO_REACH_QUEUE`.
+        timer (TimerRange): :data:`facade.model.timers.TIME_TO_BE_RECEIVED` or
+            :data:`~facade.model.timers.TIME_TO_REACH_QUEUE`.
         *param_decls (str): option names, as for ``typer.Option``.
         help (str): the option's help text; the accepted range is appended.
 

@@ -37,7 +37,7 @@ def _sender_properties(original: Any, keep_ttbr: bool) -> dict[str, Any]:
     time-to-be-received of its own: the copy gets the original message's back (a fresh
     period from the new send) instead of the property that kept it."""
     from facade.cli._messages import original_ttbr
-    from facade.systemoutputs import ORIGINAL_TTBR_PROPERTY
+    from facade.queues.systemoutputs import ORIGINAL_TTBR_PROPERTY
 
     fields = {name: getattr(original, name) for name in _SENDER_PROPERTIES}
     if not keep_ttbr:
@@ -78,7 +78,7 @@ def transfer(manager: Any, source: str, lookup_id: int, target: str,
             not a queue that can be sent to.
     """
     from facade.errors import MessageAlreadyReceived
-    from facade.message import Message
+    from facade.model.message import Message
 
     queue = manager.open_queue(source)
     original = queue.peek_by_lookup_id(lookup_id)
@@ -100,13 +100,13 @@ def _require_clear_body(manager: Any, original: Any, source: str) -> None:
     """Raise unless ``original``'s body, as peeked, is clear text (or was never encrypted).
 
     Raises:
-        AccessDenied: the caller may not read it in clear (:func:`facade.receiving.body_refusal`).
+        AccessDenied: the caller may not read it in clear (:func:`facade.queues.receiving.body_refusal`).
         EncryptionError: it does not decrypt with this queue manager's key.
     """
-    from facade.encryption import EncryptionError
+    from facade.security.encryption import EncryptionError
     from facade.errors import AccessDenied
-    from facade.protection import is_encrypted
-    from facade.receiving import body_refusal
+    from facade.queues.protection import is_encrypted
+    from facade.queues.receiving import body_refusal
 
     if not is_encrypted(original):
         return

@@ -4,7 +4,7 @@ directory holds, and those of this queue manager (``qm:``; seed 004's queue-mana
 ``control``, ``create_queue``, ``manage``, ``queue_status``, ``test``).
 
 Rights are MSMQ's ``MQSEC_*`` names (``WRITE_MESSAGE``, ``RECEIVE_MESSAGE``, ``PEEK_MESSAGE``,
-``GET_PROPERTIES``, ``FULL_CONTROL``..., see :class:`facade.acl.AccessRight`) joined by ``|``,
+``GET_PROPERTIES``, ``FULL_CONTROL``..., see :class:`facade.security.acl.AccessRight`) joined by ``|``,
 or the words of the MSMQ console: ``send``, ``receive``, ``peek``, ``full``.
 """
 
@@ -23,7 +23,7 @@ from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
 from facade.cli.directory import acl_text, open_directory
 
 if TYPE_CHECKING:
-    from facade.acl import AccessRight, SecurityDescriptor
+    from facade.security.acl import AccessRight, SecurityDescriptor
 
 app = typer.Typer(help="Show and change queue permissions (owner and access list).",
                   no_args_is_help=True)
@@ -48,7 +48,7 @@ def parse_rights(text: str) -> AccessRight:
     Raises:
         InvalidParameter: a word that is neither (the message lists the valid names).
     """
-    from facade.acl import AccessRight
+    from facade.security.acl import AccessRight
 
     words = [w.strip() for w in text.replace(",", "|").split("|")]
     return AccessRight.parse("|".join(_WORDS.get(w.lower(), w) for w in words))
@@ -167,7 +167,7 @@ def sync(dry_run: bool = typer.Option(False, "--dry-run",
 
     Example: kmq acl sync --dry-run
     """
-    from facade.kafka_acl_admin import sync_kafka_acls
+    from facade.state.kafka_acl_admin import sync_kafka_acls
     from facade.manager import QueueManager
 
     with fail_on_errors(as_json), QueueManager.open(lease_ids=False) as qm:

@@ -56,7 +56,7 @@ def create(sender: str | None = SenderOption,
 
     Example: kmq cert create --sender alice
     """
-    from facade.certificates import create_identity, import_identity
+    from facade.security.certificates import create_identity, import_identity
     from facade.errors import InvalidParameter
 
     with fail_on_errors(as_json):
@@ -79,7 +79,7 @@ def register(sender: str | None = SenderOption, as_json: bool = JsonOption) -> N
 
     Example: kmq cert register --sender alice
     """
-    from facade.certificates import load_identity
+    from facade.security.certificates import load_identity
     from facade.directory.certificates import register_certificate
 
     with open_directory(as_json) as directory:
@@ -99,7 +99,7 @@ def revoke(digest: str | None = text_option(None, "--digest", help="mSMQDigests 
 
     Example: kmq cert revoke --sender alice
     """
-    from facade.certificates import load_identity
+    from facade.security.certificates import load_identity
     from facade.directory.certificates import revoke_certificate
     from facade.errors import DirectoryObjectNotFound
 
@@ -121,7 +121,7 @@ def list_certificates(sender: str | None = SenderOption, as_json: bool = JsonOpt
 
     Example: kmq cert list --json
     """
-    from facade.certificates import certificate_digest, identity_names, parse_certificate
+    from facade.security.certificates import certificate_digest, identity_names, parse_certificate
     from facade.directory.certificates import registered_certificates
 
     with open_directory(as_json) as directory:

@@ -9,12 +9,12 @@ import typer
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
 
 if TYPE_CHECKING:
-    from facade.devstack import DevStatus
+    from facade.kafka.devstack import DevStatus
 
 
 def _stack():  # noqa: ANN202 - DevStack, imported when a command runs (start-up time)
     from facade.config import KmqConfig
-    from facade.devstack import DevStack
+    from facade.kafka.devstack import DevStack
 
     return DevStack(KmqConfig.load())
 

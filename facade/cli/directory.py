@@ -17,7 +17,7 @@ import typer
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table
 
 if TYPE_CHECKING:
-    from facade.acl import SecurityDescriptor
+    from facade.security.acl import SecurityDescriptor
     from facade.directory import Directory
 
 __all__ = ["acl_text", "app", "open_directory", "security_dict"]

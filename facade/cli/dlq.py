@@ -30,7 +30,7 @@ LookupIdArg = typer.Argument(..., min=0, help="The message's lookup id (from dlq
 
 def dead_letter_format_name(manager: QueueManager, transactional: bool) -> str:
     """``MACHINE=<guid>;DEADLETTER`` (or ``;DEADXACT``) of ``manager``."""
-    from facade.formatnames import SystemQueue
+    from facade.model.formatnames import SystemQueue
 
     queue = SystemQueue.DEADXACT if transactional else SystemQueue.DEADLETTER
     return f"MACHINE={manager.guid};{queue.value}"

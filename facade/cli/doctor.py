@@ -1,6 +1,6 @@
 """``kmq doctor``: check the Kafka cluster and kmq's topics against the settings kmq needs.
 
-kmq creates its topics with the settings of ``facade.topicsettings`` (no time or size retention,
+kmq creates its topics with the settings of ``facade.model.topicsettings`` (no time or size retention,
 ``max.message.bytes`` for 4 MiB bodies, the configured replication factor and
 ``min.insync.replicas``). Topics made by hand, by an older kmq, or changed since keep whatever
 they have, and on Kafka a wrong one loses messages without a NACK: time-based retention deletes
@@ -26,7 +26,7 @@ from facade.cli._output import EXIT_FAILED, JsonOption, emit, fail_on_errors
 
 if TYPE_CHECKING:  # the Kafka client and configuration load when the command runs (start-up time)
     from facade.config import KmqConfig
-    from facade.kafka import KafkaSession, TopicDescription
+    from facade.kafka.librdkafka import KafkaSession, TopicDescription
 
 __all__ = ["ERROR", "WARNING", "Finding", "cluster_findings", "doctor", "topic_findings"]
 
@@ -55,7 +55,7 @@ _WHY = {
     "min.insync.replicas": "an acknowledged acks=all write (a recoverable message, a receipt) "
                            "must be on this many replicas",
 }
-#: By topic role name (facade.topics.TopicRole, imported when the command runs).
+#: By topic role name (facade.model.topics.TopicRole, imported when the command runs).
 _RECREATE = {
     "MESSAGES": "receive its messages, then recreate the queue's topics (kmq queue delete "
                         "and kmq queue create; a system queue: kafka-topics --delete, and kmq "
@@ -116,10 +116,10 @@ def topic_findings(topic: TopicDescription, replicas: int, min_insync: int,
 
     Returns:
         list[Finding]: the findings, all of severity ``error``; empty when all is well. A topic
-        that is not kmq's (no :func:`~facade.topics.topic_role`) gives none.
+        that is not kmq's (no :func:`~facade.model.topics.topic_role`) gives none.
     """
-    from facade.topics import topic_role
-    from facade.topicsettings import topic_config
+    from facade.model.topics import topic_role
+    from facade.model.topicsettings import topic_config
 
     role = topic_role(topic.name)
     if role is None:
@@ -225,7 +225,7 @@ def cluster_findings(session: KafkaSession, config: KmqConfig, brokers: int) -> 
 
 
 def _kmq_topics(names: Iterable[str], queue_manager: str | None) -> list[str]:
-    from facade.topics import TOPIC_PREFIX, TopicRole, escape_name, topic_role
+    from facade.model.topics import TOPIC_PREFIX, TopicRole, escape_name, topic_role
 
     prefix = None if queue_manager is None else f"{TOPIC_PREFIX}{escape_name(queue_manager)}."
     return sorted(
@@ -251,7 +251,7 @@ def doctor(
     Example: kmq doctor --json
     """
     from facade.config import KmqConfig
-    from facade.kafka import KafkaSession
+    from facade.kafka.librdkafka import KafkaSession
 
     with fail_on_errors(as_json):
         config = KmqConfig.load()

@@ -40,7 +40,7 @@ def journal_format_name(manager: QueueManager, queue: str) -> str:
             have no journal.
     """
     from facade.errors import UnsupportedFormatNameOperation
-    from facade.formatnames import QueuePath, parse_queue_reference, path_to_format_name
+    from facade.model.formatnames import QueuePath, parse_queue_reference, path_to_format_name
 
     reference = parse_queue_reference(resolve_queue_name(manager, queue))
     if isinstance(reference, QueuePath):
@@ -56,7 +56,7 @@ def journal_format_name(manager: QueueManager, queue: str) -> str:
 def _journal(manager: QueueManager, queue: str | None, machine: bool) -> str:
     """The format name of the journal chosen by QUEUE or --machine (the caller checked that
     exactly one is given)."""
-    from facade.formatnames import SystemQueue
+    from facade.model.formatnames import SystemQueue
 
     if machine:
         return f"MACHINE={manager.guid};{SystemQueue.JOURNAL.value}"

@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # kmq's API is imported when a command runs, not for --help
     from rich.table import Table
 
     from facade.manager import QueueManager
-    from facade.outgoingqueue import StoredRecord
+    from facade.state.outgoingqueue import StoredRecord
     from facade.service import SweepReport
 
 app = typer.Typer(help="Initialise, inspect and run the queue manager; view its outgoing queue.",
@@ -22,7 +22,7 @@ app = typer.Typer(help="Initialise, inspect and run the queue manager; view its 
 
 
 def _info(qm: QueueManager) -> dict:
-    from facade.formatnames import SystemQueue
+    from facade.model.formatnames import SystemQueue
 
     return {
         "name": qm.name, "guid": str(qm.guid), "bootstrap_servers": qm.session.bootstrap_servers,
@@ -124,7 +124,7 @@ def _outgoing(limit: int) -> dict[str, list[dict]]:
     """The outgoing queue file's records (oldest first, at most ``limit``) and unreadable rows;
     empty lists when the file does not exist (nothing was ever stored)."""
     from facade.config import KmqConfig
-    from facade.outgoingqueue import OutgoingQueue, outgoing_queue_path
+    from facade.state.outgoingqueue import OutgoingQueue, outgoing_queue_path
 
     config = KmqConfig.load()
     path = outgoing_queue_path(config.home, config.queue_manager)
@@ -145,7 +145,7 @@ def _outgoing_row(stored: StoredRecord) -> dict:
     label, destination and size (None when the value is not a message envelope)."""
     import datetime as dt
 
-    from facade.envelope import decode_message
+    from facade.model.envelope import decode_message
     from facade.errors import EnvelopeError
 
     record = stored.record

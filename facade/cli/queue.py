@@ -20,13 +20,13 @@ from facade.cli._options import (
     timer_option,
 )
 from facade.cli._output import JsonOption, emit, fail_on_errors, key_value_table, quoted
-from facade.timers import TIME_TO_BE_RECEIVED, TIME_TO_REACH_QUEUE
+from facade.model.timers import TIME_TO_BE_RECEIVED, TIME_TO_REACH_QUEUE
 
 if TYPE_CHECKING:  # kmq's API is imported when a command runs, not for --help
     from rich.table import Table
 
     from facade.manager import QueueManager
-    from facade.message import Message
+    from facade.model.message import Message
 
 app = typer.Typer(help="Create, list, show, purge and delete queues.", no_args_is_help=True)
 
@@ -100,7 +100,7 @@ def create(path: str = text_argument(
            receive_retry_count: int = typer.Option(
                None, min=-1,
                help="Peek-lock releases after which a message goes to ;poison; -1 = no limit "
-                    "(default 5, facade.registry.DEFAULT_RECEIVE_RETRY_COUNT)."),
+                    "(default 5, facade.state.registry.DEFAULT_RECEIVE_RETRY_COUNT)."),
            arbitration: Arbitration = typer.Option(
                "receipts", "--arbitration", case_sensitive=False,
                help="Who decides which receiver gets a message: 'receipts' (default; every "
@@ -329,7 +329,7 @@ def _flag_names(value: str | None, kind: type[enum.Flag], option: str) -> Any:
 
 def _parse_id(text: str, option: str) -> Any:
     """``text`` as a MessageId, or a usage error naming ``option``."""
-    from facade.message import MessageId
+    from facade.model.message import MessageId
 
     try:
         return MessageId.parse(text)
@@ -389,7 +389,7 @@ def send(queue: str = QueueArg,
     Example: kmq send orders --body 'hello' --priority 5 --ttbr 60 --admin-queue acks
     --acknowledge FULL_RECEIVE   (or: cat order.json | kmq send orders --body-file -)
     """
-    from facade.message import Acknowledgment, Delivery, JournalLevel, Message
+    from facade.model.message import Acknowledgment, Delivery, JournalLevel, Message
 
     data = _body(cast("bytes | None", body), body_file)  # bytes_option delivers bytes
     acks = _flag_names(acknowledge, Acknowledgment, "--acknowledge")

@@ -28,10 +28,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from facade.envelope import decode_acknowledgment
+from facade.model.envelope import decode_acknowledgment
 from facade.errors import EnvelopeError
-from facade.message import Acknowledgment, Message, MessageClass
-from facade.systemoutputs import acknowledgment_requested
+from facade.model.message import Acknowledgment, Message, MessageClass
+from facade.queues.systemoutputs import acknowledgment_requested
 
 __all__ = [
     "CopyKey",

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from facade.demo.corpus import ChangelogEntry
-from facade.message import MAX_LABEL_LENGTH
+from facade.model.message import MAX_LABEL_LENGTH
 
 __all__ = [
     "OTHER_DISTRIBUTION",

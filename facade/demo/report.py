@@ -86,7 +86,7 @@ class ReportSources:
         dead_letter (str): ``MACHINE=<guid>;DEADLETTER``: dead-lettered copies (class = reason)
             and the poison record.
         admin (str): the admin queue (``DIRECT=OS:<qm>\\private$\\admin``): ACK/NACK messages;
-            each body is an acknowledgment (``facade.envelope.decode_acknowledgment``).
+            each body is an acknowledgment (``facade.model.envelope.decode_acknowledgment``).
         held (str): the queue whose messages expired (empty at report time).
         report_dir (Path): where the report's files go (exists).
     """

@@ -88,7 +88,7 @@ __all__ = ["DemoOptions", "DemoResult", "run_demo"]
 #: Receiver threads by default: two queues at a time, RECEIVERS_PER_QUEUE on each.
 DEFAULT_RECEIVERS = 2 * RECEIVERS_PER_QUEUE
 #: Seconds to wait for the receiver threads when stopping: a receive ends within a claim's
-#: timeout (30 s in facade.queueview), and handles must not be closed under a receive.
+#: timeout (30 s in facade.state.queueview), and handles must not be closed under a receive.
 RECEIVER_JOIN_TIMEOUT = 35.0
 #: Seconds to wait, after the last held send, for the held queue to be swept empty.
 EXPIRY_GRACE = 60.0
@@ -237,7 +237,7 @@ def _teardown(environment: DemoEnvironment, topology: Topology) -> list[str]:
     directory in its temporary home: nothing to delete then. Otherwise a fresh queue manager
     deletes the queues, alias and list, after the run's own Kafka clients are closed: a topic
     deleted under a client that still fetches it is a librdkafka crash risk (see
-    ``facade.kafka.TopicReader``, "Resting").
+    ``facade.kafka.librdkafka.TopicReader``, "Resting").
 
     Returns:
         list[str]: what could not be deleted, with the reason.

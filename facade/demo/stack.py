@@ -3,7 +3,7 @@
 * ``KMQ_BOOTSTRAP_SERVERS`` (or ``kmq.toml``) set: those brokers, and the configured directory.
 * Otherwise, a dev stack already running (``kmq dev up``) in ``KMQ_HOME``: that broker.
 * Otherwise the embedded defaults: a fresh ``KMQ_HOME`` in a temporary directory, where the
-  demo starts a local broker and the embedded directory (``facade.devstack``), and stops the
+  demo starts a local broker and the embedded directory (``facade.kafka.devstack``), and stops the
   broker at the end, also on an error or Ctrl-C. The temporary home is removed after a
   successful run and kept (for its broker log) after a failed one. ``--keep`` leaves the broker
   running; ``KMQ_HOME=<home> kmq dev down`` stops it later.
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from facade.config import KmqConfig
-from facade.devstack import DevStack
+from facade.kafka.devstack import DevStack
 from facade.errors import ConfigurationError
 
 __all__ = ["DemoEnvironment", "demo_environment"]

@@ -56,7 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from facade.certificates import create_identity, identity_names, load_identity
+from facade.security.certificates import create_identity, identity_names, load_identity
 from facade.demo.corpus import ChangelogEntry
 from facade.demo.ledger import Ledger, SentMessage
 from facade.directory.certificates import register_certificate
@@ -69,9 +69,9 @@ from facade.demo.mapping import (
     queue_name,
 )
 from facade.errors import MessageQueueError, ReceiveTimeout, TransientQueueError
-from facade.formatnames import SystemQueue, parse_queue_reference
-from facade.kafka import produce_and_wait
-from facade.message import (
+from facade.model.formatnames import SystemQueue, parse_queue_reference
+from facade.kafka.librdkafka import produce_and_wait
+from facade.model.message import (
     Acknowledgment,
     AuthLevel,
     Delivery,

@@ -60,7 +60,7 @@ def register_certificate(directory: Directory, sender_id: str, der: bytes, diges
         directory (Directory): the directory, bound for the caller.
         sender_id (str): the sender id.
         der (bytes): the certificate, DER.
-        digest (str): its ``mSMQDigests`` value (``facade.certificates.certificate_digest``).
+        digest (str): its ``mSMQDigests`` value (``facade.security.certificates.certificate_digest``).
 
     Returns:
         bool: False if it was registered already.
@@ -118,7 +118,7 @@ def revoke_certificate(directory: Directory, sender_id: str, digest: str) -> boo
         AccessDenied: the caller is not ``sender_id``.
         DirectoryUnavailable: unreachable or refused.
     """
-    from facade.certificates import certificate_digest
+    from facade.security.certificates import certificate_digest
 
     _require_self(directory, sender_id, "revoke a certificate of")
     dn = sender_dn(directory, sender_id)

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import ldap3
 
-from facade.acl import AccessRight, ObjectKind, SecurityDescriptor, require_membership_change
+from facade.security.acl import AccessRight, ObjectKind, SecurityDescriptor, require_membership_change
 from facade.config import KmqConfig
 from facade.directory.layout import (
     Attr,
@@ -59,7 +59,7 @@ from facade.errors import (
     InvalidParameter,
     QueueExists,
 )
-from facade.formatnames import (
+from facade.model.formatnames import (
     DirectFormatName,
     DistributionListFormatName,
     FormatName,
@@ -172,14 +172,14 @@ class Directory:
     @classmethod
     def open(cls, config: KmqConfig | None = None) -> Directory:
         """Open the configured directory (see :func:`open_store`) for the configuration's
-        principal (:func:`facade.principal.resolve_principal`: the authenticated identity, or
+        principal (:func:`facade.security.principal.resolve_principal`: the authenticated identity, or
         the declared one in development mode).
 
         Raises:
             DirectoryUnavailable: workgroup mode, or the store cannot be reached.
             ConfigurationError: bad directory settings, or no acceptable principal.
         """
-        from facade.principal import resolve_principal
+        from facade.security.principal import resolve_principal
 
         config = config or KmqConfig.load()
         return cls(open_store(config), resolve_principal(config).name, config.queue_manager)
@@ -547,7 +547,7 @@ class Directory:
 
         Both sides must consent (seed 000): the caller needs ADD_REMOVE_ELEMENT on the list and
         ADD_REMOVE_SELF on the member. By default only each object's owner holds them
-        (:meth:`facade.acl.SecurityDescriptor.default_for`): a queue, alias or list owned by
+        (:meth:`facade.security.acl.SecurityDescriptor.default_for`): a queue, alias or list owned by
         someone else joins after its owner grants ADD_REMOVE_SELF.
 
         Args:

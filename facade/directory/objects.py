@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from facade.acl import ObjectKind, SecurityDescriptor
+from facade.security.acl import ObjectKind, SecurityDescriptor
 from facade.directory.layout import Attr, ObjectClass, normalize_dn
 
 __all__ = [

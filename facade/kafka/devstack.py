@@ -1,6 +1,6 @@
 """The local dev stack: an Apache Kafka cluster on loopback and the embedded directory.
 
-``kmq dev up`` starts Apache Kafka (:mod:`facade.localkafka`: KRaft combined mode, one node or
+``kmq dev up`` starts Apache Kafka (:mod:`facade.kafka.localkafka`: KRaft combined mode, one node or
 three voters) with its log dirs under ``$KMQ_HOME/dev/kafka``, so queues and messages survive
 ``kmq dev down`` / ``kmq dev up`` and a crash; it also initialises the embedded directory.
 """
@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from facade.config import KmqConfig
-from facade.localkafka import LocalKafka
+from facade.kafka.localkafka import LocalKafka
 
 __all__ = ["DevStack", "DevStatus"]
 

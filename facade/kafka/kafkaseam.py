@@ -3,8 +3,8 @@
 The queue manager, its queues, the registry and the receipts views reach Kafka only through a
 :class:`KafkaSession`: producers (:class:`RecordProducer`), readers of single-partition topics at
 explicit offsets (:class:`RecordReader`) and the few administrative calls kmq makes. Two
-implementations satisfy it: :class:`facade.kafka.KafkaSession` (librdkafka, a real broker) and
-:class:`facade.memorykafka.MemoryKafkaSession` (in process, for unit tests of queue semantics).
+implementations satisfy it: :class:`facade.kafka.librdkafka.KafkaSession` (librdkafka, a real broker) and
+:class:`facade.kafka.memorykafka.MemoryKafkaSession` (in process, for unit tests of queue semantics).
 mypy checks that both do (``tests/unit/test_typecheck.py``). Kafka concepts, Kafka names:
 docs/design.md, "The Kafka seam", says what the in-memory one does not model.
 
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from facade.errors import TransactionAborted
 
 if TYPE_CHECKING:
-    from facade.message import Delivery
+    from facade.model.message import Delivery
 
 __all__ = ["ACCEPT", "DeliveryCallback", "KafkaRecord", "KafkaSession", "ProducerFenced",
            "RELEASE", "RecordProducer", "RecordReader", "SharedRecord", "ShareRecordConsumer",
@@ -197,7 +197,7 @@ class RecordProducer(Protocol):
 
 class RecordReader(Protocol):
     """Reads single-partition topics from explicit offsets, read_committed, without a consumer
-    group (see :class:`facade.kafka.TopicReader` for the librdkafka one)."""
+    group (see :class:`facade.kafka.librdkafka.TopicReader` for the librdkafka one)."""
 
     def assign(self, positions: Mapping[str, int]) -> None:
         """Read each topic (partition 0) from the given offset (< 0: the log start); replaces
@@ -375,7 +375,7 @@ class KafkaSession(Protocol):
 
     def create_topics(self, names: Sequence[str], config: Mapping[str, str] | None = None,
                       exist_ok: bool = False) -> list[str]:
-        """Create single-partition topics with kmq's settings (``facade.topicsettings``),
+        """Create single-partition topics with kmq's settings (``facade.model.topicsettings``),
         ``config`` overriding them; the names actually created.
 
         Raises:

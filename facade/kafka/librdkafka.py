@@ -53,8 +53,8 @@ from facade.errors import (
     QueueNotFound,
     TransactionAborted,
 )
-from facade import kafkaseam
-from facade.kafkaseam import (
+from facade.kafka import kafkaseam
+from facade.kafka.kafkaseam import (
     ACCEPT,
     RELEASE,
     KafkaRecord,
@@ -62,9 +62,9 @@ from facade.kafkaseam import (
     SharedRecord,
     TopicDescription,
 )
-from facade.message import Delivery
-from facade.topics import QUEUE_REGISTRY_TOPIC
-from facade.topicsettings import MAX_MESSAGE_BYTES, topic_config
+from facade.model.message import Delivery
+from facade.model.topics import QUEUE_REGISTRY_TOPIC
+from facade.model.topicsettings import MAX_MESSAGE_BYTES, topic_config
 
 __all__ = [
     "NO_LINGER",
@@ -378,7 +378,7 @@ def resolve_bootstrap_servers(config: KmqConfig) -> str:
     """
     if config.bootstrap_servers:
         return config.bootstrap_servers
-    from facade.devstack import DevStack
+    from facade.kafka.devstack import DevStack
 
     broker = DevStack(config).running_broker()
     if broker is None:
@@ -450,7 +450,7 @@ class KafkaSession:
         ``acks=all`` and idempotence (no loss once acknowledged, no duplicates from retries).
         ``transactional_id`` adds Kafka transactions (implies RECOVERABLE settings).
         """
-        # message.max.bytes: room for MSMQ's 4 MB bodies (facade.topicsettings); a [kafka]
+        # message.max.bytes: room for MSMQ's 4 MB bodies (facade.model.topicsettings); a [kafka]
         # option may lower it, and sends then check against the lower value.
         config = {"message.max.bytes": MAX_MESSAGE_BYTES, **self._base,
                   "allow.auto.create.topics": False, "linger.ms": 5}
@@ -624,7 +624,7 @@ class KafkaSession:
 
     def create_topics(self, names: Sequence[str], config: Mapping[str, str] | None = None,
                       exist_ok: bool = False) -> list[str]:
-        """Create single-partition topics with kmq's settings (``facade.topicsettings``).
+        """Create single-partition topics with kmq's settings (``facade.model.topicsettings``).
 
         Each topic gets the retention, cleanup and size configs of its role (queue data,
         receipts, registry), :attr:`replication_factor` replicas and ``min.insync.replicas``
@@ -1094,7 +1094,7 @@ _ACK_TYPES = {ACCEPT: AcknowledgeType.ACCEPT, RELEASE: AcknowledgeType.RELEASE}
 class TopicShareConsumer:
     """A librdkafka ``ShareConsumer`` (Preview in confluent-kafka 2.16) subscribed to one
     single-partition topic, explicit acknowledgement (satisfies
-    :class:`facade.kafkaseam.ShareRecordConsumer`).
+    :class:`facade.kafka.kafkaseam.ShareRecordConsumer`).
 
     Args:
         consumer (ShareConsumer): a new share consumer in explicit acknowledgement mode.
@@ -1156,7 +1156,7 @@ class TopicShareConsumer:
 
     def commit_sync(self, timeout: float) -> str | None:
         """Send pending acknowledgements; None on success for the partition, else the Kafka
-        error name (see :meth:`facade.kafkaseam.ShareRecordConsumer.commit_sync`).
+        error name (see :meth:`facade.kafka.kafkaseam.ShareRecordConsumer.commit_sync`).
 
         Raises:
             BrokerUnavailable, BrokerError: no answer within ``timeout`` (outcome unknown).
@@ -1987,7 +1987,7 @@ class TransactionalProducer:
 
     Args:
         session (kafkaseam.KafkaSession): the Kafka clients (the librdkafka ones, or the
-            in-memory ones of :mod:`facade.memorykafka`).
+            in-memory ones of :mod:`facade.kafka.memorykafka`).
         transactional_id (str): Kafka ``transactional.id``.
     """
 

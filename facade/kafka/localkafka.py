@@ -2,7 +2,7 @@
 bench start.
 
 The broker is Apache Kafka itself, the release pinned in ``deploy/kafka/pom.xml``, run from the
-jars Maven resolves into kmq's jar cache (:mod:`facade.mavenjars`); kmq writes no broker of its
+jars Maven resolves into kmq's jar cache (:mod:`facade.kafka.mavenjars`); kmq writes no broker of its
 own. Each node is one JVM in KRaft combined mode (``process.roles=broker,controller``) with a
 static quorum of every node (``controller.quorum.voters``), so one node is a standalone cluster
 and three nodes are three voters that survive the loss of one.
@@ -43,7 +43,7 @@ from pathlib import Path
 
 from facade._process import pid_alive
 from facade.errors import BrokerUnavailable, ConfigurationError
-from facade.mavenjars import find_java, pom_property, resolve_jars
+from facade.kafka.mavenjars import find_java, pom_property, resolve_jars
 
 __all__ = ["KAFKA_POM", "SCRAM_MECHANISM", "KafkaNode", "LocalKafka", "kafka_version"]
 

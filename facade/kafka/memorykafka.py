@@ -1,4 +1,4 @@
-"""An in-memory Kafka for unit tests of queue semantics: the :class:`facade.kafkaseam.KafkaSession`
+"""An in-memory Kafka for unit tests of queue semantics: the :class:`facade.kafka.kafkaseam.KafkaSession`
 protocol, served from this process's memory instead of a broker.
 
 ``QueueManager.open(config, session=MemoryKafkaSession())`` gives a queue manager whose
@@ -45,12 +45,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from facade.errors import BrokerError, BrokerUnavailable, QueueExists, QueueNotFound
-from facade.kafkaseam import DeliveryCallback, KafkaRecord, ProducerFenced
-from facade.message import Delivery
-from facade.topicsettings import MAX_MESSAGE_BYTES, topic_config
+from facade.kafka.kafkaseam import DeliveryCallback, KafkaRecord, ProducerFenced
+from facade.model.message import Delivery
+from facade.model.topicsettings import MAX_MESSAGE_BYTES, topic_config
 
 if TYPE_CHECKING:
-    from facade import kafkaseam
+    from facade.kafka import kafkaseam
 
 __all__ = ["MemoryKafka", "MemoryKafkaSession", "MemoryProducer", "MemoryReader"]
 
@@ -245,7 +245,7 @@ class _Delivered:
 
 
 class MemoryProducer:
-    """A producer on a :class:`MemoryKafka` (satisfies :class:`facade.kafkaseam.RecordProducer`).
+    """A producer on a :class:`MemoryKafka` (satisfies :class:`facade.kafka.kafkaseam.RecordProducer`).
 
     Args:
         cluster (MemoryKafka): where records go.
@@ -380,7 +380,7 @@ class MemoryProducer:
 
 class MemoryReader:
     """A read_committed reader of a :class:`MemoryKafka` at explicit offsets (satisfies
-    :class:`facade.kafkaseam.RecordReader`)."""
+    :class:`facade.kafka.kafkaseam.RecordReader`)."""
 
     def __init__(self, cluster: MemoryKafka):
         self._cluster = cluster
@@ -529,7 +529,7 @@ class MemoryReader:
 
 
 class MemoryKafkaSession:
-    """Kafka clients on a :class:`MemoryKafka` (satisfies :class:`facade.kafkaseam.KafkaSession`).
+    """Kafka clients on a :class:`MemoryKafka` (satisfies :class:`facade.kafka.kafkaseam.KafkaSession`).
 
     Args:
         cluster (MemoryKafka | None): the cluster; None: a new, empty one of its own.

@@ -11,7 +11,7 @@ This module holds the generic machinery: finding the schema directory, one
 :class:`SchemaFamily` per record type (its current schema plus the older writers it still
 reads, selected by fingerprint), and the registry of kmq's families, so a decoder that meets
 another kmq record type can say which one it is. The record-specific modules
-(:mod:`facade.envelope`, :mod:`facade.receipts`) map Python objects to and from Avro records.
+(:mod:`facade.model.envelope`, :mod:`facade.model.receipts`) map Python objects to and from Avro records.
 Pure Python, no I/O beyond reading the ``.avsc`` files at import.
 """
 
@@ -68,8 +68,8 @@ def schema_dir() -> Path:
     Raises:
         FileNotFoundError: neither directory has them (a broken installation).
     """
-    here = Path(__file__).resolve().parent
-    candidates = (here / "_schemas", here.parent / "schemas")
+    package = Path(__file__).resolve().parents[1]  # facade/, above this layer's folder
+    candidates = (package / "_schemas", package.parent / "schemas")
     for directory in candidates:
         if all((directory / name).is_file() for name in SCHEMA_FILES):
             return directory

@@ -1,4 +1,4 @@
-"""Avro envelope: a :class:`~facade.message.Message` as the key, value and headers of a record.
+"""Avro envelope: a :class:`~facade.model.message.Message` as the key, value and headers of a record.
 
 The wire format is specified in ``schemas/README.md``; the ``.avsc`` files next to it are the
 source of truth. In short:
@@ -15,7 +15,7 @@ source of truth. In short:
   order (MSMQ's exactly-once-in-order guarantee); ``None`` otherwise so the producer spreads load.
 
 The record <-> message mapping is generated from the property declarations on
-:class:`~facade.message.Message` (:mod:`facade.propertyspec`): each property's ``avro=`` names
+:class:`~facade.model.message.Message` (:mod:`facade.model.propertyspec`): each property's ``avro=`` names
 its field and codec. :func:`declared_envelope_schema` is the schema those declarations
 describe; a unit test holds the ``.avsc`` to it.
 
@@ -34,12 +34,12 @@ from dataclasses import MISSING, Field, dataclass
 from typing import Any, cast
 
 import fastavro
-from facade import avro as _avro
-from facade.avro import SINGLE_OBJECT_MARKER
-from facade.avro import DecodeFailure as _DecodeFailure
-from facade.avro import SchemaFamily as _SchemaFamily  # noqa: F401 - kept for tests and tools
+from facade.model import avro as _avro
+from facade.model.avro import SINGLE_OBJECT_MARKER
+from facade.model.avro import DecodeFailure as _DecodeFailure
+from facade.model.avro import SchemaFamily as _SchemaFamily  # noqa: F401 - kept for tests and tools
 from facade.errors import EnvelopeError, InvalidParameter
-from facade.message import (
+from facade.model.message import (
     AcknowledgedQueue,
     AcknowledgmentInfo,
     BodyType,
@@ -47,7 +47,7 @@ from facade.message import (
     MessageId,
     guid_text,
 )
-from facade.propertyspec import AvroField, compile_function, specs
+from facade.model.propertyspec import AvroField, compile_function, specs
 
 __all__ = [
     "ACKNOWLEDGMENT_SCHEMA_NAME",
@@ -98,7 +98,7 @@ _ONE_MS = _dt.timedelta(milliseconds=1)
 
 
 # --------------------------------------------------------------------------------------------
-# Schema families (the generic single-object machinery lives in facade.avro)
+# Schema families (the generic single-object machinery lives in facade.model.avro)
 # --------------------------------------------------------------------------------------------
 
 _SCHEMA_DIR = _avro.SCHEMA_DIR
@@ -194,7 +194,7 @@ def record_key(message: Message) -> bytes | None:
 
 
 # --------------------------------------------------------------------------------------------
-# The record <-> message mapping, derived from the property declarations (facade.propertyspec)
+# The record <-> message mapping, derived from the property declarations (facade.model.propertyspec)
 # --------------------------------------------------------------------------------------------
 
 #: Avro codec -> expression turning the property value ``{v}`` into the record value.

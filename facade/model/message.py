@@ -10,12 +10,12 @@ read, with Python types instead of MSMQ's VARIANTs:
 * MSMQ enumerations are :class:`enum.IntEnum` / :class:`enum.IntFlag` with the MSMQ values, so
   ``int(message.delivery)`` is what MSMQ's ``PROPID_M_DELIVERY`` would hold.
 
-Each property is declared once, at its field (:func:`facade.propertyspec.declare`): its
+Each property is declared once, at its field (:func:`facade.model.propertyspec.declare`): its
 PROPID, its check, its Avro envelope field and its Spark columns. The checks here, the envelope
-mapping (:mod:`facade.envelope`) and the Spark schema (:mod:`spark_connector.schema`) are derived
+mapping (:mod:`facade.model.envelope`) and the Spark schema (:mod:`spark_connector.schema`) are derived
 from those declarations; a new property is added by declaring one field.
 
-The wire form of a message (the Avro envelope in a Kafka record) lives in :mod:`facade.envelope`;
+The wire form of a message (the Avro envelope in a Kafka record) lives in :mod:`facade.model.envelope`;
 this module has no Kafka or Avro dependency (the declarations name Avro types as plain data).
 
 Example::
@@ -43,7 +43,7 @@ from enum import IntEnum, IntFlag
 from typing import Any, ClassVar, TypeVar, cast
 
 from facade.errors import InvalidParameter, TransactionUsage
-from facade.propertyspec import (
+from facade.model.propertyspec import (
     AvroField,
     CheckFactory,
     SparkColumn,
@@ -51,7 +51,7 @@ from facade.propertyspec import (
     declare,
     specs,
 )
-from facade.timers import TIME_TO_BE_RECEIVED, TIME_TO_REACH_QUEUE, TIMER_RANGES
+from facade.model.timers import TIME_TO_BE_RECEIVED, TIME_TO_REACH_QUEUE, TIMER_RANGES
 
 __all__ = [
     "SECURITY_PROPERTIES",
@@ -91,7 +91,7 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 
 _UINT32_MAX = 0xFFFFFFFF
 _UINT64_MAX = 0xFFFFFFFFFFFFFFFF
-#: The timer properties' ranges (facade.timers), which :meth:`Message._normalize` and the
+#: The timer properties' ranges (facade.model.timers), which :meth:`Message._normalize` and the
 #: field checks apply.
 _TIMER_LIST = (TIME_TO_BE_RECEIVED, TIME_TO_REACH_QUEUE)
 
@@ -194,7 +194,7 @@ class MessageId:
         the README's example); a queue manager assigns ids itself, at send.
 
         Why two allocators: a :class:`facade.manager.QueueManager` draws ids from its
-        :class:`facade.sequence.MessageIdAllocator`, which leases blocks of sequence numbers on
+        :class:`facade.state.sequence.MessageIdAllocator`, which leases blocks of sequence numbers on
         a Kafka topic so that every process and host sharing the queue manager's GUID gets
         unique ids. That needs a broker; this method needs nothing and guarantees less (below),
         which is enough for a message that no queue manager sends, or that one re-stamps.
@@ -511,7 +511,7 @@ def _coerce_flags(flag_cls: type[_F], value: object, name: str, propid: str) -> 
 
 
 def _timer_check(name: str, propid: str) -> Callable[[object], None]:
-    """The check of a timer property (a :data:`facade.propertyspec.CheckFactory`)."""
+    """The check of a timer property (a :data:`facade.model.propertyspec.CheckFactory`)."""
     return TIMER_RANGES[name].check
 
 
@@ -557,7 +557,7 @@ def _utcnow() -> _dt.datetime:
 
 
 # --------------------------------------------------------------------------------------------
-# Check factories for the field declarations (facade.propertyspec.CheckFactory)
+# Check factories for the field declarations (facade.model.propertyspec.CheckFactory)
 # --------------------------------------------------------------------------------------------
 
 
@@ -658,11 +658,11 @@ class Message:
         response_queue (str | None): PROPID_M_RESP_FORMAT_NAME (PROPID_M_RESP_QUEUE), format name
             for replies; may be a multiple-element name.
         time_to_reach_queue (float | None): PROPID_M_TIME_TO_REACH_QUEUE in seconds, 0 to
-            4294967293 (:data:`facade.timers.TIME_TO_REACH_QUEUE`); ``None`` = LONG_LIVED, the
+            4294967293 (:data:`facade.model.timers.TIME_TO_REACH_QUEUE`); ``None`` = LONG_LIVED, the
             queue manager's default (4 days), also given as 4294967294 (LONG_LIVED) or
             4294967295 (INFINITE). 0: the copy gets one attempt to reach its queue.
         time_to_be_received (float | None): PROPID_M_TIME_TO_BE_RECEIVED in seconds counted
-            from ``sent_time``, 0 to 4294967294 (:data:`facade.timers.TIME_TO_BE_RECEIVED`);
+            from ``sent_time``, 0 to 4294967294 (:data:`facade.model.timers.TIME_TO_BE_RECEIVED`);
             ``None`` = INFINITE, also given as 4294967295. Takes precedence over TTRQ; 0
             expires the message as it is sent.
         not_before (datetime | None): kmq extension (timed dequeue): the message stays invisible
@@ -977,7 +977,7 @@ class Message:
     def validate(self) -> None:
         """Check every property against its MSMQ range.
 
-        Called at construction and by :func:`facade.envelope.encode_message`, so properties
+        Called at construction and by :func:`facade.model.envelope.encode_message`, so properties
         edited after construction are checked before the message leaves the process.
 
         Raises:
@@ -1100,7 +1100,7 @@ _DEFAULTS: dict[str, object] = {f.name: f.default for f in fields(Message)
                                 if f.default is not MISSING}
 
 #: Message properties that ask for signing or encryption. The queue manager implements them
-#: (``facade.protection``); the Spark sink does not sign or encrypt, and refuses the columns of
+#: (``facade.queues.protection``); the Spark sink does not sign or encrypt, and refuses the columns of
 #: these names with :func:`unsupported_security`.
 SECURITY_PROPERTIES = ("auth_level", "privacy_level", "hash_algorithm", "encryption_algorithm",
                        "sender_certificate", "signature", "destination_symmetric_key",
@@ -1124,7 +1124,7 @@ def unsupported_security(names: Iterable[str], hint: str | None = None) -> Inval
 
 def check_body_size(message: Message, queue: str | None = None) -> None:
     """Refuse a body larger than MSMQ's 4 MiB (:data:`MAX_BODY_BYTES`), checked by every send
-    (:func:`facade.sending.stamp_sent`) before anything is stored or produced.
+    (:func:`facade.queues.sending.stamp_sent`) before anything is stored or produced.
 
     Args:
         message (Message): the message being sent.
@@ -1144,11 +1144,11 @@ def check_body_size(message: Message, queue: str | None = None) -> None:
 
 def check_enforceable(message: Message) -> None:
     """Refuse a message that asks for what kmq does not enforce yet (checked at every send).
-    Security properties are checked by ``facade.protection.check_protection``.
+    Security properties are checked by ``facade.queues.protection.check_protection``.
 
     Raises:
         TransactionUsage: ``transaction_id`` is set: the queue manager sets it when the message
-            is sent with ``transaction=`` (:mod:`facade.transaction`); a caller's own value
+            is sent with ``transaction=`` (:mod:`facade.queues.transaction`); a caller's own value
             would claim a transaction that does not hold the message.
     """
     if message.transaction_id is not None:
@@ -1192,7 +1192,7 @@ _PLAIN_DEFAULTS = {f.name: f.default for f in fields(Message) if f.default is no
 
 @dataclass(frozen=True)
 class AcknowledgmentInfo:
-    """What an ACK/NACK message's body carries (see :func:`facade.envelope.encode_acknowledgment`).
+    """What an ACK/NACK message's body carries (see :func:`facade.model.envelope.encode_acknowledgment`).
 
     The ACK/NACK message itself is an ordinary :class:`Message` whose ``message_class`` is the
     acknowledgment class and whose ``correlation_id`` is the original message's id.

@@ -1,18 +1,18 @@
 """How a message property is declared once, and the code that walks the declarations.
 
-Each field of :class:`facade.message.Message` is declared with :func:`declare`, which puts a
+Each field of :class:`facade.model.message.Message` is declared with :func:`declare`, which puts a
 :class:`PropertySpec` in the field's ``dataclasses`` metadata: the MSMQ property it implements
 (``PROPID_M_*``), its check, where it goes in the Avro envelope (:class:`AvroField`), in the
 decoded Spark columns (:class:`SparkColumn`) and whether a Spark writer may set it
 (:class:`SparkInput`). Everything else is derived from those declarations:
 
-* the property checks of :meth:`Message.validate` (in :mod:`facade.message`);
+* the property checks of :meth:`Message.validate` (in :mod:`facade.model.message`);
 * the envelope mapping, message -> Avro record and back, and the Avro schema the .avsc must
-  equal (:mod:`facade.envelope`; ``tests/unit/test_propertyspec.py`` compares them);
+  equal (:mod:`facade.model.envelope`; ``tests/unit/test_propertyspec.py`` compares them);
 * Spark's decoded message columns (:mod:`spark_connector.schema`, :mod:`spark_connector.decode`)
   and the columns a Spark writer accepts (:mod:`spark_connector.sink`).
 
-This module holds data types only: it imports nothing of kmq, so :mod:`facade.message` can use
+This module holds data types only: it imports nothing of kmq, so :mod:`facade.model.message` can use
 it and the layers above can walk the declarations without importing Avro or Spark here.
 
 Codec names (``AvroField.codec``, ``SparkColumn.codec``) say how a property's Python value
@@ -155,7 +155,7 @@ def specs(cls: type) -> tuple[tuple[dataclasses.Field[Any], PropertySpec], ...]:
         spec = f.metadata.get(METADATA_KEY)
         if not isinstance(spec, PropertySpec):
             raise TypeError(f"{cls.__name__}.{f.name} is not declared with "
-                            "facade.propertyspec.declare()")
+                            "facade.model.propertyspec.declare()")
         found.append((f, spec))
     return tuple(found)
 

@@ -4,7 +4,7 @@ Kafka cannot delete one record, so kmq removes a message from a queue by appendi
 to the queue's receipts topic (``<queue topic>.receipts``, one partition). The topic's single
 total order arbitrates between processes: the **first** receipt that names a pending data
 offset takes it, every later receipt that names it loses it (see ``docs/design.md``,
-"Destructive receive shared across processes: receipts", and :mod:`facade.queuestate`, which
+"Destructive receive shared across processes: receipts", and :mod:`facade.state.queuestate`, which
 applies them). A LOCK or PREFETCH takes offsets without removing them: they are held until a
 receipt that names the lock in ``completes`` settles them (COMPLETED removes them, RELEASE gives
 them back, a system action takes them over); see "Receive modes" in ``docs/design.md``.
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from facade import avro as _avro
+from facade.model import avro as _avro
 from facade.errors import EnvelopeError, InvalidParameter
 
 __all__ = [

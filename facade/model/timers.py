@@ -1,7 +1,7 @@
 """MSMQ's message timers, time-to-be-received and time-to-reach-queue: the one definition of
 each one's range.
 
-:class:`facade.message.Message` checks its ``time_to_be_received`` and ``time_to_reach_queue``
+:class:`facade.model.message.Message` checks its ``time_to_be_received`` and ``time_to_reach_queue``
 with these ranges, and the CLI parses ``kmq send --ttbr/--ttrq`` and writes their help with
 them, so the API and the command line accept the same values. This module imports nothing
 heavy (the CLI's start-up loads it, not the message model).

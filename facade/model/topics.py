@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 
 from facade.errors import InvalidParameter, UnsupportedFormatNameOperation
-from facade.formatnames import QueuePath, SystemQueue
+from facade.model.formatnames import QueuePath, SystemQueue
 
 __all__ = [
     "MAX_ESCAPED_NAME_LENGTH",
@@ -254,7 +254,7 @@ def system_topics(queue_manager: str, queue: SystemQueue) -> QueueTopics:
 
 def snapshot_topic(data_topic: str) -> str:
     """The topic of queue snapshots of the queue manager that ``data_topic`` belongs to:
-    ``kmq.<qm>.system.snapshots``, compacted, keyed by data topic (see :mod:`facade.snapshot`).
+    ``kmq.<qm>.system.snapshots``, compacted, keyed by data topic (see :mod:`facade.state.snapshot`).
 
     Like ``idblocks`` it is no queue: ``snapshots`` is not the name of a system queue.
 
@@ -276,7 +276,7 @@ def snapshot_topic(data_topic: str) -> str:
 
 def id_block_topic(queue_manager: str) -> str:
     """The topic where a queue manager's processes lease blocks of message-id sequence numbers:
-    ``kmq.<qm>.system.idblocks`` (see :mod:`facade.sequence`).
+    ``kmq.<qm>.system.idblocks`` (see :mod:`facade.state.sequence`).
 
     It is no queue: it has no receipts topic and no path or format name reaches it. ``idblocks``
     is not the name of a system queue (``journal``, ``deadletter``, ``deadxact``), so it never
@@ -300,7 +300,7 @@ def id_block_topic(queue_manager: str) -> str:
 def transactional_id_prefix(queue_manager: str) -> str:
     """The start of the Kafka ``transactional.id`` of a queue manager's MSMQ transactions,
     ``kmq.<qm>.`` with the name as given (not escaped: a transactional id is no topic name), so
-    that one prefixed Kafka ACL binding covers them (see :mod:`facade.kafka_acls`).
+    that one prefixed Kafka ACL binding covers them (see :mod:`facade.state.kafka_acls`).
 
     Args:
         queue_manager (str): the name of the queue manager.
@@ -338,7 +338,7 @@ def topics_for_path(path: QueuePath, local_queue_manager: str) -> QueueTopics:
 
 
 class TopicRole(enum.Enum):
-    """What a kmq topic holds, which decides its Kafka settings (see ``facade.topicsettings``).
+    """What a kmq topic holds, which decides its Kafka settings (see ``facade.model.topicsettings``).
 
     Attributes:
         MESSAGES: messages: a queue's data topic, its journal and subqueues, a system queue

@@ -1,12 +1,12 @@
 """The Kafka settings of kmq's topics, and the message size limits they allow.
 
-Pure: no Kafka client here. ``facade.kafka`` creates topics with these settings and
+Pure: no Kafka client here. ``facade.kafka.librdkafka`` creates topics with these settings and
 ``kmq doctor`` checks existing topics against them (see docs/design.md, "Kafka topic settings").
 
 Sizes:
 
 * :data:`MAX_BODY_BYTES` (4 MiB) is the largest body kmq carries: MSMQ's limit, defined with
-  the message model (:mod:`facade.message`) and refused above it at every send.
+  the message model (:mod:`facade.model.message`) and refused above it at every send.
 * :data:`MAX_RECORD_BYTES` (4.25 MiB) is the largest Kafka record a send may produce: the body
   plus its envelope (label, format names, properties, headers). A larger one is refused before
   it is stored or produced (``InvalidParameter``), so no record the broker can never accept
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from facade.message import MAX_BODY_BYTES
-from facade.topics import TopicRole, topic_role
+from facade.model.message import MAX_BODY_BYTES
+from facade.model.topics import TopicRole, topic_role
 
 __all__ = [
     "KAFKA_DEFAULT_MAX_MESSAGE_BYTES",
@@ -62,7 +62,7 @@ def topic_config(topic: str, min_insync_replicas: int) -> dict[str, str]:
     """The topic-level configuration kmq creates ``topic`` with.
 
     Args:
-        topic (str): a Kafka topic name; its role (:func:`facade.topics.topic_role`) decides
+        topic (str): a Kafka topic name; its role (:func:`facade.model.topics.topic_role`) decides
             retention and size settings. A topic that is not kmq's gets only
             ``min.insync.replicas``.
         min_insync_replicas (int): ``min.insync.replicas``, already capped at the replication

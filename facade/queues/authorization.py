@@ -1,8 +1,8 @@
 """Access checks on queue operations: MSMQ's queue access lists (``MQSEC_*`` rights) enforced
 on every send, receive, peek, purge, delete and property change.
 
-Every queue carries a security descriptor (:class:`~facade.acl.SecurityDescriptor`) in its
-registry record (:attr:`~facade.registry.QueueProperties.security`), private and public queues
+Every queue carries a security descriptor (:class:`~facade.security.acl.SecurityDescriptor`) in its
+registry record (:attr:`~facade.state.registry.QueueProperties.security`), private and public queues
 alike, so the same check applies whatever name the queue is reached by: a path name,
 ``DIRECT=``, ``PRIVATE=``, ``PUBLIC=``, a ``DL=`` list or an alias expand to the same registry
 record. The check is made for the caller's principal (:attr:`QueueAccess.principal`) at each
@@ -36,7 +36,7 @@ NACK_ACCESS_DENIED on the admin queue (when NEGATIVE_ARRIVAL was asked for) and 
 copy (journal level DEADLETTER), and the caller gets :class:`~facade.errors.AccessDenied`
 (MQ_ERROR_ACCESS_DENIED) naming the queues refused; copies to other queues of the same send
 are sent. System queues (dead-letter queues, the machine journal) are guarded by their queue
-manager's descriptor (:mod:`facade.qmsecurity`): DELETE_MESSAGE to receive, PEEK_MESSAGE to
+manager's descriptor (:mod:`facade.queues.qmsecurity`): DELETE_MESSAGE to receive, PEEK_MESSAGE to
 peek. Not checked: the queue manager's own housekeeping (expiry, lease and claim
 recovery), which removes messages on MSMQ's rules rather than a caller's request.
 
@@ -50,18 +50,18 @@ from dataclasses import dataclass
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from facade.acl import QUEUE_MANAGER_RIGHTS, AccessRight, SecurityDescriptor
+from facade.security.acl import QUEUE_MANAGER_RIGHTS, AccessRight, SecurityDescriptor
 from facade.errors import AccessDenied, InvalidParameter
-from facade.formatnames import parse_queue_reference
-from facade.interfaces import QueueResolver, RegistryHost
-from facade.message import Message, MessageClass
+from facade.model.formatnames import parse_queue_reference
+from facade.queues.interfaces import QueueResolver, RegistryHost
+from facade.model.message import Message, MessageClass
 
 if TYPE_CHECKING:
-    from facade.destination import Destination
-    from facade.systemoutputs import SystemOutputs
-    from facade.principal import Principal
-    from facade.qmsecurity import QueueManagerSecurity
-    from facade.registry import QueueProperties
+    from facade.queues.destination import Destination
+    from facade.queues.systemoutputs import SystemOutputs
+    from facade.security.principal import Principal
+    from facade.queues.qmsecurity import QueueManagerSecurity
+    from facade.state.registry import QueueProperties
 
 __all__ = ["AccessHost", "QueueAccess", "RefusedCopy", "receive_right"]
 
@@ -148,7 +148,7 @@ class QueueAccess:
 
     @property
     def principal(self) -> str:
-        """The caller the checks are made for (see :mod:`facade.principal`)."""
+        """The caller the checks are made for (see :mod:`facade.security.principal`)."""
         return self.manager.principal.name
 
     # -- checks --------------------------------------------------------------------------------

@@ -61,12 +61,12 @@ from facade.errors import (
     MessageAlreadyReceived,
     ReceiveTimeout,
 )
-from facade.queuestate import IndexEntry, OffsetState
-from facade.queueview import QueueView
+from facade.state.queuestate import IndexEntry, OffsetState
+from facade.state.queueview import QueueView
 from facade.timeouts import receive_timeout
 
 if TYPE_CHECKING:
-    from facade.message import Message
+    from facade.model.message import Message
 
 __all__ = ["Cursor", "CursorSource", "QueueReader"]
 
@@ -124,7 +124,7 @@ class QueueReader(Protocol):
 
 @runtime_checkable
 class CursorSource(Protocol):
-    """What :class:`Cursor` takes: an opened queue (:class:`facade.queue.MessageQueue`);
+    """What :class:`Cursor` takes: an opened queue (:class:`facade.queues.queue.MessageQueue`);
     runtime-checkable, so that anything else is refused with InvalidParameter."""
 
     format_name: str
@@ -162,7 +162,7 @@ class Cursor:
                     message = cursor.peek_next(timeout=5)
 
     Args:
-        queue (CursorSource): the opened queue (a :class:`~facade.queue.MessageQueue`); a single queue, not a multiple-element format
+        queue (CursorSource): the opened queue (a :class:`~facade.queues.queue.MessageQueue`); a single queue, not a multiple-element format
             name. The cursor uses the queue's view and does not own it: closing the cursor
             leaves the queue open; closing the queue first is fine too (the next action reopens
             the view, reading the queue afresh).

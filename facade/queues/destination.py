@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from facade.registry import QueueProperties
-from facade.topics import QueueTopics
+from facade.state.registry import QueueProperties
+from facade.model.topics import QueueTopics
 
 __all__ = ["Destination"]
 

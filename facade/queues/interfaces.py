@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from facade.destination import Destination
+    from facade.queues.destination import Destination
     from facade.directory import Directory
-    from facade.formatnames import FormatName, QueuePath, SystemQueue
-    from facade.envelope import EncodedRecord
-    from facade.kafkaseam import KafkaRecord, KafkaSession
-    from facade.message import Message, MessageId
-    from facade.registry import Registry
+    from facade.model.formatnames import FormatName, QueuePath, SystemQueue
+    from facade.model.envelope import EncodedRecord
+    from facade.kafka.kafkaseam import KafkaRecord, KafkaSession
+    from facade.model.message import Message, MessageId
+    from facade.state.registry import Registry
 
 __all__ = ["AcknowledgmentGuard", "IdAllocator", "OutputsHost", "QueueResolver", "RegistryHost",
            "ResolverHost", "SystemQueueWriter"]
@@ -29,7 +29,7 @@ __all__ = ["AcknowledgmentGuard", "IdAllocator", "OutputsHost", "QueueResolver",
 
 class IdAllocator(Protocol):
     """Hands out message ids (PROPID_M_MSGID) unique to one queue manager, across its
-    processes (:class:`facade.sequence.MessageIdAllocator`)."""
+    processes (:class:`facade.state.sequence.MessageIdAllocator`)."""
 
     def new(self) -> MessageId:
         """A fresh id.
@@ -66,7 +66,7 @@ class QueueResolver(Protocol):
         """Every queue ``reference`` names (lists expanded, duplicates dropped).
 
         Raises:
-            as :meth:`facade.resolution.Resolver.destinations`.
+            as :meth:`facade.queues.resolution.Resolver.destinations`.
         """
         ...
 
@@ -155,7 +155,7 @@ class RegistryHost(Protocol):
 
 
 class ResolverHost(RegistryHost, Protocol):
-    """What :class:`facade.resolution.Resolver` reads: the registry, the directory and the
+    """What :class:`facade.queues.resolution.Resolver` reads: the registry, the directory and the
     single-queue resolution of the queue manager."""
 
     def resolve(self, reference: FormatName | QueuePath) -> Destination:
@@ -165,7 +165,7 @@ class ResolverHost(RegistryHost, Protocol):
 
 class AcknowledgmentGuard(Protocol):
     """Checks that the caller may post acknowledgments to a queue
-    (:class:`facade.authorization.QueueAccess`)."""
+    (:class:`facade.queues.authorization.QueueAccess`)."""
 
     def require_admin_queue(self, admin_queue: str, destination: Destination) -> None:
         """Raise unless the caller has WRITE_MESSAGE on ``destination``, one of the queues
@@ -178,7 +178,7 @@ class AcknowledgmentGuard(Protocol):
 
 
 class OutputsHost(QueueResolver, SystemQueueWriter, Protocol):
-    """What :class:`facade.systemoutputs.SystemOutputs` needs: resolution of admin queues and
+    """What :class:`facade.queues.systemoutputs.SystemOutputs` needs: resolution of admin queues and
     the caller's right to write them, the system-queue writer, message ids and the Kafka
     session (to read journal sizes)."""
 

@@ -1,4 +1,4 @@
-"""Peek-lock receive and prefetch for :class:`~facade.queue.MessageQueue` (issue 12).
+"""Peek-lock receive and prefetch for :class:`~facade.queues.queue.MessageQueue` (issue 12).
 
 Two receive modes besides MSMQ's nontransactional receive, built on the receipts protocol
 (``docs/design.md``, "Receive modes"; ``schemas/README.md`` section 6):
@@ -23,7 +23,7 @@ Lease expiry is noticed by every receive and peek before its pick and by ``kmq q
 PREFETCH, a REJECT into the dead-letter queue); which settle receipt wins is the log's order.
 
 The methods live in a mixin of ``MessageQueue`` so that the nontransactional receive path in
-``facade/queue.py`` stays as it was. Not thread-safe, like the queue handle.
+``facade/queues/queue.py`` stays as it was. Not thread-safe, like the queue handle.
 """
 
 from __future__ import annotations
@@ -44,17 +44,17 @@ from facade.errors import (
     MessageAlreadyReceived,
     MessageQueueError,
 )
-from facade.message import Message, MessageClass
-from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
-from facade.queueview import PendingClaim, QueueView
-from facade.receipts import ReceiptAction
-from facade.receiving import count_aborts
+from facade.model.message import Message, MessageClass
+from facade.state.queuestate import ClaimOutcome, IndexEntry, OffsetState
+from facade.state.queueview import PendingClaim, QueueView
+from facade.model.receipts import ReceiptAction
+from facade.queues.receiving import count_aborts
 from facade.timeouts import DEFAULT_LEASE, DEFAULT_PREFETCH_LEASE, lease_to_ms
 
 if TYPE_CHECKING:
-    from facade.destination import Destination
-    from facade.queuehost import QueueHost
-    from facade.registry import QueueProperties
+    from facade.queues.destination import Destination
+    from facade.queues.queuehost import QueueHost
+    from facade.state.registry import QueueProperties
 
 __all__ = [
     "DEFAULT_LEASE",
@@ -143,7 +143,7 @@ class _Batch:
     waiting: list[Message]  # not handed out yet, in receive order
     handed: list[int] = field(default_factory=list)  # offsets handed out (or dead-lettered)
     #: By offset, the records of waiting messages that are their journal copy as they are
-    #: (facade.sending.stored_record_is_kept_copy).
+    #: (facade.queues.sending.stored_record_is_kept_copy).
     stored: dict[int, Any] = field(default_factory=dict)
     completing: PendingClaim | None = None  # COMPLETED for ``handed``, verdict not read yet
     releasing: PendingClaim | None = None  # RELEASE for the waiting ones, verdict not read yet
@@ -159,7 +159,7 @@ class _Completion:
 
 
 class PeekLockReceives:
-    """Peek-lock receive, prefetch and lock housekeeping of a :class:`~facade.queue.MessageQueue`.
+    """Peek-lock receive, prefetch and lock housekeeping of a :class:`~facade.queues.queue.MessageQueue`.
 
     A mixin: it uses the queue handle's view, outputs and system actions.
     """
@@ -385,7 +385,7 @@ class PeekLockReceives:
         outcome = self._settle_lock(message, ReceiptAction.RELEASE, "abandoned by its receiver")
         return offset in outcome.won
 
-    # -- transactional receive (facade.transaction) --------------------------------------------
+    # -- transactional receive (facade.queues.transaction) --------------------------------------------
 
     def _journal_locked(self, messages: list[Message]) -> None:
         """Write the queue journal copies of locked messages about to be removed at commit,

@@ -3,9 +3,9 @@
 :class:`MessageProtection` is the queue manager's security step:
 
 - **send**: a message with ``auth_level`` ALWAYS (or SIG30) is signed with the caller's identity
-  (``KMQ_HOME/identities/<principal>``, see :mod:`facade.certificates`); its ``sender_id`` becomes
+  (``KMQ_HOME/identities/<principal>``, see :mod:`facade.security.certificates`); its ``sender_id`` becomes
   the principal and its certificate travels with it. A message with ``privacy_level`` BODY_AES
-  has each copy's body encrypted for the copy's destination queue manager (:mod:`facade.encryption`):
+  has each copy's body encrypted for the copy's destination queue manager (:mod:`facade.security.encryption`):
   the local queue manager's own key, or the public key another one published in the directory.
   No key: :class:`CouldNotEncrypt` (MSMQ's NACK_COULD_NOT_ENCRYPT) and nothing is sent.
 - **arrival** (each receive, peek or system action decodes through :meth:`accept`): the body is
@@ -25,7 +25,7 @@ Journals and dead-letter queues hand a message that does not verify or
 decrypt out as it is, with ``authenticated`` False: they are read for inspection, and refusing
 there would put the message straight back. Whether a reader of a dead-letter queue or the
 machine journal gets a body decrypted at all is decided before :meth:`accept`, by the reader's
-rights on the queue the copy was sent to (``facade.receiving.body_refusal``).
+rights on the queue the copy was sent to (``facade.queues.receiving.body_refusal``).
 
 **Protection levels** (seed 004): sender and receiver each ask for none < authentication <
 authentication + integrity < authentication + integrity + privacy, and a message is returned
@@ -48,10 +48,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from cryptography import x509
 
-from facade.certificates import load_identity, queue_manager_key
-from facade.encryption import BodyOpener, BodySealer, EncryptionError, key_bytes, public_bytes
+from facade.security.certificates import load_identity, queue_manager_key
+from facade.security.encryption import BodyOpener, BodySealer, EncryptionError, key_bytes, public_bytes
 from facade.errors import EnvelopeError, InvalidParameter, MessageQueueError
-from facade.message import (
+from facade.model.message import (
     AuthLevel,
     EncryptionAlgorithm,
     HashAlgorithm,
@@ -61,17 +61,17 @@ from facade.message import (
     PrivacyLevel,
     SenderIdType,
 )
-from facade.signing import SIGNING_LEVELS, SignatureError, sign, verify
+from facade.security.signing import SIGNING_LEVELS, SignatureError, sign, verify
 
 if TYPE_CHECKING:
     import uuid
 
     from facade.config import KmqConfig
-    from facade.destination import Destination
+    from facade.queues.destination import Destination
     from facade.directory import Directory
-    from facade.registry import QueueProperties
-    from facade.resolution import Resolver
-    from facade.systemoutputs import SystemOutputs
+    from facade.state.registry import QueueProperties
+    from facade.queues.resolution import Resolver
+    from facade.queues.systemoutputs import SystemOutputs
 
 __all__ = ["CouldNotEncrypt", "MessageProtection", "MessageRejected", "ProtectionLevel",
            "achieved_level", "check_protection", "is_encrypted", "protection_settings"]
@@ -144,7 +144,7 @@ class MessageRejected(EnvelopeError):
 def is_encrypted(message: Message) -> bool:
     """Whether ``message``'s body is encrypted as it was stored (PROPID_M_PRIV_LEVEL set and its
     key material still attached): a copy that did not decrypt, or that its reader may not read
-    in clear (``facade.receiving.body_refusal``). A decrypted message drops the key material."""
+    in clear (``facade.queues.receiving.body_refusal``). A decrypted message drops the key material."""
     return message.privacy_level is not PrivacyLevel.NONE and bool(
         message.destination_symmetric_key)
 

@@ -1,7 +1,7 @@
 """The queue manager's own access list: seed 004's queue-manager rights.
 
 =================== ================================================ ===========================
-seed 004            kmq right (:class:`~facade.acl.AccessRight`)     checked when
+seed 004            kmq right (:class:`~facade.security.acl.AccessRight`)     checked when
 =================== ================================================ ===========================
 Control             CONTROL (= CHANGE_PERMISSIONS; owner change:     the descriptor is replaced
                     TAKE_OWNERSHIP)
@@ -36,15 +36,15 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from facade.acl import EVERYONE, AccessRight, ObjectKind, SecurityDescriptor
+from facade.security.acl import EVERYONE, AccessRight, ObjectKind, SecurityDescriptor
 from facade.errors import BrokerUnavailable, InvalidParameter, MessageQueueError
-from facade.kafka import NO_LINGER, produce_and_wait
-from facade.message import Delivery
-from facade.topics import QUEUE_MANAGER_SECURITY_TOPIC
+from facade.kafka.librdkafka import NO_LINGER, produce_and_wait
+from facade.model.message import Delivery
+from facade.model.topics import QUEUE_MANAGER_SECURITY_TOPIC
 
 if TYPE_CHECKING:
-    from facade.kafkaseam import KafkaSession
-    from facade.principal import Principal
+    from facade.kafka.kafkaseam import KafkaSession
+    from facade.security.principal import Principal
 
 __all__ = ["QUEUE_MANAGER_SECURITY_TOPIC", "QueueManagerSecurity", "SecurityHost",
            "unset_descriptor"]

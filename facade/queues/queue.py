@@ -5,7 +5,7 @@ across processes: a message is removed by the first receipt that names it (see
 ``docs/design.md``), so two receivers never get the same message. A nontransactional receive is
 at-most-once, as in MSMQ: once the receipt is acknowledged the message is gone from the queue,
 even if the receiving process dies before using it. Peek-lock receive (``receive(lock=True)``,
-at least once) and prefetch (``open_queue(name, prefetch=k)``) are in :mod:`facade.peeklock`.
+at least once) and prefetch (``open_queue(name, prefetch=k)``) are in :mod:`facade.queues.peeklock`.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, cast
 
-from facade.acl import AccessRight
+from facade.security.acl import AccessRight
 from facade.arguments import require_bool, require_iterable
-from facade.authorization import receive_right
-from facade.cursor import Cursor, QueueReader
-from facade.envelope import EncodedRecord
-from facade.formatnames import (
+from facade.queues.authorization import receive_right
+from facade.queues.cursor import Cursor, QueueReader
+from facade.model.envelope import EncodedRecord
+from facade.model.formatnames import (
     DirectFormatName,
     FormatName,
     PrivateFormatName,
@@ -51,7 +51,7 @@ from facade.errors import (
     TransactionUsage,
     UnsupportedFormatNameOperation,
 )
-from facade.message import (
+from facade.model.message import (
     Delivery,
     JournalLevel,
     Message,
@@ -59,34 +59,34 @@ from facade.message import (
     MessageId,
     check_enforceable,
 )
-from facade.peeklock import (
+from facade.queues.peeklock import (
     DEFAULT_LEASE,
     DEFAULT_PREFETCH_LEASE,
     LockedMessage,
     PeekLockReceives,
     unlocked,
 )
-from facade.protection import ProtectionLevel
-from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState
-from facade.queueview import PendingClaim, QueueView
-from facade.transmission import SendTracker
-from facade.transaction import MessageQueueTransaction, check_transaction
-from facade.receipts import ReceiptAction
-from facade.sending import SendCopies, acknowledgment_requested, check_fan_out, stamp_sent
-from facade.receiving import (
+from facade.queues.protection import ProtectionLevel
+from facade.state.queuestate import ClaimOutcome, IndexEntry, OffsetState
+from facade.state.queueview import PendingClaim, QueueView
+from facade.queues.transmission import SendTracker
+from facade.queues.transaction import MessageQueueTransaction, check_transaction
+from facade.model.receipts import ReceiptAction
+from facade.queues.sending import SendCopies, acknowledgment_requested, check_fan_out, stamp_sent
+from facade.queues.receiving import (
     count_aborts,
     dead_letter_unreceivable,
     message_of,
     write_receive_outputs,
 )
-from facade.resolution import elements_of, is_dynamic, needs_directory
-from facade.sharequeue import ShareReceiver
+from facade.queues.resolution import elements_of, is_dynamic, needs_directory
+from facade.queues.sharequeue import ShareReceiver
 from facade.timeouts import lease_to_ms, receive_timeout, wait_seconds
 
 if TYPE_CHECKING:
-    from facade.destination import Destination
-    from facade.queuehost import QueueHost
-    from facade.registry import QueueProperties
+    from facade.queues.destination import Destination
+    from facade.queues.queuehost import QueueHost
+    from facade.state.registry import QueueProperties
 
 __all__ = ["MessageQueue"]
 
@@ -127,7 +127,7 @@ class MessageQueue(PeekLockReceives):
         destinations (list[Destination]): the queue(s) it resolves to now (several for a
             distribution list or multiple-element format name, which can only be sent to).
         prefetch (int): ``receive()`` takes up to this many messages with one PREFETCH receipt
-            and hands them out from memory (see :mod:`facade.peeklock`); 0 = off.
+            and hands them out from memory (see :mod:`facade.queues.peeklock`); 0 = off.
         prefetch_lease (float): seconds a prefetched batch is held.
         spread_picks (bool): False (default): every receive by head takes the current head, so
             each of several competing receivers gets its messages in queue order (MSMQ's
@@ -146,7 +146,7 @@ class MessageQueue(PeekLockReceives):
             what is sent through this handle).
         protection_level (ProtectionLevel): seed 004, the protection this receiver requires
             (default NONE); a message below it is never returned: it is refused as on arrival
-            (NACK, dead-lettered if it asks), see :mod:`facade.protection`.
+            (NACK, dead-lettered if it asks), see :mod:`facade.queues.protection`.
     """
 
     protection_level: ProtectionLevel = ProtectionLevel.NONE
@@ -241,7 +241,7 @@ class MessageQueue(PeekLockReceives):
         ``destination_queue`` and ``destination_format_name``; every copy of one send carries the
         same id. EXPRESS copies are handed to the producer (``acks=1``) and may still be in flight
         when this returns; RECOVERABLE copies are first stored in the durable outgoing queue, then
-        produced with ``acks=all`` (see :mod:`facade.transmission`). A copy not delivered within
+        produced with ``acks=all`` (see :mod:`facade.queues.transmission`). A copy not delivered within
         time-to-reach-queue is dead-lettered and NACKed (NACK_REACH_QUEUE_TIMEOUT); a queue over
         its quota gets NACK_Q_EXCEED_QUOTA instead of the copy. Concurrent RECOVERABLE sends
         from several threads share the outgoing queue's commits (one fsync for all of them).
@@ -252,7 +252,7 @@ class MessageQueue(PeekLockReceives):
                 one failed.
             timeout (float): seconds (>= 0) to wait when ``wait`` is true.
             transaction (MessageQueueTransaction | str | None): send within this transaction
-                (:mod:`facade.transaction`: written at its commit, exactly once, in order, or
+                (:mod:`facade.queues.transaction`: written at its commit, exactly once, in order, or
                 not at all); ``"single"`` is MSMQ's single-message transaction (committed
                 before this returns); None (default) sends outside any transaction. A
                 transactional send needs transactional queues: a nontransactional destination
@@ -269,10 +269,10 @@ class MessageQueue(PeekLockReceives):
             UnsupportedFormatNameOperation: a destination is read-only (journal, dead-letter).
             InvalidParameter: ``message`` is neither a Message nor bytes, another argument
                 has the wrong type, a property is outside its range, the body is larger than
-                MSMQ's 4 MiB (:data:`~facade.message.MAX_BODY_BYTES`), or a security property
+                MSMQ's 4 MiB (:data:`~facade.model.message.MAX_BODY_BYTES`), or a security property
                 kmq does not implement (refused, never sent unprotected); or a send to several
                 queues over the queue manager's bounds (``max_send_fanout`` queues,
-                ``max_send_bytes`` of body size x queues; :func:`facade.sending.check_fan_out`):
+                ``max_send_bytes`` of body size x queues; :func:`facade.queues.sending.check_fan_out`):
                 nothing was sent.
             TransactionUsage: a copy would be rejected for a transaction mismatch (see
                 ``transaction``) without telling the sender; ``transaction`` is committed or
@@ -559,7 +559,7 @@ class MessageQueue(PeekLockReceives):
             timeout (float | None): seconds to wait for a message; None waits forever, 0 does
                 not wait.
             lock (bool): peek-lock receive (at least once): the message is only locked, by one
-                LOCK receipt, and returned as a :class:`~facade.peeklock.LockedMessage`; settle
+                LOCK receipt, and returned as a :class:`~facade.queues.peeklock.LockedMessage`; settle
                 it with :meth:`complete` (removed for good) or :meth:`abandon` (back in the
                 queue, ``abort_count`` + 1). If neither happens within ``lease`` it is released
                 too. Default False: MSMQ's nontransactional receive (at most once).
@@ -567,17 +567,17 @@ class MessageQueue(PeekLockReceives):
                 share-arbitrated queue default 20 and at most 25, the broker's acquisition
                 lock being 30 s from the fetch and not renewable).
             transaction (MessageQueueTransaction | str | None): a transactional receive
-                (exactly once with the transaction's sends, :mod:`facade.transaction`): the
+                (exactly once with the transaction's sends, :mod:`facade.queues.transaction`): the
                 message is locked now and removed when the transaction commits; an abort, or
                 the death of this process, returns it to the queue with ``abort_count`` + 1.
                 ``"single"`` receives in a transaction of its own, committed before this
                 returns. Only from a transactional queue, and not with ``lock``.
 
         On a handle opened with ``prefetch=k``, a receive without ``lock`` hands out the next of
-        up to ``k`` messages taken with one PREFETCH receipt (see :mod:`facade.peeklock`).
+        up to ``k`` messages taken with one PREFETCH receipt (see :mod:`facade.queues.peeklock`).
 
         On a queue created with ``arbitration="share"`` a Kafka share group decides who gets
-        each message (:mod:`facade.sharequeue`): in no order; at most once and never twice
+        each message (:mod:`facade.queues.sharequeue`): in no order; at most once and never twice
         as above; peek-lock by the broker's acquisition lock; ``transaction`` refused.
 
         A receive that raises removes nothing it does not hand out later: if the verdict of
@@ -588,7 +588,7 @@ class MessageQueue(PeekLockReceives):
         Raises:
             ReceiveTimeout: no message within ``timeout`` (MQ_ERROR_IO_TIMEOUT).
             AccessDenied: the caller lacks DELETE_MESSAGE (DELETE_JOURNAL_MESSAGE on a
-                journal); see :mod:`facade.authorization`.
+                journal); see :mod:`facade.queues.authorization`.
             InvalidParameter: ``timeout`` is negative, NaN or infinite, or ``lease`` is not
                 seconds in (0, 604800].
             BrokerUnavailable: the broker did not answer; nothing was lost (see above; a
@@ -622,7 +622,7 @@ class MessageQueue(PeekLockReceives):
 
     def _receive_shared(self, timeout: float | None, lock: bool, lease: float,
                         transaction: object, max_messages: int) -> list[Message]:
-        """receive / receive_many on a share-arbitrated queue (:mod:`facade.sharequeue`):
+        """receive / receive_many on a share-arbitrated queue (:mod:`facade.queues.sharequeue`):
         ACCEPT and ``commit_sync`` before a message is handed out (at most once, never twice).
 
         Raises:
@@ -761,7 +761,7 @@ class MessageQueue(PeekLockReceives):
         With ``transaction``, the batch is a transactional receive (the guarantee of
         ``receive(transaction=...)``, per message: removed exactly once, when the transaction
         commits, in queue order): one LOCK receipt holds the whole batch (at most
-        :data:`~facade.peeklock.MAX_PREFETCH` messages) until the commit removes it or an
+        :data:`~facade.queues.peeklock.MAX_PREFETCH` messages) until the commit removes it or an
         abort returns it (abort count + 1). One broker round trip locks the batch instead of
         one per message; the commit writes the batch's journal copies with one wait and one
         COMPLETED receipt for it.
@@ -1063,14 +1063,14 @@ class MessageQueue(PeekLockReceives):
     @property
     def reader(self) -> QueueReader:
         """QueueReader: this handle's receive steps (its view, wait loop, claim and peek), what
-        its cursors (:class:`facade.cursor.Cursor`) walk the queue with. Applications call
+        its cursors (:class:`facade.queues.cursor.Cursor`) walk the queue with. Applications call
         :meth:`receive`, :meth:`peek` and :meth:`cursor` instead."""
         self._refuse_share("cursor", "cursors")
         return _HandleReader(self)
 
     def cursor(self) -> Cursor:
         """A cursor over this queue (``MQCreateCursor``): peek_current, peek_next,
-        receive_current. See :class:`facade.cursor.Cursor`.
+        receive_current. See :class:`facade.queues.cursor.Cursor`.
 
         Raises:
             UnsupportedFormatNameOperation: a share-arbitrated queue (no cursors).
@@ -1182,7 +1182,7 @@ class MessageQueue(PeekLockReceives):
 
         Peek-locked messages handed out through this handle and not settled are released
         (abort count + 1); a prefetched batch is settled: COMPLETED for what was handed out,
-        RELEASE for the rest (see :mod:`facade.peeklock`).
+        RELEASE for the rest (see :mod:`facade.queues.peeklock`).
 
         Raises:
             BrokerUnavailable: a held message could not be dead-lettered, or a lock could not
@@ -1245,7 +1245,7 @@ class MessageQueue(PeekLockReceives):
 
     def _authorize(self, remove: bool) -> None:
         """Raise AccessDenied unless the caller may receive (``remove``) or peek here
-        (:func:`facade.authorization.receive_right`)."""
+        (:func:`facade.queues.authorization.receive_right`)."""
         destination = self._single()
         self.manager.access.require(destination, receive_right(destination, remove))
 
@@ -1637,7 +1637,7 @@ class MessageQueue(PeekLockReceives):
         closes the claim with COMPLETED. Receivers call this before every pick; ``kmq qm run``
         calls it for every queue, so expiry happens even when nobody receives. The same sweep
         settles peek-locks and prefetched batches whose lease passed and moves messages
-        released too often to ``;poison`` (see :mod:`facade.peeklock`).
+        released too often to ``;poison`` (see :mod:`facade.queues.peeklock`).
 
         Returns:
             int: messages this call expired, dead-lettered as poison records, released or

@@ -1,5 +1,5 @@
-"""What an opened queue (:class:`facade.queue.MessageQueue` and its peek-lock mixin) needs from
-its queue manager, as one protocol built from the small ones of :mod:`facade.interfaces`.
+"""What an opened queue (:class:`facade.queues.queue.MessageQueue` and its peek-lock mixin) needs from
+its queue manager, as one protocol built from the small ones of :mod:`facade.queues.interfaces`.
 
 The queue manager opens queues and hands itself to them; through this protocol the queue
 modules stay below it (no import of :mod:`facade.manager`).
@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from facade.interfaces import OutputsHost
-from facade.transmission import TransmitterHost
+from facade.queues.interfaces import OutputsHost
+from facade.queues.transmission import TransmitterHost
 
 if TYPE_CHECKING:
-    from facade.authorization import QueueAccess
-    from facade.registry import QueueProperties
-    from facade.protection import MessageProtection
-    from facade.transmission import Transmitter
-    from facade.transaction import MessageQueueTransaction
+    from facade.queues.authorization import QueueAccess
+    from facade.state.registry import QueueProperties
+    from facade.queues.protection import MessageProtection
+    from facade.queues.transmission import Transmitter
+    from facade.queues.transaction import MessageQueueTransaction
 
 __all__ = ["QueueHost"]
 
@@ -61,5 +61,5 @@ class QueueHost(TransmitterHost, OutputsHost, Protocol):
 
     def begin_transaction(self, *, lease: float = ...) -> MessageQueueTransaction:
         """Begin an MSMQ internal transaction (``MQBeginTransaction``); see
-        :mod:`facade.transaction`."""
+        :mod:`facade.queues.transaction`."""
         ...

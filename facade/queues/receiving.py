@@ -1,7 +1,7 @@
 """What every receive does with the records it won, whoever receives.
 
 A message removed from a queue is handed out the same way by the queue handle
-(:class:`facade.queue.MessageQueue`, its cursors and prefetched batches) and by Spark's
+(:class:`facade.queues.queue.MessageQueue`, its cursors and prefetched batches) and by Spark's
 destructive read (:mod:`spark_connector._receive`), so a record is judged and its outputs are
 written by one piece of code:
 
@@ -23,8 +23,8 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from facade.acl import AccessRight
-from facade.envelope import decode_message
+from facade.security.acl import AccessRight
+from facade.model.envelope import decode_message
 from facade.errors import (
     AccessDenied,
     DirectoryUnavailable,
@@ -33,15 +33,15 @@ from facade.errors import (
     QueueNotFound,
     UnsupportedFormatNameOperation,
 )
-from facade.formatnames import parse_queue_reference
-from facade.message import Message, MessageClass, PrivacyLevel
-from facade.protection import MessageRejected, ProtectionLevel
-from facade.sending import stored_record_is_kept_copy
+from facade.model.formatnames import parse_queue_reference
+from facade.model.message import Message, MessageClass, PrivacyLevel
+from facade.queues.protection import MessageRejected, ProtectionLevel
+from facade.queues.sending import stored_record_is_kept_copy
 
 if TYPE_CHECKING:
-    from facade.destination import Destination
-    from facade.kafkaseam import KafkaRecord
-    from facade.queuehost import QueueHost
+    from facade.queues.destination import Destination
+    from facade.kafka.kafkaseam import KafkaRecord
+    from facade.queues.queuehost import QueueHost
 
 __all__ = ["body_refusal", "count_aborts", "dead_letter_unreceivable", "message_of",
            "write_receive_outputs"]
@@ -160,7 +160,7 @@ def count_aborts(message: Message, aborts: int, record: Any) -> Any | None:
     Returns:
         KafkaRecord | None: ``record``, the one the message was decoded from, when it is still
         the message's journal copy as stored (nothing added, and
-        :func:`facade.sending.stored_record_is_kept_copy`); else None (encode the copy).
+        :func:`facade.queues.sending.stored_record_is_kept_copy`); else None (encode the copy).
     """
     message.abort_count += aborts
     return record if not aborts and stored_record_is_kept_copy(message) else None
@@ -173,7 +173,7 @@ def write_receive_outputs(host: QueueHost, messages: Sequence[Message],
     copies (PROPID_Q_JOURNAL) with one broker wait, then their ACK_RECEIVEs (when asked for).
 
     ``stored``: by lookup id, records that are their message's journal copy unchanged (see
-    :func:`facade.sending.stored_record_is_kept_copy`); they are written as they are.
+    :func:`facade.queues.sending.stored_record_is_kept_copy`); they are written as they are.
 
     Raises:
         MessageQueueError: a journal copy was not acknowledged: hand none of them out (a copy

@@ -17,7 +17,7 @@ nothing is sent to the other elements either.
 A received message names, in its signed PROPID_M_DEST_FORMAT_NAME, what its sender sent it to;
 :meth:`Resolver.reached_topics` resolves that name again on the receiving side, as the sender's
 queue manager resolved it (``.`` is the sender's computer), so the arrival checks can tell a
-message sent to a queue from a copy of one sent elsewhere (:mod:`facade.protection`).
+message sent to a queue from a copy of one sent elsewhere (:mod:`facade.queues.protection`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from facade.errors import InvalidParameter, QueueNotFound, UnsupportedFormatNameOperation
-from facade.formatnames import (
+from facade.model.formatnames import (
     DirectFormatName,
     DirectProtocol,
     DistributionListFormatName,
@@ -40,13 +40,13 @@ from facade.formatnames import (
     parse_format_name,
     parse_queue_reference,
 )
-from facade.locality import is_loopback_host
+from facade.security.locality import is_loopback_host
 
 if TYPE_CHECKING:
-    from facade.destination import Destination
+    from facade.queues.destination import Destination
     from facade.directory.client import Recipient
     from facade.directory.objects import PublicQueueEntry
-    from facade.interfaces import ResolverHost
+    from facade.queues.interfaces import ResolverHost
 
 __all__ = ["Resolver", "elements_of", "is_dynamic", "is_local_address", "sent_from"]
 

@@ -1,6 +1,6 @@
 """What every send does with a message, whoever sends.
 
-A message is sent the same way by the queue handle (:meth:`facade.queue.MessageQueue.send`,
+A message is sent the same way by the queue handle (:meth:`facade.queues.queue.MessageQueue.send`,
 ``send_many`` and sends in a transaction) and by Spark's sink (:mod:`spark_connector.sink`), so
 what a send makes of it is written once, here, as functions of the message alone (no Kafka, no
 queue manager: each caller writes the results its own way):
@@ -12,7 +12,7 @@ queue manager: each caller writes the results its own way):
    (PROPID_M_DEST_FORMAT_NAME), one for every copy; a body over MSMQ's 4 MiB is refused here;
 2. :class:`SendCopies`: one copy per destination queue, each with its own ``destination_queue``
    (PROPID_M_DEST_QUEUE), and their records: the envelope is encoded once per message when the
-   copies differ only in ``destination_queue`` (:func:`facade.envelope.encode_copies`);
+   copies differ only in ``destination_queue`` (:func:`facade.model.envelope.encode_copies`);
 3. :func:`source_journal_copy`: the copy for the machine journal when the sender asked for
    source journaling (journal level JOURNAL), a :func:`kept_copy` like every journal or
    dead-letter copy: it no longer expires, its time-to-be-received kept in the
@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from facade.envelope import (
+from facade.model.envelope import (
     EncodedRecord,
     EnvelopeCopies,
     acknowledgment_message,
@@ -38,7 +38,7 @@ from facade.envelope import (
     encode_message,
 )
 from facade.errors import InvalidParameter
-from facade.message import (
+from facade.model.message import (
     AcknowledgedQueue,
     Acknowledgment,
     AcknowledgmentInfo,
@@ -137,7 +137,7 @@ def stamp_sent(message: Message, message_id: MessageId, sent_time: dt.datetime,
 
     Raises:
         InvalidParameter: the body is larger than MSMQ's 4 MiB
-            (:func:`facade.message.check_body_size`); every send path stamps its messages
+            (:func:`facade.model.message.check_body_size`); every send path stamps its messages
             here before it stores or produces anything, so none can skip the limit.
     """
     check_body_size(message, format_name)
@@ -150,8 +150,8 @@ class SendCopies:
 
     Each copy is the message with its own ``destination_queue``; protection may then replace a
     copy (a body encrypted for its destination's key). When there are several copies, those it
-    left as they were share one envelope encoded once (:func:`facade.envelope.encode_copies`);
-    every record is byte for byte what :func:`facade.envelope.encode_message` writes for its
+    left as they were share one envelope encoded once (:func:`facade.model.envelope.encode_copies`);
+    every record is byte for byte what :func:`facade.model.envelope.encode_message` writes for its
     copy.
 
     Args:
@@ -200,7 +200,7 @@ def kept_copy(message: Message, **changes: Any) -> Message:
     in the :data:`ORIGINAL_TTBR_PROPERTY` property).
 
     Without ``changes`` the copy is validated when it is encoded (every write of a copy
-    encodes it with :func:`facade.envelope.encode_message`), not here.
+    encodes it with :func:`facade.model.envelope.encode_message`), not here.
 
     Args:
         message (Message): the message copied; not modified.
@@ -222,7 +222,7 @@ def stored_record_is_kept_copy(message: Message) -> bool:
 
     True when a kept copy would encode the same message: no time-to-be-received to move into
     :data:`ORIGINAL_TTBR_PROPERTY`, and no private body that
-    :meth:`facade.protection.MessageProtection.for_storage` encrypts again. The caller must
+    :meth:`facade.queues.protection.MessageProtection.for_storage` encrypts again. The caller must
     also know that the receive added nothing to the envelope: no abort count from released
     locks. Such a copy keeps the stored envelope's ``arrived_time`` (null as sent) where an
     encoded copy carries the time the original reached its queue; no kmq reader (Spark's

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TypeVar, cast
 
-from facade.envelope import decode_message
+from facade.model.envelope import decode_message
 from facade.errors import (
     BrokerError,
     BrokerUnavailable,
@@ -49,17 +49,17 @@ from facade.errors import (
     MessageQueueError,
     ReceiveTimeout,
 )
-from facade.kafkaseam import ACCEPT, RELEASE, SharedRecord, ShareRecordConsumer
-from facade.message import Message, MessageClass
-from facade.protection import ProtectionLevel
-from facade.receiving import count_aborts, dead_letter_unreceivable, message_of
+from facade.kafka.kafkaseam import ACCEPT, RELEASE, SharedRecord, ShareRecordConsumer
+from facade.model.message import Message, MessageClass
+from facade.queues.protection import ProtectionLevel
+from facade.queues.receiving import count_aborts, dead_letter_unreceivable, message_of
 from facade.timeouts import receive_timeout
 
 if TYPE_CHECKING:
-    from facade.destination import Destination
-    from facade.kafkaseam import KafkaRecord, KafkaSession
-    from facade.queuehost import QueueHost
-    from facade.registry import QueueProperties
+    from facade.queues.destination import Destination
+    from facade.kafka.kafkaseam import KafkaRecord, KafkaSession
+    from facade.queues.queuehost import QueueHost
+    from facade.state.registry import QueueProperties
 
 __all__ = ["DEFAULT_SHARE_LEASE", "DLQ_PREFIX_CONFIG", "MAX_MEMBERS", "MAX_POLL_RECORDS",
            "MAX_SHARE_LEASE", "MAX_SHARE_RETRY_COUNT", "SHARE_LOCK_MS", "ShareReceiver",

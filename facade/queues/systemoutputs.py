@@ -18,14 +18,14 @@ An acknowledgment is a write to its admin queue, made by the process that posts 
 the admin queue names must grant that process's principal WRITE_MESSAGE, as a send there would
 (the sender's at send time and for arrival acknowledgments, which the sending process posts; the
 receiver's for receive acknowledgments). A send whose admin queue refuses the sender is refused
-before anything is written (:meth:`facade.authorization.QueueAccess.require_admin_queues`).
+before anything is written (:meth:`facade.queues.authorization.QueueAccess.require_admin_queues`).
 
 An acknowledgment that cannot be delivered (its admin queue was deleted, or its access list
 refuses the posting principal since the send) is lost, as in MSMQ: it is logged at WARNING and
 never fails the send or receive that caused it.
 
 What these messages and copies are (an acknowledgment's fields and stamps, a kept copy's
-properties, the machine-journal copy) is :mod:`facade.sending`'s, shared with Spark's sink; this
+properties, the machine-journal copy) is :mod:`facade.queues.sending`'s, shared with Spark's sink; this
 class resolves where they go and writes them.
 """
 
@@ -37,12 +37,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
-from facade.envelope import EncodedRecord
+from facade.model.envelope import EncodedRecord
 from facade.errors import MessageQueueError, UnsupportedFormatNameOperation
-from facade.formatnames import SystemQueue, parse_queue_reference
-from facade.topics import QueueTopics
-from facade.message import JournalLevel, Message, MessageClass
-from facade.sending import (
+from facade.model.formatnames import SystemQueue, parse_queue_reference
+from facade.model.topics import QueueTopics
+from facade.model.message import JournalLevel, Message, MessageClass
+from facade.queues.sending import (
     ORIGINAL_TTBR_PROPERTY,
     acknowledgment,
     acknowledgment_requested,
@@ -52,10 +52,10 @@ from facade.sending import (
 )
 
 if TYPE_CHECKING:
-    from facade.destination import Destination
-    from facade.kafkaseam import KafkaRecord
-    from facade.queueview import QueueView
-    from facade.interfaces import OutputsHost
+    from facade.queues.destination import Destination
+    from facade.kafka.kafkaseam import KafkaRecord
+    from facade.state.queueview import QueueView
+    from facade.queues.interfaces import OutputsHost
 
 __all__ = ["ORIGINAL_TTBR_PROPERTY", "SystemOutputs", "acknowledgment_requested"]
 
@@ -122,7 +122,7 @@ class SystemOutputs:
     def _acknowledgment(original: Message, message_class: MessageClass, queue: Destination,
                         reason: str | None) -> Message | None:
         """The acknowledgment of ``message_class`` about ``original`` at ``queue``, if its
-        sender asked (:func:`facade.sending.acknowledgment`; none for a copy in a journal or
+        sender asked (:func:`facade.queues.sending.acknowledgment`; none for a copy in a journal or
         dead-letter queue)."""
         if not original.admin_queue:
             return None  # none asked for, the usual case: no need to parse the queue's GUID
@@ -204,7 +204,7 @@ class SystemOutputs:
             queue (Destination): the queue they were removed from.
             stored (Mapping[int, KafkaRecord] | None): by lookup id, the records of messages
                 whose stored record is their journal copy as it is (the receiver checked
-                :func:`facade.sending.stored_record_is_kept_copy`); the others are encoded.
+                :func:`facade.queues.sending.stored_record_is_kept_copy`); the others are encoded.
 
         Returns:
             int: copies written.
@@ -257,7 +257,7 @@ class SystemOutputs:
         if view is None:
             # Here, not at module level: only journal quotas read a queue, and opening a queue
             # manager should not load the queue-reading machinery (kmq start-up time).
-            from facade.queueview import QueueView
+            from facade.state.queueview import QueueView
 
             view = self._journal_views[journal.data] = QueueView(self.manager.session, journal)
         view.catch_up()
@@ -278,7 +278,7 @@ class SystemOutputs:
 
     def source_journal(self, sent: Message) -> bool:
         """Copy a sent message to the machine journal when its journal level has JOURNAL
-        (:func:`facade.sending.source_journal_copy`)."""
+        (:func:`facade.queues.sending.source_journal_copy`)."""
         copy = source_journal_copy(sent)
         if copy is None:
             return False

@@ -8,7 +8,7 @@ Kafka this way:
 * **Sends are buffered until commit.** ``queue.send(m, transaction=tx)`` checks and stamps the
   message and keeps its copies in the transaction; nothing reaches Kafka before
   :meth:`MessageQueueTransaction.commit`. An abort therefore writes nothing at all.
-* **A transactional receive is a peek-lock** (:mod:`facade.peeklock`): one LOCK receipt, with a
+* **A transactional receive is a peek-lock** (:mod:`facade.queues.peeklock`): one LOCK receipt, with a
   lease of :data:`TRANSACTION_LEASE`, takes the message from every other receiver at once
   (``queue.receive_many(n, transaction=tx)``: one LOCK for the batch). The COMPLETED receipt
   that removes it for good is written at commit, one per lock.
@@ -48,13 +48,13 @@ from facade.errors import (
     TransactionAborted,
     TransactionUsage,
 )
-from facade.kafka import TransactionalProducer, map_kafka_errors
-from facade.envelope import EncodedRecord, encode_message
-from facade.message import Message, MessageClass
+from facade.kafka.librdkafka import TransactionalProducer, map_kafka_errors
+from facade.model.envelope import EncodedRecord, encode_message
+from facade.model.message import Message, MessageClass
 from facade.timeouts import wait_seconds
 
 if TYPE_CHECKING:
-    from facade.destination import Destination
+    from facade.queues.destination import Destination
     
 __all__ = [
     "COMMIT_MARGIN",
@@ -97,7 +97,7 @@ class _Send:
 @dataclass(frozen=True)
 class _Receive:
     handle: Any  # the MessageQueue (a PeekLockReceives) that took the lock
-    locked: Any  # the LockedMessage (facade.peeklock) its handle holds
+    locked: Any  # the LockedMessage (facade.queues.peeklock) its handle holds
 
 
 class MessageQueueTransaction:

@@ -16,9 +16,9 @@ Kafka reports a timed-out copy as "possibly persisted": a copy that was in fligh
 elapsed may have arrived as well as been NACKed.
 
 A copy the broker can never accept must not wait in the outgoing queue, or every recovery would
-replay it. So a copy larger than the limits (``facade.topicsettings``) is refused before it is
+replay it. So a copy larger than the limits (``facade.model.topicsettings``) is refused before it is
 stored (``InvalidParameter``), and a copy the producer or broker refuses for good anyway
-(:class:`~facade.kafka.Refusal`: too large for a topic whose limit was lowered, access denied,
+(:class:`~facade.kafka.librdkafka.Refusal`: too large for a topic whose limit was lowered, access denied,
 invalid) is failed at once, not retried: the sender gets the error when the refusal comes
 while it sends, and otherwise the copy is dead-lettered and NACKed with the class of the
 refusal (see :data:`_REFUSAL_CLASSES`), as a TTRQ failure is. Either way it leaves the
@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from facade._process import pid_alive
-from facade.destination import Destination
-from facade.envelope import EncodedRecord, decode_message
+from facade.queues.destination import Destination
+from facade.model.envelope import EncodedRecord, decode_message
 from facade.errors import (
     AccessDenied,
     BrokerError,
@@ -49,13 +49,13 @@ from facade.errors import (
     QueueNotFound,
     TransientQueueError,
 )
-from facade.kafka import Refusal, is_fatal, poll_producer, produce, refusal
-from facade.message import Delivery, JournalLevel, Message, MessageClass
-from facade.outgoingqueue import OutgoingQueue, StoredRecord, outgoing_queue_path
-from facade.timers import LONG_LIVED_SECONDS
-from facade.interfaces import QueueResolver, SystemQueueWriter
-from facade.topics import QueueTopics
-from facade.topicsettings import (
+from facade.kafka.librdkafka import Refusal, is_fatal, poll_producer, produce, refusal
+from facade.model.message import Delivery, JournalLevel, Message, MessageClass
+from facade.state.outgoingqueue import OutgoingQueue, StoredRecord, outgoing_queue_path
+from facade.model.timers import LONG_LIVED_SECONDS
+from facade.queues.interfaces import QueueResolver, SystemQueueWriter
+from facade.model.topics import QueueTopics
+from facade.model.topicsettings import (
     KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
     MAX_BODY_BYTES,
     MAX_MESSAGE_BYTES,
@@ -65,8 +65,8 @@ from facade.topicsettings import (
 
 if TYPE_CHECKING:
     from facade.config import KmqConfig
-    from facade.kafkaseam import KafkaSession
-    from facade.systemoutputs import SystemOutputs
+    from facade.kafka.kafkaseam import KafkaSession
+    from facade.queues.systemoutputs import SystemOutputs
 
 __all__ = ["LONG_LIVED", "SendTracker", "Transmitter", "TransmitterHost"]
 
@@ -215,14 +215,14 @@ class Transmitter:
 
         Raises:
             InvalidParameter: a record is larger than kmq's limit (a body of at most
-                :data:`~facade.topicsettings.MAX_BODY_BYTES` plus its envelope), the producers'
+                :data:`~facade.model.topicsettings.MAX_BODY_BYTES` plus its envelope), the producers'
                 ``message.max.bytes`` or the destination topic's ``max.message.bytes``; the
                 message names the size and the limit. Nothing was stored or produced.
             MessageQueueError: the outgoing queue cannot be written (names the file); nothing
                 was stored or produced.
             BrokerError: the producer refused a record outright (e.g. its queue is full). The
                 copies before it were handed over; its stored record is removed when no retry
-                can fix the refusal (:func:`~facade.kafka.refusal`), and the stored records of
+                can fix the refusal (:func:`~facade.kafka.librdkafka.refusal`), and the stored records of
                 the copies after it are removed (they were not sent). The message says how
                 many copies were handed over.
         """
@@ -236,7 +236,7 @@ class Transmitter:
             for i in stored:
                 destination, copy, record, _ = copies[i]
                 deadlines[i] = _deadline_ms(copy)
-                # The key, value and headers come from facade.envelope: no OutgoingRecord
+                # The key, value and headers come from facade.model.envelope: no OutgoingRecord
                 # (and its checks of every field) is needed to store them.
                 rows_of.append((destination.topics.data, record.key, record.value,
                                 record.headers, str(copy.id), deadlines[i]))
@@ -260,7 +260,7 @@ class Transmitter:
     def check_size(self, destination: Destination, copy: Message, record: EncodedRecord) -> None:
         """Refuse a record no broker set up for kmq would accept, before it is stored.
 
-        Checked against :data:`~facade.topicsettings.MAX_RECORD_BYTES` (at most the producers'
+        Checked against :data:`~facade.model.topicsettings.MAX_RECORD_BYTES` (at most the producers'
         ``message.max.bytes``), and, for a record larger than Kafka's default limit, against
         the destination topic's ``max.message.bytes`` as the broker describes it (read once per
         topic, and again before a refusal).

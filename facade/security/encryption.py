@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from facade.errors import InvalidParameter, MessageQueueError
-from facade.message import EncryptionAlgorithm, MessageId
+from facade.model.message import EncryptionAlgorithm, MessageId
 
 __all__ = ["BodyOpener", "BodySealer", "EncryptionError", "key_bytes", "open_body",
            "public_bytes", "seal_body"]

@@ -8,7 +8,7 @@ locality decision goes through :func:`is_loopback_host` rather than asking :mod:
 directly. Host names other than ``localhost`` are not resolved: a name is local only by being
 ``localhost``, so what counts as local never depends on DNS.
 
-Two decisions use it: the local development mode (:func:`facade.principal.is_development_mode`,
+Two decisions use it: the local development mode (:func:`facade.security.principal.is_development_mode`,
 every Kafka bootstrap server on loopback, where a declared principal is accepted) and the
 ``DIRECT=TCP:<address>`` format names that name this queue manager
 (:meth:`facade.manager.QueueManager.resolve`).

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from facade.config import KmqConfig
 from facade.errors import ConfigurationError, MessageQueueError
-from facade.locality import is_loopback_server
+from facade.security.locality import is_loopback_server
 
 __all__ = ["Principal", "PrincipalSource", "is_development_mode", "resolve_principal",
            "unproven_directory_bind"]
@@ -151,7 +151,7 @@ def unproven_directory_bind(config: KmqConfig, principal: Principal,
 def is_development_mode(config: KmqConfig) -> bool:
     """Whether kmq runs against a local broker: the dev stack's (no bootstrap servers
     configured) or one whose every bootstrap server is on loopback
-    (:func:`facade.locality.is_loopback_server`: ``localhost``, ``127.0.0.0/8``, ``::1`` or
+    (:func:`facade.security.locality.is_loopback_server`: ``localhost``, ``127.0.0.0/8``, ``::1`` or
     ``::ffff:127.0.0.1``).
 
     Args:

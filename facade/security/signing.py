@@ -4,13 +4,13 @@ The sender hashes a canonical encoding of the defined message fields and the bod
 algorithm the message names (PROPID_M_HASH_ALG: SHA-256, SHA-384 or SHA-512) and signs it with
 its private key: ECDSA for an EC key, RSA-PSS for an RSA key. The certificate travels with the
 message (PROPID_M_SENDER_CERT). The receiving side recomputes the encoding, verifies the
-signature with the certificate's public key, and (in :mod:`facade.protection`) checks in the
+signature with the certificate's public key, and (in :mod:`facade.queues.protection`) checks in the
 directory that the certificate is registered to the sender id.
 
 Signed fields: the message id (so a signature cannot be replayed on another message), class,
 correlation id, priority, delivery, acknowledgment level, journal level, app-specific value,
 label, body type, body (clear text), extension, admin, response and dead-letter queues, the
-format name the sender used (so :mod:`facade.protection` can refuse a signed message read from a
+format name the sender used (so :mod:`facade.queues.protection` can refuse a signed message read from a
 queue that name does not reach), time-to-reach-queue, sent time, not-before,
 source machine, sender id and its type, transaction id and markers, the security levels and
 algorithms, and the application properties (not the ``kmq.*`` ones the queue manager adds).
@@ -30,9 +30,9 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
-from facade.certificates import SenderIdentity
+from facade.security.certificates import SenderIdentity
 from facade.errors import InvalidParameter, MessageQueueError
-from facade.message import AuthLevel, HashAlgorithm, Message, MessageClass
+from facade.model.message import AuthLevel, HashAlgorithm, Message, MessageClass
 
 __all__ = ["SignatureError", "digest_input", "sign", "signing_hash", "verify"]
 

@@ -1,6 +1,6 @@
-"""The Kafka ACL admin API for ``kmq acl sync`` (:mod:`facade.kafka_acls` computes what to ask).
+"""The Kafka ACL admin API for ``kmq acl sync`` (:mod:`facade.state.kafka_acls` computes what to ask).
 
-Beside :mod:`facade.kafka`, the only module that imports ``confluent_kafka``: the ACL API needs
+Beside :mod:`facade.kafka.librdkafka`, the only module that imports ``confluent_kafka``: the ACL API needs
 a check the rest of kmq does not. librdkafka (2.16) drops the error code of a DescribeAcls
 answer, so a broker without an authorizer (SECURITY_DISABLED) and a principal that may not
 describe ACLs (CLUSTER_AUTHORIZATION_FAILED) both read as "no bindings". A sync on that
@@ -28,8 +28,8 @@ from confluent_kafka.admin import (
 )
 
 from facade.errors import AccessDenied, BrokerError, BrokerUnavailable
-from facade.kafka import ADMIN_TIMEOUT, KafkaSession, map_kafka_errors
-from facade.kafka_acls import (
+from facade.kafka.librdkafka import ADMIN_TIMEOUT, KafkaSession, map_kafka_errors
+from facade.state.kafka_acls import (
     KafkaAcl,
     SyncPlan,
     managed,
@@ -38,7 +38,7 @@ from facade.kafka_acls import (
     queue_manager_acls,
     shared_acls,
 )
-from facade.principal import Principal, PrincipalSource
+from facade.security.principal import Principal, PrincipalSource
 
 __all__ = ["describe_acls", "require_acl_support", "sync_kafka_acls"]
 

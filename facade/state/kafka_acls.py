@@ -1,9 +1,9 @@
 """``kmq acl sync``: queue rights mirrored onto Kafka ACLs, so that a client that bypasses kmq
 cannot read or write a queue's topics beyond what the queue's access list gives its principal.
 
-kmq's access checks (:mod:`facade.authorization`) bind clients that go through kmq. On a Kafka
+kmq's access checks (:mod:`facade.queues.authorization`) bind clients that go through kmq. On a Kafka
 cluster with an authorizer, the same rights become Kafka ACL bindings for the same principals
-(``User:<name>``; :data:`~facade.acl.EVERYONE` becomes ``User:*``):
+(``User:<name>``; :data:`~facade.security.acl.EVERYONE` becomes ``User:*``):
 
 ======================== ==================================================================
 queue right              Kafka operations
@@ -19,7 +19,7 @@ DELETE_JOURNAL_MESSAGE   Read, Describe on the journal's data topic; Read, Write
 DELETE                   Delete on the queue's four topics
 ======================== ==================================================================
 
-The queue manager's own access list (:mod:`facade.qmsecurity`) guards its system queues (the
+The queue manager's own access list (:mod:`facade.queues.qmsecurity`) guards its system queues (the
 dead-letter queues and the machine journal) the same way: PEEK_MESSAGE is Read and Describe
 on their data and receipts topics, DELETE_MESSAGE also Write on the receipts topics
 (:func:`queue_manager_acls`). Its owner also gets Write on the queue snapshots topic.
@@ -47,7 +47,7 @@ that no access list asks for (a revoked right, a deleted queue's topics) and lea
 binding alone, such as an administrator's Create grant on the prefix ``kmq.<qm>.`` or Write
 on ``__kmq.queues``.
 
-The computation here is pure; :mod:`facade.kafka_acl_admin` talks to the broker.
+The computation here is pure; :mod:`facade.state.kafka_acl_admin` talks to the broker.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from facade.acl import EVERYONE, AccessRight, SecurityDescriptor
-from facade.formatnames import SystemQueue
-from facade.topics import (
+from facade.security.acl import EVERYONE, AccessRight, SecurityDescriptor
+from facade.model.formatnames import SystemQueue
+from facade.model.topics import (
     QUEUE_MANAGER_REGISTRY_TOPIC,
     QUEUE_MANAGER_SECURITY_TOPIC,
     QUEUE_REGISTRY_TOPIC,
@@ -72,7 +72,7 @@ from facade.topics import (
 )
 
 if TYPE_CHECKING:
-    from facade.registry import QueueProperties
+    from facade.state.registry import QueueProperties
 
 __all__ = ["KafkaAcl", "SyncPlan", "managed", "plan_sync", "queue_acls",
            "queue_manager_acls", "shared_acls"]

@@ -38,7 +38,7 @@ from types import TracebackType
 from typing import Any
 
 from facade.errors import EnvelopeError, InvalidParameter, MessageQueueError, TransientQueueError
-from facade.topics import is_topic_name
+from facade.model.topics import is_topic_name
 
 __all__ = ["BUSY_TIMEOUT_S", "OutgoingQueue", "OutgoingRecord", "StoredRecord", "decode_row",
            "outgoing_queue_path"]
@@ -249,7 +249,7 @@ class OutgoingQueue:
                    purpose: str, created_ms: int) -> list[int]:
         """Store message copies as :meth:`put_many` does, without building and checking an
         :class:`OutgoingRecord` for each: for the sender's own copies, whose key, value and
-        headers come from :mod:`facade.envelope` (bytes and ``(str, bytes)`` pairs, as
+        headers come from :mod:`facade.model.envelope` (bytes and ``(str, bytes)`` pairs, as
         ``OutgoingRecord`` requires; a wrong type makes SQLite store a value that
         :func:`decode_row` reports as unreadable, never one resent as something else).
 

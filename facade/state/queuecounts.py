@@ -2,7 +2,7 @@
 queue of a machine with its message count).
 
 A queue's count is a function of its data and receipts logs (:class:`QueueState`), and a
-snapshot (:mod:`facade.snapshot`) is that state after given prefixes of both logs. So the
+snapshot (:mod:`facade.state.snapshot`) is that state after given prefixes of both logs. So the
 count a handle gets by reading the queue (:meth:`MessageQueue.counts`: a view opened from the
 queue's best snapshot, then read to the end of both logs) is found here for every queue
 together, with what does not grow with the number of queues:
@@ -11,7 +11,7 @@ together, with what does not grow with the number of queues:
    receipts topics of every queue (:meth:`KafkaSession.offset_bounds`).
 2. A queue whose data log holds no record counts 0: every message is a record of it.
 3. One read of each queue manager's snapshot topic, for all its queues at once. A queue whose
-   best valid snapshot (chosen as a view chooses it: :func:`facade.queueview.valid_snapshots`)
+   best valid snapshot (chosen as a view chooses it: :func:`facade.state.queueview.valid_snapshots`)
    covers both logs up to their end offsets counts from the snapshot alone.
 4. The other queues (records arrived or receipts written since their last snapshot, or none
    yet) have only what follows their snapshot read, by one reader for all of them, and their
@@ -37,16 +37,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from facade.errors import EnvelopeError, QueueNotFound
-from facade.kafkaseam import KafkaRecord, KafkaSession, RecordReader
-from facade.queuestate import IndexEntry, QueueState
-from facade.queueview import (
+from facade.kafka.kafkaseam import KafkaRecord, KafkaSession, RecordReader
+from facade.state.queuestate import IndexEntry, QueueState
+from facade.state.queueview import (
     CATCH_UP_TIMEOUT,
     best_snapshot,
     snapshot_candidates,
     valid_snapshots,
 )
-from facade.receipts import decode_receipt
-from facade.topics import QueueTopics, snapshot_topic
+from facade.model.receipts import decode_receipt
+from facade.model.topics import QueueTopics, snapshot_topic
 
 __all__ = ["BatchCounts", "QueueCounts", "count_queues"]
 
@@ -185,7 +185,7 @@ def _skipped(record: KafkaRecord, error: Exception) -> None:
 
 class _Tails:
     """The records after each queue's snapshot, read by one reader and applied to the states
-    as :class:`~facade.queueview.QueueView` applies them."""
+    as :class:`~facade.state.queueview.QueueView` applies them."""
 
     def __init__(self, states: dict[QueueTopics, QueueState],
                  bounds: dict[str, tuple[int, int]]):

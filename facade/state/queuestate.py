@@ -6,7 +6,7 @@ queue manager (this module does no Kafka I/O):
 
 * :meth:`QueueState.add` takes one :class:`IndexEntry` per data record, built from the record's
   headers (:meth:`IndexEntry.from_record`) without decoding Avro;
-* :meth:`QueueState.apply` takes one :class:`~facade.receipts.Receipt` per receipts record and
+* :meth:`QueueState.apply` takes one :class:`~facade.model.receipts.Receipt` per receipts record and
   returns the verdict: **the first receipt that names a pending offset takes it**, later
   receipts naming it lose it; a PURGE removes every pending offset below ``purge_below``.
 
@@ -53,9 +53,9 @@ from enum import Enum
 from operator import attrgetter, itemgetter
 from typing import Any, TypeVar
 
-from facade.avro import HEADER_SIZE
-from facade.envelope import read_headers
-from facade.receipts import FIRST_OF_ACTIONS, Receipt, ReceiptAction
+from facade.model.avro import HEADER_SIZE
+from facade.model.envelope import read_headers
+from facade.model.receipts import FIRST_OF_ACTIONS, Receipt, ReceiptAction
 
 __all__ = [
     "DEDUPE_WINDOW",
@@ -540,7 +540,7 @@ def _removed_status(code: int) -> OffsetStatus:
 @dataclass(frozen=True, slots=True)
 class StateSnapshot:
     """A :class:`QueueState` as plain data (:meth:`QueueState.export`), which
-    :meth:`QueueState.from_snapshot` turns back into an equal state. ``facade.snapshot`` writes
+    :meth:`QueueState.from_snapshot` turns back into an equal state. ``facade.state.snapshot`` writes
     it as a ``kmq.QueueSnapshot`` record (``schemas/queue_snapshot.avsc``, where each field is
     described).
 

@@ -3,7 +3,7 @@
 Each process that peeks or receives holds one view per queue. The view reads both topics from
 the start (``assign()``, no consumer group) into an index of the pending messages, without
 their bodies: a record is fetched by offset when it is handed out, with a bounded cache of the
-records near the head (:class:`~facade.recordcache.RecordCache`). It appends receipts to claim
+records near the head (:class:`~facade.state.recordcache.RecordCache`). It appends receipts to claim
 messages. A claim's outcome
 is known once the view has read the receipts topic up to the claim's own offset: the first
 receipt naming an offset wins (see ``docs/design.md``).
@@ -29,17 +29,17 @@ from facade.errors import (
     MessageAlreadyReceived,
     MessageQueueError,
 )
-from facade.kafka import PendingRecord, Refusal, map_kafka_errors, produce_async, refusal
-from facade.kafkaseam import KafkaRecord, KafkaSession
-from facade.kafkaseam import RecordReader as TopicReader
-from facade.message import Delivery
-from facade.queuestate import ClaimOutcome, IndexEntry, OffsetState, QueueState, check_snapshot
-from facade.recordcache import RecordCache
-from facade.retention import ReceiptsRetention, snapshot_bucket
-from facade.receipts import Receipt, ReceiptAction, decode_receipt, encode_receipt, new_claim
-from facade.snapshot import QueueSnapshotRecord, decode_snapshot, encode_snapshot
-from facade.topics import QueueTopics, snapshot_topic
-from facade.topicsettings import KAFKA_DEFAULT_MAX_MESSAGE_BYTES
+from facade.kafka.librdkafka import PendingRecord, Refusal, map_kafka_errors, produce_async, refusal
+from facade.kafka.kafkaseam import KafkaRecord, KafkaSession
+from facade.kafka.kafkaseam import RecordReader as TopicReader
+from facade.model.message import Delivery
+from facade.state.queuestate import ClaimOutcome, IndexEntry, OffsetState, QueueState, check_snapshot
+from facade.state.recordcache import RecordCache
+from facade.state.retention import ReceiptsRetention, snapshot_bucket
+from facade.model.receipts import Receipt, ReceiptAction, decode_receipt, encode_receipt, new_claim
+from facade.state.snapshot import QueueSnapshotRecord, decode_snapshot, encode_snapshot
+from facade.model.topics import QueueTopics, snapshot_topic
+from facade.model.topicsettings import KAFKA_DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = ["PendingClaim", "QueueView", "best_snapshot", "check_covered", "snapshot_candidates",
            "snapshot_owner", "valid_snapshots"]
@@ -409,7 +409,7 @@ class QueueView:
         then; its own locks need no fetching (it applies its own settle receipts).
 
         ``producer`` appends with another producer than the view's own: a transactional one
-        inside a Kafka transaction (:mod:`facade.transaction`), whose commit must come before
+        inside a Kafka transaction (:mod:`facade.queues.transaction`), whose commit must come before
         :meth:`settle`. ``claimant`` replaces the view's own (a transactional receive names its
         sender's ``transactional.id`` there).
 
@@ -569,7 +569,7 @@ class QueueView:
 
     def wake(self) -> None:
         """Fetch the queue's topics again if the view's reader rested while unused (see
-        :class:`~facade.kafka.TopicReader`).
+        :class:`~facade.kafka.librdkafka.TopicReader`).
 
         Raises:
             QueueNotFound: the queue's topics were deleted meanwhile.
@@ -665,7 +665,7 @@ class QueueView:
         """An empty state for reading the logs from their start. Data records below the data
         topic's log start were deleted because every process had removed them (retention:
         below the retention floor), so they count as removed. kmq deletes receipts only below
-        snapshots that cover them (:mod:`facade.retention`); if some are gone with no valid
+        snapshots that cover them (:mod:`facade.state.retention`); if some are gone with no valid
         snapshot left (a topic with time retention), the state cannot be rebuilt."""
         receipts_start = bounds[self.topics.receipts][0]
         if receipts_start > 0:
@@ -757,7 +757,7 @@ class QueueView:
     def _delete_receipts(self) -> None:
         """Retention of receipts: delete the receipts that acknowledged snapshots of two
         buckets cover and that are older than ``RECEIPTS_RETENTION_LAG``
-        (:class:`~facade.retention.ReceiptsRetention`), then tombstone the snapshot keys of
+        (:class:`~facade.state.retention.ReceiptsRetention`), then tombstone the snapshot keys of
         the buckets below, on brokers that support DeleteRecords. A failure is logged and
         retried with the next snapshot; the queue is whole without it."""
         floor = self._retention.floor(time.time())
@@ -819,12 +819,12 @@ def snapshot_candidates(reader: TopicReader, topic: str, data_topics: Collection
                         ) -> dict[str, dict[bytes, list[KafkaRecord]]]:
     """Read a queue manager's snapshot topic once, for one queue or many: per data topic of
     ``data_topics``, the newest few records (:data:`_SNAPSHOT_CANDIDATES`) of each of its
-    snapshot keys (its buckets, see :mod:`facade.retention`, and the plain key of snapshots
+    snapshot keys (its buckets, see :mod:`facade.state.retention`, and the plain key of snapshots
     written before them). A tombstone drops its key's records.
 
     Args:
         reader (TopicReader): a reader of this session; its assignment is replaced.
-        topic (str): the snapshot topic (:func:`facade.topics.snapshot_topic`).
+        topic (str): the snapshot topic (:func:`facade.model.topics.snapshot_topic`).
         data_topics (Collection[str]): the queues wanted, by data topic.
         timeout (float): seconds to read the topic to its end.
 
@@ -861,7 +861,7 @@ def valid_snapshots(candidates: Mapping[bytes, list[KafkaRecord]], topics: Queue
     offsets its topics hold (and receipts below ``covering_at_most`` at most); ``skip`` is
     called with each record passed over and why (it does not decode, describes another queue,
     is stale (see :func:`check_covered`) or is inconsistent (see
-    :func:`facade.queuestate.check_snapshot`), so an older record of its key is tried).
+    :func:`facade.state.queuestate.check_snapshot`), so an older record of its key is tried).
 
     Args:
         candidates (Mapping[bytes, list[KafkaRecord]]): the queue's records by key, oldest

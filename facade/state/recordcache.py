@@ -1,6 +1,6 @@
 """Records of a queue's data topic fetched by offset, with a small cache near the head.
 
-A queue view indexes every pending message (:class:`facade.queuestate.IndexEntry`, a few hundred
+A queue view indexes every pending message (:class:`facade.state.queuestate.IndexEntry`, a few hundred
 bytes) but keeps no message bodies: a body is read from the data topic by its offset (the
 message's lookup id) when the message is handed out. Records close to the head of the queue are
 kept in a bounded cache, so a receiver draining the queue pays one fetch per cache fill, not one
@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Iterator
 
 from facade.errors import BrokerUnavailable, MessageNotFound
-from facade.kafkaseam import KafkaRecord, KafkaSession
-from facade.kafkaseam import RecordReader as TopicReader
+from facade.kafka.kafkaseam import KafkaRecord, KafkaSession
+from facade.kafka.kafkaseam import RecordReader as TopicReader
 
 __all__ = ["CACHE_BYTES", "CACHE_RECORDS", "FETCH_TIMEOUT", "RecordCache"]
 

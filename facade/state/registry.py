@@ -39,14 +39,14 @@ import uuid
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, TypeVar
 
-from facade.acl import EVERYONE, AccessControlEntry, AccessRight, SecurityDescriptor
+from facade.security.acl import EVERYONE, AccessControlEntry, AccessRight, SecurityDescriptor
 from facade.arguments import FieldTypes, mistyped_field
 from facade.errors import BrokerUnavailable, EnvelopeError, InvalidParameter, MessageQueueError
-from facade.formatnames import parse_path_name
-from facade.kafka import NO_LINGER, produce_and_wait
-from facade.kafkaseam import KafkaRecord, KafkaSession, RecordProducer
-from facade.message import Delivery
-from facade.topics import QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_REGISTRY_TOPIC, QueueTopics
+from facade.model.formatnames import parse_path_name
+from facade.kafka.librdkafka import NO_LINGER, produce_and_wait
+from facade.kafka.kafkaseam import KafkaRecord, KafkaSession, RecordProducer
+from facade.model.message import Delivery
+from facade.model.topics import QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_REGISTRY_TOPIC, QueueTopics
 
 __all__ = [
     "DEFAULT_RECEIVE_RETRY_COUNT",
@@ -131,7 +131,7 @@ class QueueProperties:
         owner (str | None): the queue's owner in its security descriptor (MSMQ: the creator);
             None for a record written before kmq had access control (see :attr:`security`).
         access_list (tuple[str, ...]): the queue's discretionary access-control list, one
-            entry per value in :meth:`facade.acl.AccessControlEntry.to_text` form.
+            entry per value in :meth:`facade.security.acl.AccessControlEntry.to_text` form.
         arbitration (str): who decides which receiver gets a message, fixed at creation:
             ``"receipts"`` (default; the receipts log: every MSMQ operation, highest priority
             first, then arrival order) or ``"share"`` (a Kafka share group: receivers scale
@@ -169,7 +169,7 @@ class QueueProperties:
         ``MQGetQueueSecurity``).
 
         A record written before kmq had access control has no owner: it reads as owned by
-        :data:`~facade.acl.EVERYONE` with full control for everyone, which is what every
+        :data:`~facade.security.acl.EVERYONE` with full control for everyone, which is what every
         caller could do with it then; ``kmq acl`` restricts it.
         """
         return _descriptor(self.owner, self.access_list)

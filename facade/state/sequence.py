@@ -3,12 +3,12 @@
 An MSMQ message id is the sending queue manager's GUID plus a 32-bit sequence number. Every kmq
 process that uses a queue-manager name shares its GUID (from the queue-manager registry), on one
 host or on many, so no two of them may draw the same sequence number: receivers drop a message
-whose id they have seen as a duplicate (see :mod:`facade.queuestate`), which would lose it
+whose id they have seen as a duplicate (see :mod:`facade.state.queuestate`), which would lose it
 silently.
 
 **Blocks are leased through Kafka.** To lease a block, a process appends one record to the
 queue manager's single-partition topic ``kmq.<qm>.system.idblocks``
-(:func:`facade.topics.id_block_topic`) with ``acks=all``, and takes the offset the broker
+(:func:`facade.model.topics.id_block_topic`) with ``acks=all``, and takes the offset the broker
 acknowledges. The producer is not idempotent: a lease that a retry wrote twice only leaves a
 block nobody draws from, while an idempotent producer's first record waits for its producer id
 (about 0.5 s with librdkafka 2.16 on Apache Kafka 4.4), which every ``QueueManager.open``
@@ -68,10 +68,10 @@ from facade.errors import (
     QueueNotFound,
     TransientQueueError,
 )
-from facade.kafka import NO_LINGER, PendingRecord, produce_async
-from facade.kafkaseam import KafkaSession
-from facade.message import Delivery, MessageId
-from facade.topics import id_block_topic
+from facade.kafka.librdkafka import NO_LINGER, PendingRecord, produce_async
+from facade.kafka.kafkaseam import KafkaSession
+from facade.model.message import Delivery, MessageId
+from facade.model.topics import id_block_topic
 
 __all__ = ["BLOCK_SIZE", "LEASE_TIMEOUT", "BlockLease", "BlockSource", "KafkaBlockSource",
            "MessageIdAllocator"]

@@ -1,6 +1,6 @@
 r"""Queue snapshots: a queue's state written to a compacted topic, so a handle opens from it.
 
-Every process derives a queue's state (:class:`facade.queuestate.QueueState`) from the queue's
+Every process derives a queue's state (:class:`facade.state.queuestate.QueueState`) from the queue's
 data and receipts logs alone, so the state after given log prefixes is the same in every
 process. A snapshot (``schemas/queue_snapshot.avsc``) is that state plus the offsets it covers,
 written by any handle to ``kmq.<qm>.system.snapshots`` under the key of the queue's data topic
@@ -19,10 +19,10 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from facade.avro import DecodeFailure, family
+from facade.model.avro import DecodeFailure, family
 from facade.errors import EnvelopeError
-from facade.queuestate import IndexEntry, StateSnapshot
-from facade.topics import QueueTopics
+from facade.state.queuestate import IndexEntry, StateSnapshot
+from facade.model.topics import QueueTopics
 
 __all__ = ["QueueSnapshotRecord", "decode_snapshot", "encode_snapshot"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from facade.certificates import certificate_digest, create_identity
+from facade.security.certificates import certificate_digest, create_identity
 from facade.directory import Directory
 from facade.directory.certificates import (
     encryption_key,

@@ -11,7 +11,7 @@ from pathlib import Path
 import ldap3
 import pytest
 
-from facade.acl import AccessRight
+from facade.security.acl import AccessRight
 from facade.config import DirectorySettings
 from facade.directory import Directory, EmbeddedDirectoryStore, PublicQueueEntry
 from facade.errors import (

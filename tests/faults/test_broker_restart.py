@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 
 from facade.config import KmqConfig
-from facade.envelope import decode_message
+from facade.model.envelope import decode_message
 from facade.errors import MessageQueueError, ReceiveTimeout
 from facade.manager import QueueManager
-from facade.outgoingqueue import OutgoingQueue
+from facade.state.outgoingqueue import OutgoingQueue
 from tests.faults.conftest import eventually, report
 from tests.faults.history import ACKNOWLEDGED, History
 from tests.faults.workers import drain, observe_dead_letters, start

@@ -14,7 +14,7 @@ import pytest
 
 from facade.errors import ReceiveTimeout
 from facade.manager import QueueManager
-from facade.message import Delivery, Message
+from facade.model.message import Delivery, Message
 from tests.faults.history import ACKNOWLEDGED, AT_MOST_ONCE, ATTEMPTED, REFUSED, History, Recorder
 
 # -- the rules, on synthetic histories ---------------------------------------------------------

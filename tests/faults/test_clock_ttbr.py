@@ -3,9 +3,9 @@
 TTBR and not-before are wall-clock instants in the record headers (``kmq.expires`` =
 sent time + TTBR, ``kmq.not_before``), compared with the reading process's clock. The clock is
 not changed on the machine: the tests move the time source kmq reads, which is
-``facade.queue._now_ms`` / ``_now`` (receive, peek, expiry, the ``kmq qm run`` sweeper, sent
-time), ``facade.cursor._now_ms`` (cursors) and ``facade.transmission._now_ms`` (TTRQ deadlines);
-``facade.queuestate`` takes "now" as an argument from those.
+``facade.queues.queue._now_ms`` / ``_now`` (receive, peek, expiry, the ``kmq qm run`` sweeper, sent
+time), ``facade.queues.cursor._now_ms`` (cursors) and ``facade.queues.transmission._now_ms`` (TTRQ deadlines);
+``facade.state.queuestate`` takes "now" as an argument from those.
 
 What is proven:
 
@@ -26,12 +26,12 @@ import time
 
 import pytest
 
-import facade.cursor
-import facade.queue
-import facade.transmission
+import facade.queues.cursor
+import facade.queues.queue
+import facade.queues.transmission
 from facade.errors import ReceiveTimeout
 from facade.manager import QueueManager
-from facade.message import Acknowledgment, JournalLevel, Message, MessageClass
+from facade.model.message import Acknowledgment, JournalLevel, Message, MessageClass
 from facade.service import QueueManagerService
 
 pytestmark = pytest.mark.integration
@@ -42,9 +42,9 @@ class Clock:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.offset = 0.0
-        for module in (facade.queue, facade.cursor, facade.transmission):
+        for module in (facade.queues.queue, facade.queues.cursor, facade.queues.transmission):
             monkeypatch.setattr(module, "_now_ms", self.now_ms)
-        monkeypatch.setattr(facade.queue, "_now", self.now)
+        monkeypatch.setattr(facade.queues.queue, "_now", self.now)
 
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000 + int(self.offset * 1000)

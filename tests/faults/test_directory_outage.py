@@ -21,7 +21,7 @@ import pytest
 from facade.config import DirectorySettings, KmqConfig
 from facade.errors import DirectoryUnavailable
 from facade.manager import QueueManager
-from facade.message import Message
+from facade.model.message import Message
 from tests.faults.conftest import report
 from tests.faults.history import ACKNOWLEDGED, REFUSED, History
 from tests.faults.workers import drain

@@ -20,7 +20,7 @@ exception, no crash, no hang (each test has a pytest-timeout).
   text that is not UTF-8 included, is read by ``pending()`` and ``unreadable()`` without an
   error, each row in exactly one of them;
 * id-block records (``kmq.<qm>.system.idblocks``) are not fuzzed: nothing decodes them (a
-  lease uses only the offset the broker acknowledges, see ``facade.sequence``);
+  lease uses only the offset the broker acknowledges, see ``facade.state.sequence``);
 * configuration: ``KmqConfig.load`` on random TOML text, random TOML documents and random
   ``KMQ_*`` environments gives ``ConfigurationError`` or a configuration;
 * the CLI through typer's ``CliRunner``: random commands, options and values exit 0, 1 or 2
@@ -47,8 +47,8 @@ from typer.testing import CliRunner
 
 from facade.cli import app
 from facade.config import KmqConfig
-from facade import avro
-from facade.envelope import (
+from facade.model import avro
+from facade.model.envelope import (
     decode_acknowledgment,
     decode_message,
     encode_acknowledgment,
@@ -56,18 +56,18 @@ from facade.envelope import (
     read_headers,
 )
 from facade.errors import ConfigurationError, EnvelopeError, FormatNameError, QueuePathNameError
-from facade.formatnames import parse_format_name, parse_path_name, parse_queue_reference
-from facade.message import (
+from facade.model.formatnames import parse_format_name, parse_path_name, parse_queue_reference
+from facade.model.message import (
     AcknowledgedQueue,
     AcknowledgmentInfo,
     Message,
     MessageClass,
     MessageId,
 )
-from facade.outgoingqueue import OutgoingQueue, StoredRecord, decode_row
-from facade.queuestate import IndexEntry
-from facade.receipts import ReceiptAction, decode_receipt, encode_receipt, new_claim
-from facade.registry import (
+from facade.state.outgoingqueue import OutgoingQueue, StoredRecord, decode_row
+from facade.state.queuestate import IndexEntry
+from facade.model.receipts import ReceiptAction, decode_receipt, encode_receipt, new_claim
+from facade.state.registry import (
     QueueManagerRecord,
     QueueProperties,
     decode_queue_manager_record,

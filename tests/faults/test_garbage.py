@@ -54,27 +54,27 @@ from facade.cli import app
 from facade.cli._messages import peek_messages
 from facade.cli.journal import journal_format_name
 from facade.config import KmqConfig
-from facade.envelope import decode_message, encode_acknowledgment, encode_message
+from facade.model.envelope import decode_message, encode_acknowledgment, encode_message
 from facade.errors import EnvelopeError, ReceiveTimeout
-from facade.formatnames import SystemQueue
+from facade.model.formatnames import SystemQueue
 from facade.manager import QueueManager
-from facade.message import (
+from facade.model.message import (
     AcknowledgedQueue,
     AcknowledgmentInfo,
     Message,
     MessageClass,
     MessageId,
 )
-from facade.queuestate import QueueState
-from facade.receipts import ReceiptAction, decode_receipt, encode_receipt, new_claim
-from facade.registry import (
+from facade.state.queuestate import QueueState
+from facade.model.receipts import ReceiptAction, decode_receipt, encode_receipt, new_claim
+from facade.state.registry import (
     decode_queue_manager_record,
     decode_queue_record,
     decode_registry_key,
 )
-from facade.sequence import BLOCK_SIZE
-from facade.snapshot import QueueSnapshotRecord, decode_snapshot, encode_snapshot
-from facade.topics import (
+from facade.state.sequence import BLOCK_SIZE
+from facade.state.snapshot import QueueSnapshotRecord, decode_snapshot, encode_snapshot
+from facade.model.topics import (
     QUEUE_MANAGER_REGISTRY_TOPIC,
     QUEUE_REGISTRY_TOPIC,
     QueueTopics,

@@ -26,7 +26,7 @@ from facade.cli import app
 from facade.config import KmqConfig
 from facade.errors import MessageQueueError, ReceiveTimeout
 from facade.manager import QueueManager
-from facade.message import Delivery, Message
+from facade.model.message import Delivery, Message
 from tests.support.kafka import BrokerEndpoint
 
 pytestmark = pytest.mark.integration

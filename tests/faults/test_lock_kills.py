@@ -16,7 +16,7 @@ import pytest
 
 from facade.errors import ReceiveTimeout
 from facade.manager import QueueManager
-from facade.message import Message
+from facade.model.message import Message
 from tests.faults.conftest import report
 from tests.faults.workers import start
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 import pytest
 
 from facade.errors import BrokerError
-from facade.kafka import KafkaRecord
-from facade.queuestate import QueueState
-from facade.queueview import QueueView
-from facade.recordcache import RecordCache
-from facade.receipts import ReceiptAction, encode_receipt, new_claim
-from facade.retention import ReceiptsRetention
-from facade.topics import QueueTopics
+from facade.kafka.librdkafka import KafkaRecord
+from facade.state.queuestate import QueueState
+from facade.state.queueview import QueueView
+from facade.state.recordcache import RecordCache
+from facade.model.receipts import ReceiptAction, encode_receipt, new_claim
+from facade.state.retention import ReceiptsRetention
+from facade.model.topics import QueueTopics
 
 TOPICS = QueueTopics("kmq.qm.private.q", "kmq.qm.private.q.receipts")
 

@@ -1,6 +1,6 @@
 """Faults on a three-node Apache Kafka cluster, under load, judged by the history checker.
 
-The cluster is kmq's own (:class:`~facade.localkafka.LocalKafka`): three JVMs, each a broker
+The cluster is kmq's own (:class:`~facade.kafka.localkafka.LocalKafka`): three JVMs, each a broker
 and a KRaft controller voter, and kmq's topics with replication factor 3 and
 ``min.insync.replicas`` 2. In every scenario two sender processes send RECOVERABLE messages
 (``send()`` returns once the copy is in the durable outgoing queue) while two receiver
@@ -29,9 +29,9 @@ from confluent_kafka.admin import AdminClient
 
 from facade.config import KmqConfig
 from facade.errors import BrokerUnavailable
-from facade.kafka import client_logging
+from facade.kafka.librdkafka import client_logging
 from facade.manager import QueueManager
-from facade.message import Delivery, Message
+from facade.model.message import Delivery, Message
 from tests.faults.conftest import eventually, report
 from tests.faults.history import ACKNOWLEDGED, FAILED, History, Verdict, history_dir
 from tests.faults.workers import drain, observe_dead_letters, read_claims, start

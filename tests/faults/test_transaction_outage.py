@@ -23,7 +23,7 @@ import pytest
 from facade.config import KmqConfig
 from facade.errors import ReceiveTimeout
 from facade.manager import QueueManager
-from facade.message import Message
+from facade.model.message import Message
 from tests.faults.conftest import eventually, report
 from tests.support.kafka import PrivateBroker
 

@@ -43,7 +43,7 @@ def _open(args: dict[str, Any]) -> Any:
 def run_sender(args: dict[str, Any]) -> None:
     """Send ``count`` messages (or until ``stop_file`` exists) to ``queue``, one at a time."""
     from facade.errors import DirectoryUnavailable, MessageQueueError
-    from facade.message import Acknowledgment, Delivery, JournalLevel, Message
+    from facade.model.message import Acknowledgment, Delivery, JournalLevel, Message
 
     qm = _open(args)
     queue = qm.open_queue(args["queue"])
@@ -99,7 +99,7 @@ def _send_batches(queue: Any, recorder: Recorder, args: dict[str, Any], label: s
     """The sender loop with ``send_many``: every key of a batch is *attempted* before the call
     and *acknowledged* (or failed) when it returns."""
     from facade.errors import DirectoryUnavailable, MessageQueueError
-    from facade.message import Message
+    from facade.model.message import Message
 
     count = args.get("count")
     seq = 0
@@ -322,9 +322,9 @@ def read_claims(session: Any, topics: Any, label: str) -> dict[tuple[str, str], 
     RECEIVE_FIRST only the first it names that no earlier receipt took; a purge removes every
     offset below ``purge_below``), over the whole log read to its end.
     """
-    from facade.envelope import decode_message
+    from facade.model.envelope import decode_message
     from facade.errors import EnvelopeError
-    from facade.receipts import ReceiptAction, decode_receipt
+    from facade.model.receipts import ReceiptAction, decode_receipt
 
     keys: dict[int, str] = {}
     receipts = []

@@ -21,7 +21,7 @@ from facade import (
     ReceiveTimeout,
     UnsupportedFormatNameOperation,
 )
-from facade.envelope import decode_acknowledgment
+from facade.model.envelope import decode_acknowledgment
 from facade.manager import QueueManager
 from facade.service import QueueManagerService
 from tests.support.kafka import BrokerEndpoint
@@ -196,8 +196,8 @@ def test_journal_copies_do_not_expire(qm: QueueManager) -> None:
 
 
 def test_recovery_completes_system_claims_left_by_a_crashed_process(qm: QueueManager) -> None:
-    from facade.queueview import QueueView
-    from facade.receipts import ReceiptAction
+    from facade.state.queueview import QueueView
+    from facade.model.receipts import ReceiptAction
 
     q = qm.create_queue(r".\private$\crashy")
     expiring = q.send(Message(body=b"e", time_to_be_received=0.2, journal=JournalLevel.DEADLETTER),
@@ -229,9 +229,9 @@ def test_a_waiting_receive_recovers_a_batch_a_dead_receiver_was_dead_lettering(
     """A receiver that died between its REJECT and the dead-letter copies of a batch: any
     handle waiting on the queue redoes the claim once it is older than the grace, without
     ``kmq qm run``."""
-    import facade.queue
-    from facade.queueview import QueueView
-    from facade.receipts import ReceiptAction
+    import facade.queues.queue
+    from facade.state.queueview import QueueView
+    from facade.model.receipts import ReceiptAction
 
     q = qm.create_queue(r".\private$\orphaned")
     sent = q.send_many([Message(body=b"%d" % i) for i in range(5)], wait=True)
@@ -245,7 +245,7 @@ def test_a_waiting_receive_recovers_a_batch_a_dead_receiver_was_dead_lettering(
                   target=qm.dead_letter_topic, reason="lease expired")
     crashed.close()
 
-    monkeypatch.setattr(facade.queue, "CLAIM_GRACE", 0.0)
+    monkeypatch.setattr(facade.queues.queue, "CLAIM_GRACE", 0.0)
     receiver = qm.open_queue(r".\private$\orphaned")
     with pytest.raises(ReceiveTimeout):
         receiver.receive(timeout=2)  # waits, and meanwhile redoes the abandoned claim

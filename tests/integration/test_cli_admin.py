@@ -18,12 +18,12 @@ from typer.testing import CliRunner
 
 from facade.cli import _confirm, app
 from facade.config import KmqConfig
-from facade.envelope import encode_message
+from facade.model.envelope import encode_message
 from facade.errors import BrokerUnavailable
 from facade.manager import QueueManager
-from facade.message import JournalLevel, Message, MessageId
-from facade.outgoingqueue import OutgoingQueue, OutgoingRecord, outgoing_queue_path
-from facade.queue import MessageQueue
+from facade.model.message import JournalLevel, Message, MessageId
+from facade.state.outgoingqueue import OutgoingQueue, OutgoingRecord, outgoing_queue_path
+from facade.queues.queue import MessageQueue
 from tests.support.cli import run_json
 from tests.support.kafka import BrokerEndpoint
 
@@ -317,7 +317,7 @@ def test_destructive_commands_ask_first(manager: QueueManager, monkeypatch: pyte
 def test_outgoing_lists_records_waiting_for_their_destination(manager: QueueManager) -> None:
     # Nothing waits once the broker acknowledged every send (a RECOVERABLE one included).
     q = manager.create_queue(r".\private$\far")
-    from facade.message import Delivery
+    from facade.model.message import Delivery
 
     _send(q, "delivered", delivery=Delivery.RECOVERABLE)
     assert _run("qm", "outgoing") == {"records": [], "unreadable": []}

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from facade.acl import AccessRight
+from facade.security.acl import AccessRight
 from facade.cli import app
 from facade.config import KmqConfig
-from facade.formatnames import SystemQueue
+from facade.model.formatnames import SystemQueue
 from facade.manager import QueueManager
-from facade.message import JournalLevel, Message, PrivacyLevel
+from facade.model.message import JournalLevel, Message, PrivacyLevel
 from tests.support.kafka import BrokerEndpoint, raw_values
 
 pytestmark = pytest.mark.integration

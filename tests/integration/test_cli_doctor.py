@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from facade.cli import app
 from facade.config import KmqConfig
-from facade.kafka import KafkaSession
+from facade.kafka.librdkafka import KafkaSession
 from facade.manager import QueueManager
-from facade.topicsettings import MAX_MESSAGE_BYTES
+from facade.model.topicsettings import MAX_MESSAGE_BYTES
 from tests.support.kafka import BrokerEndpoint
 
 pytestmark = pytest.mark.integration

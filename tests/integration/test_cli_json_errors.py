@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from facade.cli import app
 from facade.config import KmqConfig
-from facade.outgoingqueue import outgoing_queue_path
+from facade.state.outgoingqueue import outgoing_queue_path
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from tests.support.imports import modules_after
 pytestmark = pytest.mark.integration
 
 _NOT_FOR_QUEUE_LIST = ("pydantic", "typer._adapters", "typer.rich_utils", "markdown_it",
-                       "cryptography.x509", "facade.protection", "ldap3", "facade.directory",
+                       "cryptography.x509", "facade.queues.protection", "ldap3", "facade.directory",
                        "facade.bench")
 
 _LIST = ("from typer.testing import CliRunner\nfrom facade.cli import app\n"
@@ -37,6 +37,6 @@ def test_queue_list_without_counts_opens_no_queue(cli_qm: str) -> None:
     created = CliRunner().invoke(app, ["queue", "create", "startup", "--json"])
     assert created.exit_code == 0, created.output
     loaded = modules_after(_LIST.format(extra="'--no-counts', "))
-    assert not [name for name in (*_NOT_FOR_QUEUE_LIST, "facade.queue") if name in loaded]
+    assert not [name for name in (*_NOT_FOR_QUEUE_LIST, "facade.queues.queue") if name in loaded]
     listed = CliRunner().invoke(app, ["queue", "list", "--no-counts", "--json"])
     assert [row["messages"] for row in json.loads(listed.stdout)] == [None]

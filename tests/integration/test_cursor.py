@@ -17,9 +17,9 @@ from facade import (
     ReceiveTimeout,
     UnsupportedFormatNameOperation,
 )
-from facade.cursor import Cursor
+from facade.queues.cursor import Cursor
 from facade.manager import QueueManager
-from facade.queue import MessageQueue
+from facade.queues.queue import MessageQueue
 
 pytestmark = pytest.mark.integration
 

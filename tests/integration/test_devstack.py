@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from facade.cli import app
 from facade.config import KmqConfig
-from facade.devstack import DevStack
+from facade.kafka.devstack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from facade.acl import AccessRight
+from facade.security.acl import AccessRight
 from facade.config import DirectorySettings, KmqConfig
-from facade.envelope import decode_acknowledgment
+from facade.model.envelope import decode_acknowledgment
 from facade.errors import (
     AccessDenied,
     DirectoryObjectNotFound,
@@ -20,7 +20,7 @@ from facade.errors import (
     UnsupportedFormatNameOperation,
 )
 from facade.manager import QueueManager
-from facade.message import Acknowledgment, JournalLevel, Message, MessageClass
+from facade.model.message import Acknowledgment, JournalLevel, Message, MessageClass
 from tests.support.kafka import BrokerEndpoint
 from tests.support.slapd import SlapdServer, slapd_available
 

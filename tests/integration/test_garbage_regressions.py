@@ -24,10 +24,10 @@ from confluent_kafka import Producer
 from facade import Message, MessageAlreadyReceived, MessageNotFound
 from facade.cli._messages import peek_messages
 from facade.config import KmqConfig
-from facade.envelope import encode_message
+from facade.model.envelope import encode_message
 from facade.manager import QueueManager
-from facade.message import JournalLevel, MessageClass, MessageId
-from facade.outgoingqueue import OutgoingRecord
+from facade.model.message import JournalLevel, MessageClass, MessageId
+from facade.state.outgoingqueue import OutgoingRecord
 from tests.support.kafka import BrokerEndpoint
 from tests.support.outgoing import damage_outgoing_store, dead_pid
 

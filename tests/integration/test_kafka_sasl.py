@@ -1,6 +1,6 @@
 """Security on Apache Kafka itself: a SASL_PLAINTEXT listener with SCRAM-SHA-512 users and
 ``StandardAuthorizer`` (``allow.everyone.if.no.acl.found=false``), started by
-:class:`facade.localkafka.LocalKafka` with SCRAM users.
+:class:`facade.kafka.localkafka.LocalKafka` with SCRAM users.
 
 What docs/design.md ("Security model") claims, checked on that cluster: kmq's principal is the
 user the broker authenticated, and a declared ``KMQ_PRINCIPAL`` cannot replace it; ``kmq acl
@@ -33,8 +33,8 @@ from facade.cli import app
 from facade.config import KmqConfig
 from facade.errors import ConfigurationError
 from facade.manager import QueueManager
-from facade.principal import Principal, PrincipalSource
-from facade.topics import QueueTopics, queue_topics, snapshot_topic
+from facade.security.principal import Principal, PrincipalSource
+from facade.model.topics import QueueTopics, queue_topics, snapshot_topic
 from tests.support.kafka import PrivateBroker
 
 pytestmark = pytest.mark.integration

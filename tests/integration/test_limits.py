@@ -34,10 +34,10 @@ from facade import (
     MessageClass,
     ReceiveTimeout,
 )
-from facade.envelope import decode_acknowledgment, encode_message
+from facade.model.envelope import decode_acknowledgment, encode_message
 from facade.manager import QueueManager
-from facade.outgoingqueue import OutgoingQueue, OutgoingRecord
-from facade.topicsettings import MAX_BODY_BYTES, MAX_MESSAGE_BYTES
+from facade.state.outgoingqueue import OutgoingQueue, OutgoingRecord
+from facade.model.topicsettings import MAX_BODY_BYTES, MAX_MESSAGE_BYTES
 from tests.support.kafka import BrokerEndpoint
 from tests.support.outgoing import dead_pid
 

@@ -4,7 +4,7 @@ issue 12), on real broker processes.
 Before: each host counted in its own ``$KMQ_HOME/<qm>.sequence`` file, restarted at 0 from an
 empty or corrupt one, so two sends got the same id and receivers dropped the second as a
 duplicate, silently. Now blocks of ids are leased through the queue manager's
-``kmq.<qm>.system.idblocks`` topic (see :mod:`facade.sequence`).
+``kmq.<qm>.system.idblocks`` topic (see :mod:`facade.state.sequence`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import pytest
 
 from facade import BrokerUnavailable, Delivery, Message, ReceiveTimeout
 from facade.config import KmqConfig
-from facade.kafka import KafkaSession
+from facade.kafka.librdkafka import KafkaSession
 from facade.manager import QueueManager
-from facade.sequence import BLOCK_SIZE
-from facade.topics import id_block_topic
+from facade.state.sequence import BLOCK_SIZE
+from facade.model.topics import id_block_topic
 from tests.support.kafka import BrokerEndpoint, PrivateBroker
 
 pytestmark = pytest.mark.integration
@@ -96,8 +96,8 @@ def test_a_leftover_sequence_file_never_makes_ids_repeat(broker: BrokerEndpoint,
 
 _DRAW = """
 import json, sys, threading, uuid
-from facade.kafka import KafkaSession
-from facade.sequence import MessageIdAllocator
+from facade.kafka.librdkafka import KafkaSession
+from facade.state.sequence import MessageIdAllocator
 bootstrap, name, guid, count = sys.argv[1], sys.argv[2], uuid.UUID(sys.argv[3]), int(sys.argv[4])
 ids = MessageIdAllocator.on_kafka(KafkaSession(bootstrap), name, guid)
 ids.prepare()

@@ -24,9 +24,9 @@ from facade import (
 )
 from facade.cli import app
 from facade.manager import QueueManager
-from facade.message import JournalLevel
-from facade.queueview import QueueView
-from facade.receipts import ReceiptAction, encode_receipt, new_claim
+from facade.model.message import JournalLevel
+from facade.state.queueview import QueueView
+from facade.model.receipts import ReceiptAction, encode_receipt, new_claim
 from tests.support.journal import fail_next_journal_write
 from tests.support.kafka import BrokerEndpoint
 

@@ -15,9 +15,9 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-import facade.kafka
+import facade.kafka.librdkafka
 from facade import Message
-from facade.envelope import encode_message
+from facade.model.envelope import encode_message
 from facade.manager import QueueManager
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ def _message(qm: QueueManager, queue, body: bytes) -> Message:
 
 def test_receive_is_not_locked_out_by_an_open_transaction(qm: QueueManager, monkeypatch) -> None:
     # A shorter grace keeps the test short; nothing here depends on how long it is.
-    monkeypatch.setattr(facade.kafka, "OPEN_TRANSACTION_GRACE", 2.0)
+    monkeypatch.setattr(facade.kafka.librdkafka, "OPEN_TRANSACTION_GRACE", 2.0)
     q = qm.create_queue(r".\private$\heldback")
     q.send(Message(body=b"before"), wait=True)
 

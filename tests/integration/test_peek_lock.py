@@ -28,11 +28,11 @@ from facade import (
     ReceiveTimeout,
 )
 from facade.manager import QueueManager
-from facade.peeklock import LockedMessage
-from facade.queue import MessageQueue
-from facade.queuestate import OffsetState
-from facade.queueview import QueueView
-from facade.receipts import ReceiptAction, decode_receipt
+from facade.queues.peeklock import LockedMessage
+from facade.queues.queue import MessageQueue
+from facade.state.queuestate import OffsetState
+from facade.state.queueview import QueueView
+from facade.model.receipts import ReceiptAction, decode_receipt
 from facade.service import QueueManagerService
 from tests.support.journal import fail_next_journal_write
 from tests.support.kafka import BrokerEndpoint

@@ -15,7 +15,7 @@ from facade.cli import app
 from facade.config import DirectorySettings, KmqConfig
 from facade.errors import ConfigurationError
 from facade.manager import QueueManager
-from facade.principal import PrincipalSource
+from facade.security.principal import PrincipalSource
 from tests.support.kafka import BrokerEndpoint
 from tests.support.slapd import SlapdServer
 

@@ -22,10 +22,10 @@ from facade import (
     ReceiveTimeout,
     SecurityDescriptor,
 )
-from facade.acl import EVERYONE
+from facade.security.acl import EVERYONE
 from facade.config import DirectorySettings, KmqConfig
 from facade.manager import QueueManager
-from facade.message import Acknowledgment, JournalLevel, MessageClass
+from facade.model.message import Acknowledgment, JournalLevel, MessageClass
 from tests.support.kafka import BrokerEndpoint
 
 R = AccessRight

@@ -1,6 +1,6 @@
 """Issue 36 item 5: ``kmq queue list`` counts every queue without reading every queue.
 
-``QueueManager.queue_counts`` (``facade.queuecounts``) counts from one end-offset query for all
+``QueueManager.queue_counts`` (``facade.state.queuecounts``) counts from one end-offset query for all
 queues, one read of the snapshot topic and the records written since each queue's latest
 snapshot. These tests prove, on a real broker, that its counts equal each queue's own
 ``MessageQueue.counts()`` on queues in every state a count depends on, and that it reads no
@@ -19,13 +19,13 @@ import pytest
 from typer.testing import CliRunner
 
 from facade import Message
-from facade import queueview
+from facade.state import queueview
 from facade.cli import app
-from facade.kafkaseam import RecordReader
+from facade.kafka.kafkaseam import RecordReader
 from facade.manager import QueueManager
-from facade.message import JournalLevel
-from facade.queuecounts import QueueCounts
-from facade.topics import snapshot_topic
+from facade.model.message import JournalLevel
+from facade.state.queuecounts import QueueCounts
+from facade.model.topics import snapshot_topic
 from tests.support.kafka import BrokerEndpoint
 
 pytestmark = pytest.mark.integration

@@ -3,7 +3,7 @@ operation on it and keep working for every other queue; they are never killed.
 
 librdkafka 2.16 could crash a process (SIGSEGV) whose consumer was fetching a topic when it
 was deleted; these tests failed with exit status -11 before readers rested while unused
-(``facade.kafka.TopicReader``) and deletes stopped this process's readers first.
+(``facade.kafka.librdkafka.TopicReader``) and deletes stopped this process's readers first.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 from facade import Message, QueueNotFound
 from facade.config import KmqConfig
-from facade.kafka import readers_at_rest
+from facade.kafka.librdkafka import readers_at_rest
 from facade.manager import QueueManager
 from tests.support.kafka import BrokerEndpoint
 
@@ -35,7 +35,7 @@ _HOLDER = textwrap.dedent(r"""
     import json, sys, time
     from facade.config import KmqConfig
     from facade.errors import QueueNotFound
-    from facade.kafka import readers_at_rest
+    from facade.kafka.librdkafka import readers_at_rest
     from facade.manager import QueueManager
 
     bootstrap, name = sys.argv[1:3]

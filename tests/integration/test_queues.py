@@ -22,7 +22,7 @@ from facade import (
     ReceiveTimeout,
     UnsupportedFormatNameOperation,
 )
-from facade import queueview
+from facade.state import queueview
 from facade.manager import QueueManager
 from tests.support.kafka import BrokerEndpoint
 
@@ -234,7 +234,7 @@ def test_poison_records_go_to_the_dead_letter_queue_without_stopping_receive(
     from confluent_kafka import Producer
 
     from facade import MessageClass
-    from facade.envelope import encode_message
+    from facade.model.envelope import encode_message
 
     q = qm.create_queue(r".\private$\poisoned")
     topic = q.destinations[0].topics.data

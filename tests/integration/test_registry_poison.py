@@ -25,7 +25,7 @@ from facade import Message
 from facade.cli import app
 from facade.config import KmqConfig
 from facade.manager import QueueManager
-from facade.topics import QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_REGISTRY_TOPIC
+from facade.model.topics import QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_REGISTRY_TOPIC
 from tests.support.kafka import BrokerEndpoint
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ import pytest
 
 from facade.errors import InvalidParameter, QueueQuotaExceeded, UnsupportedFormatNameOperation
 from facade.manager import QueueManager
-from facade.message import Delivery, JournalLevel, Message
+from facade.model.message import Delivery, JournalLevel, Message
 
 pytestmark = pytest.mark.integration
 

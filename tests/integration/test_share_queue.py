@@ -1,4 +1,4 @@
-"""Share-group arbitration (issue 35, facade.sharequeue) on a real Apache Kafka 4.4 broker:
+"""Share-group arbitration (issue 35, facade.queues.sharequeue) on a real Apache Kafka 4.4 broker:
 the group and dead-letter topic create_queue sets up, receive once each across handles and
 processes, poison at the delivery limit with its count, a record the broker archived drained
 into ;poison, the refusals, and the CLI."""
@@ -22,11 +22,11 @@ from facade import (
     UnsupportedFormatNameOperation,
 )
 from facade.config import KmqConfig
-from facade.kafkaseam import RELEASE
+from facade.kafka.kafkaseam import RELEASE
 from facade.manager import QueueManager
-from facade.peeklock import LockedMessage
-from facade.queue import MessageQueue
-from facade.sharequeue import DLQ_PREFIX_CONFIG, dead_letter_topic_of, group_of
+from facade.queues.peeklock import LockedMessage
+from facade.queues.queue import MessageQueue
+from facade.queues.sharequeue import DLQ_PREFIX_CONFIG, dead_letter_topic_of, group_of
 from tests.support.cli import run_json
 
 pytestmark = pytest.mark.integration

@@ -16,24 +16,24 @@ from pathlib import Path
 import pytest
 
 from facade import AuthLevel, Message, PrivacyLevel
-from facade.certificates import SenderIdentity, create_identity
+from facade.security.certificates import SenderIdentity, create_identity
 from facade.config import KmqConfig
 from facade.directory.certificates import (
     publish_encryption_key,
     register_certificate,
     revoke_certificate,
 )
-from facade.envelope import decode_acknowledgment
+from facade.model.envelope import decode_acknowledgment
 from facade.errors import ConfigurationError, InvalidParameter, ReceiveTimeout
 from facade.manager import QueueManager
-from facade.message import Acknowledgment, JournalLevel, MessageClass
-from facade.protection import (
+from facade.model.message import Acknowledgment, JournalLevel, MessageClass
+from facade.queues.protection import (
     CouldNotEncrypt,
     ProtectionLevel,
     achieved_level,
     protection_settings,
 )
-from facade.signing import sign
+from facade.security.signing import sign
 from tests.support.kafka import BrokerEndpoint, raw_values
 
 pytestmark = pytest.mark.integration
@@ -264,7 +264,7 @@ def test_wrong_recipient_key_gets_nack_bad_encryption(qm: QueueManager, broker: 
                                                       kmq_home: Path) -> None:
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-    from facade.encryption import public_bytes
+    from facade.security.encryption import public_bytes
 
     queue, admin = _queues(qm)
     stale = public_bytes(X25519PrivateKey.generate().public_key())

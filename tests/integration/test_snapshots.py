@@ -10,12 +10,12 @@ import pytest
 from confluent_kafka import Producer
 
 from facade import Message
-from facade import queueview
+from facade.state import queueview
 from facade.manager import QueueManager
-from facade.queuestate import QueueState, StateSnapshot
-from facade.queueview import QueueView
-from facade.snapshot import QueueSnapshotRecord, encode_snapshot
-from facade.retention import snapshot_key
+from facade.state.queuestate import QueueState, StateSnapshot
+from facade.state.queueview import QueueView
+from facade.state.snapshot import QueueSnapshotRecord, encode_snapshot
+from facade.state.retention import snapshot_key
 
 pytestmark = pytest.mark.integration
 
@@ -95,7 +95,7 @@ def test_a_garbage_snapshot_is_skipped_and_the_handle_uses_the_log(
     q.close()  # a valid snapshot
     view = _opened(q)
     valid_offset = view.state.data_offset
-    # Under the key of the valid snapshot's bucket (facade.retention), so it hides that one.
+    # Under the key of the valid snapshot's bucket (facade.state.retention), so it hides that one.
     topic, key = view.snapshot_topic, snapshot_key(view.topics.data, view.state.receipts_offset)
     view.close()
     producer = _raw_producer(qm)

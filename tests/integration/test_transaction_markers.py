@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from facade import Message
-from facade.kafka import TopicReader
+from facade.kafka.librdkafka import TopicReader
 from facade.manager import QueueManager
 
 pytestmark = pytest.mark.integration

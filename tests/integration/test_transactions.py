@@ -1,5 +1,5 @@
 """Transactions (issue 14) on a real broker: MSMQ's exactly-once, in-order promise on Kafka
-transactions (facade.transaction).
+transactions (facade.queues.transaction).
 
 The seeds' examples (000, 001): M1 to N1={Q1,Q2}, M2 to N2={Q2,Q3} and M3 to Q2 in one
 transaction reach Q2 as M1, M2, M3 exactly once; consecutive transactions arrive in commit order;

@@ -13,9 +13,9 @@ import pytest
 
 from facade import Acknowledgment, BrokerError, Delivery, JournalLevel, Message, MessageClass
 from facade.config import KmqConfig
-from facade.envelope import encode_message
+from facade.model.envelope import encode_message
 from facade.manager import QueueManager
-from facade.outgoingqueue import OutgoingQueue, OutgoingRecord
+from facade.state.outgoingqueue import OutgoingQueue, OutgoingRecord
 from tests.support.kafka import BrokerEndpoint, PrivateBroker
 from tests.support.outgoing import dead_pid
 

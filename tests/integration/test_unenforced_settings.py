@@ -8,7 +8,7 @@ import pytest
 
 from facade.errors import TransactionUsage
 from facade.manager import QueueManager
-from facade.message import Message
+from facade.model.message import Message
 
 pytestmark = pytest.mark.integration
 

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from facade.acl import AccessRight
+from facade.security.acl import AccessRight
 from facade.config import KmqConfig
 from facade.errors import AccessDenied, InvalidParameter
-from facade.kafka import KafkaSession
+from facade.kafka.librdkafka import KafkaSession
 from facade.manager import QueueManager
-from facade.message import Message, MessageClass
+from facade.model.message import Message, MessageClass
 from spark_connector import read_queue, resolve, write_messages
 from spark_connector._receive import BatchRemover
 from spark_connector.schema import KAFKA_SOURCE_SCHEMA

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from facade import Acknowledgment, Message
-from facade.envelope import _ENVELOPE, _record_of, encode_message
-from facade.kafka import produce_and_wait
+from facade.model.envelope import _ENVELOPE, _record_of, encode_message
+from facade.kafka.librdkafka import produce_and_wait
 from facade.manager import QueueManager
-from facade.message import BodyType, Delivery, MessageClass, MessageId
+from facade.model.message import BodyType, Delivery, MessageClass, MessageId
 from spark_connector import kafka_source_available, kafka_source_options, read_queue, resolve
 from spark_connector.jvmdecode import FAST_PATH, decode_on_jvm
 

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from facade import Acknowledgment, JournalLevel, Message
-from facade.envelope import encode_message
+from facade.model.envelope import encode_message
 from facade.errors import InvalidParameter
-from facade.kafka import produce_and_wait
+from facade.kafka.librdkafka import produce_and_wait
 from facade.manager import QueueManager
-from facade.message import BodyType, Delivery
+from facade.model.message import BodyType, Delivery
 from spark_connector import kafka_source_available, kafka_source_options, read_queue, resolve
 from spark_connector.read import QueueViewFilter
 from spark_connector.resolve import QueueTarget, Resolution

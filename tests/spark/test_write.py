@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from facade.envelope import decode_acknowledgment
+from facade.model.envelope import decode_acknowledgment
 from facade.errors import InvalidParameter, ReceiveTimeout
-from facade.kafka import KafkaSession
+from facade.kafka.librdkafka import KafkaSession
 from facade.manager import QueueManager
-from facade.message import (
+from facade.model.message import (
     Acknowledgment,
     BodyType,
     Delivery,

@@ -1,7 +1,7 @@
 """Where integration tests get a Kafka broker.
 
 Order: ``KMQ_BOOTSTRAP_SERVERS`` (any real cluster); testcontainers' Kafka where a Docker engine
-answers; else Apache Kafka from kmq's own jar cache (:mod:`facade.localkafka`), one KRaft node on
+answers; else Apache Kafka from kmq's own jar cache (:mod:`facade.kafka.localkafka`), one KRaft node on
 free loopback ports with its log dirs in a temporary folder. Every test assumes Kafka's
 documented semantics (aborted transactions hidden from read_committed readers, fencing,
 DeleteRecords, topic configs, durability across restarts): none skips for a missing feature.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from facade.localkafka import LocalKafka
+from facade.kafka.localkafka import LocalKafka
 
 __all__ = ["BrokerEndpoint", "PrivateBroker", "docker_engine_answers", "provide_broker",
            "raw_values"]

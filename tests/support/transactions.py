@@ -10,7 +10,7 @@ import pytest
 
 from facade import Message, TransactionAborted
 from facade.manager import QueueManager
-from facade.queue import MessageQueue
+from facade.queues.queue import MessageQueue
 
 #: The ``transactional.id`` both incarnations of the sender use.
 MOVER_ID = "kmq-test-mover"

@@ -1,4 +1,4 @@
-"""Unit tests for facade.acl: MSMQ security descriptors, rights and distribution-list consent."""
+"""Unit tests for facade.security.acl: MSMQ security descriptors, rights and distribution-list consent."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from facade.acl import (
+from facade.security.acl import (
     EVERYONE,
     QUEUE_MANAGER_RIGHTS,
     AccessControlEntry,

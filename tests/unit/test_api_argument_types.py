@@ -5,7 +5,7 @@ TypeError or AttributeError from deeper down, and nothing is stored or sent.
 
 Hypothesis feeds every parameter of every public method values of the types it does not take
 (ints, floats, text, bytes, lists, dicts, None, objects, kmq's own objects...), on the
-in-memory Kafka (``facade.memorykafka``): no broker. ``test_every_public_method_is_fuzzed``
+in-memory Kafka (``facade.kafka.memorykafka``): no broker. ``test_every_public_method_is_fuzzed``
 keeps the table complete: a new public method or parameter fails it until it is listed here,
 or named as wiring with the reason it is not an application's to call.
 """
@@ -50,8 +50,8 @@ from facade import (
     parse_queue_reference,
     path_to_format_name,
 )
-from facade.acl import ObjectKind
-from facade.memorykafka import MemoryKafka, MemoryKafkaSession
+from facade.security.acl import ObjectKind
+from facade.kafka.memorykafka import MemoryKafka, MemoryKafkaSession
 
 QUEUE = r".\private$\typed"
 GUID = uuid.UUID("ae0c5671-f190-12ce-ae10-00dd0114290f")
@@ -354,13 +354,13 @@ CASES = [
 ]
 
 #: Public methods that are the queue manager's wiring, not an application's API: its parts call
-#: them (through the protocols of facade.interfaces and facade.queuehost) with values kmq built.
+#: them (through the protocols of facade.queues.interfaces and facade.queues.queuehost) with values kmq built.
 WIRING = {
     "QueueManager.__init__": "QueueManager.open builds it",
-    "QueueManager.destinations": "the resolver protocol (facade.interfaces)",
-    "QueueManager.resolve": "the resolver protocol (facade.interfaces)",
-    "QueueManager.resolve_topic": "the resolver protocol (facade.interfaces)",
-    "QueueManager.dead_letter": "the system-queue writer protocol (facade.interfaces)",
+    "QueueManager.destinations": "the resolver protocol (facade.queues.interfaces)",
+    "QueueManager.resolve": "the resolver protocol (facade.queues.interfaces)",
+    "QueueManager.resolve_topic": "the resolver protocol (facade.queues.interfaces)",
+    "QueueManager.dead_letter": "the system-queue writer protocol (facade.queues.interfaces)",
     "QueueManager.write_system_copy": "the system-queue writer protocol",
     "QueueManager.write_system_copies": "the system-queue writer protocol",
     "QueueManager.write_system_records": "the system-queue writer protocol",

@@ -16,10 +16,10 @@ import pytest
 from confluent_kafka import KafkaError
 
 from facade.errors import BrokerError, BrokerUnavailable
-from facade.kafka import kafka_error_to_queue_error
+from facade.kafka.librdkafka import kafka_error_to_queue_error
 from facade.manager import QueueManager
-from facade.message import Delivery, Message
-from facade.sequence import MessageIdAllocator
+from facade.model.message import Delivery, Message
+from facade.state.sequence import MessageIdAllocator
 
 TOPIC = "kmq.t.private.q"
 CAUSE = ("topic 'x' has 1 in-sync replica(s) (nodes 2) of 3, fewer than its "

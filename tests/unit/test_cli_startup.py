@@ -12,7 +12,7 @@ from __future__ import annotations
 from tests.support.imports import modules_after
 
 _HEAVY = ("confluent_kafka", "ldap3", "fastavro", "facade.bench", "facade.manager",
-          "facade.kafka", "facade.directory", "facade.config", "facade.message")
+          "facade.kafka.librdkafka", "facade.directory", "facade.config", "facade.model.message")
 #: What help text needs none of: typer's rich help formatter (rich.markdown, markdown_it),
 #: rich itself, and pydantic (typer's value adapters).
 _HELP_HEAVY = (*_HEAVY, "typer.rich_utils", "markdown_it", "rich", "pydantic", "typer._adapters")
@@ -60,4 +60,4 @@ def test_bench_scenario_names_match_the_bench() -> None:
 
 def test_the_package_loads_its_names_on_first_use() -> None:
     loaded = modules_after("import facade\nassert facade.Message.__name__ == 'Message'")
-    assert "facade.message" in loaded and "facade.manager" not in loaded
+    assert "facade.model.message" in loaded and "facade.manager" not in loaded

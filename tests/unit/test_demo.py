@@ -31,8 +31,8 @@ from facade.demo.mapping import (
     select_distributions,
 )
 from facade.demo.report import Report, ReportSources, build_report, write_report
-from facade.envelope import acknowledgment_message
-from facade.message import (
+from facade.model.envelope import acknowledgment_message
+from facade.model.message import (
     AcknowledgedQueue,
     Acknowledgment,
     AcknowledgmentInfo,

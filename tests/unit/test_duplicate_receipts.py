@@ -21,14 +21,14 @@ import pytest
 from facade.config import KmqConfig
 from facade.errors import ReceiveTimeout
 from facade.manager import QueueManager
-from facade.kafka import KafkaSession
-from facade.memorykafka import MemoryKafkaSession
-from facade.message import Delivery, Message
-from facade.queue import MessageQueue
-from facade.queuestate import QueueState
-from facade.queueview import QueueView
-from facade.receipts import ReceiptAction, new_claim
-from facade.topics import queue_topics
+from facade.kafka.librdkafka import KafkaSession
+from facade.kafka.memorykafka import MemoryKafkaSession
+from facade.model.message import Delivery, Message
+from facade.queues.queue import MessageQueue
+from facade.state.queuestate import QueueState
+from facade.state.queueview import QueueView
+from facade.model.receipts import ReceiptAction, new_claim
+from facade.model.topics import queue_topics
 
 MESSAGES = 120
 

@@ -1,4 +1,4 @@
-"""Unit tests for facade.envelope: the Avro wire format of messages and acknowledgments."""
+"""Unit tests for facade.model.envelope: the Avro wire format of messages and acknowledgments."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from facade import envelope
-from facade.envelope import (
+from facade.model import envelope
+from facade.model.envelope import (
     EncodedRecord,
     RecordHeaders,
     acknowledgment_message,
@@ -30,7 +30,7 @@ from facade.envelope import (
     register_writer_schema,
 )
 from facade.errors import EnvelopeError, InvalidParameter
-from facade.message import (
+from facade.model.message import (
     AcknowledgedQueue,
     Acknowledgment,
     AcknowledgmentInfo,
@@ -46,7 +46,7 @@ from facade.message import (
     PrivacyLevel,
     SenderIdType,
 )
-from facade.timers import TIME_TO_BE_RECEIVED, TIME_TO_REACH_QUEUE
+from facade.model.timers import TIME_TO_BE_RECEIVED, TIME_TO_REACH_QUEUE
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO / "schemas"

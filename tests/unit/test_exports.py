@@ -46,10 +46,10 @@ _CONTRACT = ("QueueManager", "MessageQueue", "Cursor", "QueueProperties", "Messa
 
 
 def test_the_issue_names_are_public_and_the_real_classes() -> None:
-    from facade.cursor import Cursor
+    from facade.queues.cursor import Cursor
     from facade.manager import QueueManager
-    from facade.queue import MessageQueue
-    from facade.registry import QueueProperties
+    from facade.queues.queue import MessageQueue
+    from facade.state.registry import QueueProperties
 
     assert set(_CONTRACT) <= set(facade.__all__)
     assert (facade.QueueManager, facade.MessageQueue, facade.Cursor, facade.QueueProperties) == (
@@ -59,11 +59,11 @@ def test_the_issue_names_are_public_and_the_real_classes() -> None:
 def test_every_message_enum_is_exported() -> None:
     import enum
 
-    import facade.message
+    import facade.model.message
 
-    enums = {name for name, obj in vars(facade.message).items()
+    enums = {name for name, obj in vars(facade.model.message).items()
              if isinstance(obj, type) and issubclass(obj, enum.Enum) and not name.startswith("_")
-             and obj.__module__ == "facade.message"}
+             and obj.__module__ == "facade.model.message"}
     assert enums and enums <= set(facade.__all__)
 
 

@@ -1,4 +1,4 @@
-"""Tests for facade.formatnames: MSMQ path names and format names."""
+"""Tests for facade.model.formatnames: MSMQ path names and format names."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from facade.errors import FormatNameError, InvalidParameter, UnsupportedFormatNameOperation
-from facade.formatnames import (
+from facade.model.formatnames import (
     MAX_QUEUE_NAME_LENGTH,
     MAX_SUBQUEUE_NAME_LENGTH,
     DirectFormatName,
@@ -269,7 +269,7 @@ def test_direct_explicit_default_port_normalised():
 def test_public_api_is_exported_and_documented():
     import inspect
 
-    import facade.formatnames as module
+    import facade.model.formatnames as module
 
     public = {n for n, v in vars(module).items() if not n.startswith("_") and v is not None}
     public -= {"annotations", "abc", "dataclasses", "enum", "socket", "unicodedata", "uuid"}

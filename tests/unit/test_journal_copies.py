@@ -1,5 +1,5 @@
 """Queue-journal copies of received messages (PROPID_Q_JOURNAL), on the in-memory Kafka
-(facade.memorykafka): a message that a receive leaves as it was stored is journaled as its
+(facade.kafka.memorykafka): a message that a receive leaves as it was stored is journaled as its
 stored record, unchanged; one the copy must change (time-to-be-received, an abort count, a
 private body) is encoded again, as before. The journal read back holds the same messages
 either way."""
@@ -12,9 +12,9 @@ import pytest
 
 from facade import JournalLevel, Message
 from facade.manager import QueueManager
-from facade.memorykafka import MemoryKafkaSession
-from facade.queue import MessageQueue
-from facade.sending import ORIGINAL_TTBR_PROPERTY
+from facade.kafka.memorykafka import MemoryKafkaSession
+from facade.queues.queue import MessageQueue
+from facade.queues.sending import ORIGINAL_TTBR_PROPERTY
 
 WAIT = 10.0
 

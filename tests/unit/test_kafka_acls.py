@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from facade.acl import EVERYONE, AccessRight, ObjectKind, SecurityDescriptor
-from facade.formatnames import SystemQueue
-from facade.kafka_acls import (
+from facade.security.acl import EVERYONE, AccessRight, ObjectKind, SecurityDescriptor
+from facade.model.formatnames import SystemQueue
+from facade.state.kafka_acls import (
     KafkaAcl,
     managed,
     plan_sync,
@@ -14,8 +14,8 @@ from facade.kafka_acls import (
     queue_manager_acls,
     shared_acls,
 )
-from facade.registry import QueueProperties
-from facade.topics import id_block_topic, queue_topics, system_topics
+from facade.state.registry import QueueProperties
+from facade.model.topics import id_block_topic, queue_topics, system_topics
 
 R = AccessRight
 TOPICS = queue_topics("qm1", "orders", private=True)

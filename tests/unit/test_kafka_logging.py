@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from facade.errors import BrokerUnavailable
-from facade.kafka import LIBRDKAFKA_LOG, KafkaSession, refused_bootstrap_servers
+from facade.kafka.librdkafka import LIBRDKAFKA_LOG, KafkaSession, refused_bootstrap_servers
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -3,7 +3,7 @@
 Every import counts: module level, inside functions (lazy imports) and under
 ``TYPE_CHECKING``, because a cycle of annotations is still a cycle of concepts (a lower module
 that names the queue manager depends on it). Lower modules name what they need through the
-small protocols of :mod:`facade.interfaces` instead.
+small protocols of :mod:`facade.queues.interfaces` instead.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
             if node.level:
                 anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 base = f"{anchor}.{base}" if base else anchor
-            # ``from facade import avro`` imports the submodule facade.avro.
+            # ``from facade import avro`` imports the submodule facade.model.avro.
             found.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
                          for alias in node.names)
     return {module for module in found if module in known and module != name}
@@ -109,7 +109,7 @@ def _one_cycle(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 
 def test_the_graph_sees_lazy_and_type_checking_imports() -> None:
     graph = import_graph()
-    assert "facade.errors" in graph["facade.formatnames"]
+    assert "facade.errors" in graph["facade.model.formatnames"]
     assert "facade.manager" in graph["facade.service"]
     # facade/__init__.py imports its names only under TYPE_CHECKING
     assert "facade.manager" in graph["facade"]
@@ -153,8 +153,8 @@ def _layer_of(module: str, layers: dict[str, int]) -> int | None:
 
 def test_every_module_has_a_documented_layer() -> None:
     layers = documented_layers()
-    assert sorted(set(layers.values())) == [1, 2, 3, 4, 5, 6]
-    assert layers["facade.manager"] == 5 and layers["facade.queue"] == 4
+    assert sorted(set(layers.values())) == list(range(1, 10))
+    assert layers["facade.manager"] == 8 and layers["facade.queues.*"] == 7
     missing = sorted(m for m in import_graph() if _layer_of(m, layers) is None)
     assert not missing, f"modules missing from docs/design.md's Layers list: {missing}"
 
@@ -170,8 +170,8 @@ def test_no_module_imports_a_higher_layer() -> None:
 
 def test_the_manager_is_below_nothing_it_wires() -> None:
     graph = import_graph()
-    wired = ("facade.queue", "facade.systemoutputs", "facade.transmission", "facade.resolution",
-             "facade.cursor", "facade.peeklock")
+    wired = ("facade.queues.queue", "facade.queues.systemoutputs", "facade.queues.transmission", "facade.queues.resolution",
+             "facade.queues.cursor", "facade.queues.peeklock")
     assert [m for m in wired if "facade.manager" in graph[m]] == []
 
 
@@ -189,8 +189,8 @@ def _private_uses(path: Path) -> list[str]:
 
 def test_cursor_and_spark_reach_into_no_internals() -> None:
     """Issue 13: the cursor walks its queue through the ``QueueReader`` protocol and Spark uses
-    the facade's public modules (``facade.receiving``...), not ``MessageQueue``'s internals."""
-    paths = [ROOT / "facade" / "cursor.py", *sorted((ROOT / "spark_connector").glob("*.py"))]
+    the facade's public modules (``facade.queues.receiving``...), not ``MessageQueue``'s internals."""
+    paths = [ROOT / "facade" / "queues" / "cursor.py", *sorted((ROOT / "spark_connector").glob("*.py"))]
     # PySpark's py4j gateway has no public name: the only way to ask the JVM for a class.
     pyspark_gateway = ("._jvm", "._jsparkSession")
     found = [use for path in paths for use in _private_uses(path)

@@ -18,9 +18,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from facade.errors import BrokerError, BrokerUnavailable, ReceiveTimeout
-from facade.kafka import TopicReader, kafka_error_to_queue_error, map_kafka_errors
+from facade.kafka.librdkafka import TopicReader, kafka_error_to_queue_error, map_kafka_errors
 from facade.manager import QueueManager
-from facade.message import Message
+from facade.model.message import Message
 
 TOPIC = "kmq.t.private.q"
 

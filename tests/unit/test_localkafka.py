@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from facade.localkafka import LocalKafka
+from facade.kafka.localkafka import LocalKafka
 
 _NOBODY = 2**22 + 12345  # above Linux's largest pid: no such process
 

@@ -1,4 +1,4 @@
-"""The jar cache (facade.mavenjars): Maven resolves once, a failure names the fix, Java is checked.
+"""The jar cache (facade.kafka.mavenjars): Maven resolves once, a failure names the fix, Java is checked.
 
 Maven itself is replaced by a small script here (a unit test reaches no registry); the real
 resolution runs in every integration test session, which starts Apache Kafka from the cache.
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from facade.errors import ConfigurationError
-from facade.localkafka import KAFKA_POM, kafka_version
-from facade.mavenjars import find_java, java_major_version, pom_property, resolve_jars
+from facade.kafka.localkafka import KAFKA_POM, kafka_version
+from facade.kafka.mavenjars import find_java, java_major_version, pom_property, resolve_jars
 
 _FAKE_MVN = """#!{python}
 import pathlib, sys

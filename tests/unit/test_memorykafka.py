@@ -1,4 +1,4 @@
-"""The in-memory Kafka (facade.memorykafka) keeps Kafka's documented semantics for what kmq
+"""The in-memory Kafka (facade.kafka.memorykafka) keeps Kafka's documented semantics for what kmq
 uses: offsets, keys and headers, delivery reports served by poll/flush, transactions whose
 markers take offsets and whose open or aborted records read_committed readers never see,
 fencing by transactional.id, the log start offset and the high watermark."""
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from facade.errors import BrokerError, QueueExists, QueueNotFound, TransactionAborted
-from facade.kafkaseam import KafkaRecord
-from facade.memorykafka import MemoryKafka, MemoryKafkaSession, MemoryProducer, MemoryReader
-from facade.message import Delivery
+from facade.kafka.kafkaseam import KafkaRecord
+from facade.kafka.memorykafka import MemoryKafka, MemoryKafkaSession, MemoryProducer, MemoryReader
+from facade.model.message import Delivery
 
 
 @pytest.fixture

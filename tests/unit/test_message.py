@@ -1,4 +1,4 @@
-"""Unit tests for facade.message: message ids, MSMQ enums, Message validation, ack payloads."""
+"""Unit tests for facade.model.message: message ids, MSMQ enums, Message validation, ack payloads."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import uuid
 
 import pytest
 
-from facade import message as message_module
-from facade.envelope import decode_message, encode_message
+from facade.model import message as message_module
+from facade.model.envelope import decode_message, encode_message
 from facade.errors import InvalidParameter
-from facade.message import (
+from facade.model.message import (
     AcknowledgedQueue,
     Acknowledgment,
     AcknowledgmentInfo,
@@ -29,7 +29,7 @@ from facade.message import (
     SenderIdType,
     combine_acknowledgments,
 )
-from facade.timers import TIME_TO_BE_RECEIVED, TIME_TO_REACH_QUEUE, TIMER_RANGES
+from facade.model.timers import TIME_TO_BE_RECEIVED, TIME_TO_REACH_QUEUE, TIMER_RANGES
 
 GUID = uuid.UUID("ae0c5671-f190-12ce-ae10-00dd0114290f")
 UTC = dt.UTC
@@ -493,7 +493,7 @@ def test_timers_take_msmqs_whole_ulong_range_zero_and_its_words_included() -> No
 
 
 def test_the_timer_ranges_are_the_ones_message_checks() -> None:
-    """One definition per timer (facade.timers), which Message, the CLI and Spark's columns
+    """One definition per timer (facade.model.timers), which Message, the CLI and Spark's columns
     share: the error names it in the same words."""
     for timer in TIMER_RANGES.values():
         with pytest.raises(InvalidParameter) as info:

@@ -1,4 +1,4 @@
-"""Tests for facade.outgoingqueue: the durable local outgoing queue of recoverable messages."""
+"""Tests for facade.state.outgoingqueue: the durable local outgoing queue of recoverable messages."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from facade.errors import EnvelopeError, InvalidParameter, MessageQueueError, TransientQueueError
-from facade.outgoingqueue import (
+from facade.state.outgoingqueue import (
     OutgoingQueue,
     OutgoingRecord,
     StoredRecord,
@@ -204,7 +204,7 @@ def test_a_put_survives_a_crash_of_the_process(db_path: Path) -> None:
     script = f"""
 import os
 from pathlib import Path
-from facade.outgoingqueue import OutgoingQueue, OutgoingRecord
+from facade.state.outgoingqueue import OutgoingQueue, OutgoingRecord
 queue = OutgoingQueue(Path({str(db_path)!r}))
 row = queue.put(OutgoingRecord("kmq.qm1.private.orders", b"k", b"crash", (("h", b"v"),),
                                "id-1", None, "message", 42))
@@ -226,7 +226,7 @@ os._exit(0)
 def test_concurrent_processes_and_threads_lose_no_put(db_path: Path) -> None:
     script = f"""
 from pathlib import Path
-from facade.outgoingqueue import OutgoingQueue, OutgoingRecord
+from facade.state.outgoingqueue import OutgoingQueue, OutgoingRecord
 with OutgoingQueue(Path({str(db_path)!r})) as queue:
     for n in range(50):
         queue.put(OutgoingRecord("t", None, b"child", (), str(n), None, "message", n))
@@ -320,7 +320,7 @@ def test_full_disk_on_put_is_a_clear_error_and_stores_nothing(db_path: Path) -> 
 def test_lock_held_too_long_is_a_transient_error(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("facade.outgoingqueue.BUSY_TIMEOUT_S", 0.1)
+    monkeypatch.setattr("facade.state.outgoingqueue.BUSY_TIMEOUT_S", 0.1)
     with OutgoingQueue(db_path) as queue:
         blocker = sqlite3.connect(db_path, isolation_level=None)
         try:

@@ -67,7 +67,7 @@ def test_extras_bring_what_their_commands_need() -> None:
 
 
 def test_the_manager_does_not_load_the_directory_client() -> None:
-    loaded = modules_after("import facade.manager\nimport facade.queue")
+    loaded = modules_after("import facade.manager\nimport facade.queues.queue")
     assert "facade.manager" in loaded
     assert not {"ldap3", "facade.directory", "debian", "pyspark"} & loaded
 
@@ -75,8 +75,8 @@ def test_the_manager_does_not_load_the_directory_client() -> None:
 def test_opening_a_queue_manager_does_not_load_the_receive_path() -> None:
     # `kmq queue list` start-up: the queue-reading modules load when a queue is opened.
     loaded = modules_after("import facade.manager")
-    assert not {"facade.queue", "facade.peeklock", "facade.queueview", "facade.queuestate",
-                "facade.cursor"} & loaded
+    assert not {"facade.queues.queue", "facade.queues.peeklock", "facade.state.queueview", "facade.state.queuestate",
+                "facade.queues.cursor"} & loaded
 
 
 def test_a_missing_corpus_parser_names_the_demo_extra() -> None:

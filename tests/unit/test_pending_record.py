@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from facade.errors import BrokerError, BrokerUnavailable
-from facade.kafka import produce_async
+from facade.kafka.librdkafka import produce_async
 
 
 class _Report:

@@ -13,10 +13,10 @@ from cryptography.x509.oid import NameOID
 
 from facade.config import DirectorySettings, KmqConfig
 from facade.errors import ConfigurationError
-from facade.locality import is_loopback_host, is_loopback_server
+from facade.security.locality import is_loopback_host, is_loopback_server
 from facade.manager import QueueManager
-from facade.memorykafka import MemoryKafkaSession
-from facade.principal import PrincipalSource, is_development_mode, resolve_principal
+from facade.kafka.memorykafka import MemoryKafkaSession
+from facade.security.principal import PrincipalSource, is_development_mode, resolve_principal
 
 REMOTE = "kafka-1.example.com:9093,kafka-2.example.com:9093"
 SASL = {"KMQ_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KMQ_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
@@ -169,7 +169,7 @@ def test_kafka_security_from_toml_is_checked_too(tmp_path: Path) -> None:
 
 def test_a_property_librdkafka_does_not_know_is_a_configuration_error() -> None:
     """Not "the broker did not answer": the settings are wrong, and the error says so."""
-    from facade.kafka import KafkaSession
+    from facade.kafka.librdkafka import KafkaSession
 
     session = KafkaSession("127.0.0.1:1", {"security.protocol": "SSL", "ssl.no.such": "x"})
     with pytest.raises(ConfigurationError, match="ssl.no.such") as refused:

@@ -1,4 +1,4 @@
-"""Each message property is declared once (facade.propertyspec on facade.message.Message):
+"""Each message property is declared once (facade.model.propertyspec on facade.model.message.Message):
 the checks, the Avro envelope mapping and schema, and the Spark columns are derived from the
 declarations. These tests hold the derived forms to the stored ones so they cannot drift."""
 
@@ -14,16 +14,16 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from facade.envelope import (
+from facade.model.envelope import (
     declared_envelope_schema,
     decode_message,
     encode_message,
     envelope_record,
 )
 from facade.errors import InvalidParameter
-from facade import message as m
-from facade.message import Message, MessageId
-from facade.propertyspec import declare, specs
+from facade.model import message as m
+from facade.model.message import Message, MessageId
+from facade.model.propertyspec import declare, specs
 from spark_connector.decode import decode_batch
 from spark_connector.schema import ACK_COLUMNS, MESSAGE_SCHEMA, RECORD_COLUMNS, property_columns
 from spark_connector.sink import MESSAGE_COLUMNS

@@ -1,4 +1,4 @@
-"""Queue-manager descriptors read from their topic (facade.qmsecurity)."""
+"""Queue-manager descriptors read from their topic (facade.queues.qmsecurity)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from facade.acl import EVERYONE, QUEUE_MANAGER_RIGHTS, AccessRight, ObjectKind, SecurityDescriptor
-from facade.kafka import KafkaRecord
-from facade.qmsecurity import QUEUE_MANAGER_SECURITY_TOPIC, QueueManagerSecurity, unset_descriptor
+from facade.security.acl import EVERYONE, QUEUE_MANAGER_RIGHTS, AccessRight, ObjectKind, SecurityDescriptor
+from facade.kafka.librdkafka import KafkaRecord
+from facade.queues.qmsecurity import QUEUE_MANAGER_SECURITY_TOPIC, QueueManagerSecurity, unset_descriptor
 
 R = AccessRight
 

@@ -1,4 +1,4 @@
-"""``QueueManager.queue_counts`` (facade.queuecounts) on the in-memory Kafka: after any mix of
+"""``QueueManager.queue_counts`` (facade.state.queuecounts) on the in-memory Kafka: after any mix of
 sends, receives, peek-locks, purges and snapshots on several queues, the batch counts equal
 each queue's own ``MessageQueue.counts()``. Issue 36 item 5; the broker-process test is
 tests/integration/test_queue_counts.py."""
@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from facade import BrokerError, InvalidParameter, Message, ReceiveTimeout, queueview
 from facade.config import KmqConfig
 from facade.manager import QueueManager
-from facade.memorykafka import MemoryKafkaSession
-from facade.queuecounts import QueueCounts, count_queues
-from facade.topics import QueueTopics
+from facade.kafka.memorykafka import MemoryKafkaSession
+from facade.state.queuecounts import QueueCounts, count_queues
+from facade.model.topics import QueueTopics
 
 #: A time-to-be-received that is over when the counts are taken (the test sleeps past it).
 _SHORT = 0.005

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from facade.acl import EVERYONE, AccessRight, ObjectKind, SecurityDescriptor
+from facade.security.acl import EVERYONE, AccessRight, ObjectKind, SecurityDescriptor
 from facade.errors import EnvelopeError
-from facade.registry import decode_queue_record
+from facade.state.registry import decode_queue_record
 from tests.unit.test_registry import _DROP, KEY, _doc, _properties
 
 R = AccessRight

@@ -1,4 +1,4 @@
-"""Queue semantics on the in-memory Kafka (facade.memorykafka): the queue manager's real code,
+"""Queue semantics on the in-memory Kafka (facade.kafka.memorykafka): the queue manager's real code,
 no broker process. Cursor moves, the journal quota, acknowledgments (ACK_REACH_QUEUE,
 ACK_RECEIVE and a NACK), journal copies, TTBR expiry into the dead-letter queue, a purge and
 a transaction. The broker-process tests (tests/integration) stay for what only a broker shows:
@@ -19,10 +19,10 @@ from facade import (
     ReceiveTimeout,
 )
 from facade.config import KmqConfig
-from facade.envelope import decode_acknowledgment
+from facade.model.envelope import decode_acknowledgment
 from facade.manager import QueueManager
-from facade.memorykafka import MemoryKafkaSession
-from facade.queue import MessageQueue
+from facade.kafka.memorykafka import MemoryKafkaSession
+from facade.queues.queue import MessageQueue
 from tests.support.transactions import restart_fences_the_old_sender
 
 WAIT = 10.0

@@ -1,4 +1,4 @@
-"""Unit tests for facade.queuestate: the arbitration state machine and queue view."""
+"""Unit tests for facade.state.queuestate: the arbitration state machine and queue view."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from facade import queuestate
-from facade.envelope import HEADER_ID, HEADER_PRIORITY, HEADER_VERSION, encode_message
-from facade.message import Message, MessageId
-from facade.queuestate import (
+from facade.state import queuestate
+from facade.model.envelope import HEADER_ID, HEADER_PRIORITY, HEADER_VERSION, encode_message
+from facade.model.message import Message, MessageId
+from facade.state.queuestate import (
     DEDUPE_WINDOW,
     ClaimOutcome,
     IndexEntry,
@@ -23,7 +23,7 @@ from facade.queuestate import (
     OffsetStatus,
     QueueState,
 )
-from facade.receipts import Receipt, ReceiptAction
+from facade.model.receipts import Receipt, ReceiptAction
 
 A = ReceiptAction
 GUID = "ae0c5671-f190-12ce-ae10-00dd0114290f"

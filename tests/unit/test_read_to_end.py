@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from facade.kafka import KafkaRecord, TopicReader
+from facade.kafka.librdkafka import KafkaRecord, TopicReader
 
 TOPIC = "kmq.t.private.q"
 

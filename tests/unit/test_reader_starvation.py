@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from facade import kafka
-from facade.kafka import AT_END_CHECKS, SHORT_BACKLOG, TopicReader
+from facade.kafka import librdkafka as kafka
+from facade.kafka.librdkafka import AT_END_CHECKS, SHORT_BACKLOG, TopicReader
 
 TOPIC = "kmq.t.private.q"
 

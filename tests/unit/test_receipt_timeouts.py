@@ -20,8 +20,8 @@ from confluent_kafka import KafkaError
 from facade.config import KmqConfig
 from facade.errors import BrokerError, ReceiveTimeout
 from facade.manager import QueueManager
-from facade.memorykafka import MemoryKafkaSession
-from facade.message import Message
+from facade.kafka.memorykafka import MemoryKafkaSession
+from facade.model.message import Message
 
 
 class _TimesOutFirstReceipt:

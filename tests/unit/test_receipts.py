@@ -1,4 +1,4 @@
-"""Unit tests for facade.receipts: the receipt record and its Avro encoding."""
+"""Unit tests for facade.model.receipts: the receipt record and its Avro encoding."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from facade import avro, envelope
-from facade.envelope import decode_message, register_writer_schema
+from facade.model import avro, envelope
+from facade.model.envelope import decode_message, register_writer_schema
 from facade.errors import EnvelopeError, InvalidParameter
-from facade.message import Message, MessageId
-from facade.receipts import (
+from facade.model.message import Message, MessageId
+from facade.model.receipts import (
     LOCK_ACTIONS,
     RECEIPT_SCHEMA_NAME,
     RECEIPT_VERSION,

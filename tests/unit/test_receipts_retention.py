@@ -1,4 +1,4 @@
-"""Retention of receipts (facade.retention and QueueView): receipts below snapshots of two
+"""Retention of receipts (facade.state.retention and QueueView): receipts below snapshots of two
 buckets are deleted, and every handle opened or lagging afterwards still sees exactly the
 pending messages: none back, none lost.
 
@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from facade import Message, ReceiveTimeout
-from facade import queueview, retention
+from facade.state import queueview, retention
 from facade.config import KmqConfig
 from facade.errors import BrokerError
 from facade.manager import QueueManager
-from facade.message import Delivery
-from facade.memorykafka import MemoryKafkaSession
-from facade.queue import MessageQueue
-from facade.retention import ReceiptsRetention, snapshot_bucket, snapshot_key
-from facade.topics import snapshot_topic
+from facade.model.message import Delivery
+from facade.kafka.memorykafka import MemoryKafkaSession
+from facade.queues.queue import MessageQueue
+from facade.state.retention import ReceiptsRetention, snapshot_bucket, snapshot_key
+from facade.model.topics import snapshot_topic
 
 WAIT = 10.0
 PATH = r".\private$\retained"

@@ -1,13 +1,13 @@
-"""Unit tests for facade.recordcache: bodies fetched by offset with a bounded head cache."""
+"""Unit tests for facade.state.recordcache: bodies fetched by offset with a bounded head cache."""
 
 from __future__ import annotations
 
 import pytest
 
-from facade import recordcache
+from facade.state import recordcache
 from facade.errors import BrokerUnavailable, MessageNotFound
-from facade.kafka import KafkaRecord
-from facade.recordcache import RecordCache
+from facade.kafka.librdkafka import KafkaRecord
+from facade.state.recordcache import RecordCache
 
 TOPIC = "kmq.qm.private.q"
 

@@ -14,8 +14,8 @@ import uuid
 import pytest
 
 from facade.errors import EnvelopeError
-from facade.kafka import KafkaRecord
-from facade.registry import (
+from facade.kafka.librdkafka import KafkaRecord
+from facade.state.registry import (
     QueueManagerRecord,
     QueueProperties,
     Registry,
@@ -23,7 +23,7 @@ from facade.registry import (
     decode_queue_record,
     decode_registry_key,
 )
-from facade.topics import QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_REGISTRY_TOPIC
+from facade.model.topics import QUEUE_MANAGER_REGISTRY_TOPIC, QUEUE_REGISTRY_TOPIC
 
 PATH = "qm1\\private$\\orders"
 KEY = PATH.encode()

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from facade.errors import BrokerError, BrokerUnavailable
-from facade.queuestate import IndexEntry, QueueState
-from facade.queueview import QueueView
-from facade.receipts import ReceiptAction, new_claim
-from facade.topics import QueueTopics
+from facade.state.queuestate import IndexEntry, QueueState
+from facade.state.queueview import QueueView
+from facade.model.receipts import ReceiptAction, new_claim
+from facade.model.topics import QueueTopics
 
 TOPICS = QueueTopics("kmq.qm.private.q")
 GUID = "ae0c5671-f190-12ce-ae10-00dd0114290f"

@@ -5,7 +5,7 @@
   ``send_many``, transactional sends, multiple-element sends and ``kmq send`` (Spark's sink:
   tests/unit/test_sending.py); only the Kafka record limit (4,456,448 bytes) was enforced;
 * issue 36 item 4: ``kmq send --ttbr/--ttrq`` take the timer ranges the API takes
-  (facade.timers): 0 and MSMQ's ULONG seconds up to INFINITE.
+  (facade.model.timers): 0 and MSMQ's ULONG seconds up to INFINITE.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typer.testing import CliRunner
 
 from facade import Delivery, InvalidParameter, JournalLevel, Message, QueueManager
 from facade.cli import app
-from facade.memorykafka import MemoryKafka, MemoryKafkaSession
-from facade.message import MAX_BODY_BYTES
-from facade.timers import TIME_TO_BE_RECEIVED, TIME_TO_REACH_QUEUE
-from facade.topicsettings import MAX_RECORD_BYTES
+from facade.kafka.memorykafka import MemoryKafka, MemoryKafkaSession
+from facade.model.message import MAX_BODY_BYTES
+from facade.model.timers import TIME_TO_BE_RECEIVED, TIME_TO_REACH_QUEUE
+from facade.model.topicsettings import MAX_RECORD_BYTES
 
 TOO_LARGE = MAX_BODY_BYTES + 1
 WAIT = 10.0

@@ -1,4 +1,4 @@
-"""Unit tests for facade.sending: what every send does with a message (stamps, copies and their
+"""Unit tests for facade.queues.sending: what every send does with a message (stamps, copies and their
 records, journal copies, acknowledgments), and that Spark's sink writes what it says."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from facade import sending, systemoutputs
-from facade.envelope import EncodedRecord, decode_acknowledgment, decode_message, encode_message
+from facade.queues import sending, systemoutputs
+from facade.model.envelope import EncodedRecord, decode_acknowledgment, decode_message, encode_message
 from facade.errors import InvalidParameter
-from facade.formatnames import SystemQueue
-from facade.message import (
+from facade.model.formatnames import SystemQueue
+from facade.model.message import (
     MAX_BODY_BYTES,
     AcknowledgedQueue,
     Acknowledgment,
@@ -26,7 +26,7 @@ from facade.message import (
     MessageId,
     PrivacyLevel,
 )
-from facade.sending import (
+from facade.queues.sending import (
     ORIGINAL_TTBR_PROPERTY,
     SendCopies,
     acknowledgment,
@@ -36,7 +36,7 @@ from facade.sending import (
     stamp_acknowledgment,
     stamp_sent,
 )
-from facade.topics import system_topics
+from facade.model.topics import system_topics
 from tests.unit.test_envelope import _sent_messages
 
 T0 = dt.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC)
@@ -212,7 +212,7 @@ def test_stamp_acknowledgment_one_id_one_copy_per_admin_queue() -> None:
     assert ack.id is None
 
 
-# ---- Spark's sink writes what facade.sending makes -----------------------------------------
+# ---- Spark's sink writes what facade.queues.sending makes -----------------------------------------
 
 
 class _Output:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from facade.errors import BrokerError, BrokerUnavailable
-from facade.sequence import BLOCK_SIZE, MessageIdAllocator
+from facade.state.sequence import BLOCK_SIZE, MessageIdAllocator
 
 GUID = uuid.UUID("0f8fad5b-d9cb-469f-a165-70867728950e")
 

@@ -1,4 +1,4 @@
-"""Share-group arbitration (facade.sharequeue) without a broker: the ``arbitration`` queue
+"""Share-group arbitration (facade.queues.sharequeue) without a broker: the ``arbitration`` queue
 property, create_queue's checks, the in-memory Kafka's refusal, and every operation a
 share-arbitrated queue refuses. Receiving from one needs a broker:
 tests/integration/test_share_queue.py and tests/faults/test_share_kills.py."""
@@ -20,15 +20,15 @@ from facade import (
 )
 from facade.errors import EnvelopeError
 from facade.manager import QueueManager
-from facade.queue import MessageQueue
-from facade.registry import QueueProperties
-from facade.sharequeue import (
+from facade.queues.queue import MessageQueue
+from facade.state.registry import QueueProperties
+from facade.queues.sharequeue import (
     MAX_SHARE_RETRY_COUNT,
     dead_letter_topic_of,
     group_of,
     share_receipts_topic,
 )
-from facade.topics import queue_topics
+from facade.model.topics import queue_topics
 
 
 def _share_queue(qm: QueueManager, name: str = "work") -> MessageQueue:

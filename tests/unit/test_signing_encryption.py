@@ -15,10 +15,10 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from facade.certificates import create_identity, load_identity, queue_manager_key
-from facade.encryption import EncryptionError, open_body, public_bytes, seal_body
+from facade.security.certificates import create_identity, load_identity, queue_manager_key
+from facade.security.encryption import EncryptionError, open_body, public_bytes, seal_body
 from facade.errors import ConfigurationError, InvalidParameter
-from facade.message import (
+from facade.model.message import (
     AuthLevel,
     EncryptionAlgorithm,
     HashAlgorithm,
@@ -26,8 +26,8 @@ from facade.message import (
     MessageId,
     PrivacyLevel,
 )
-from facade.protection import MessageProtection, MessageRejected
-from facade.signing import SignatureError, digest_input, sign, verify
+from facade.queues.protection import MessageProtection, MessageRejected
+from facade.security.signing import SignatureError, digest_input, sign, verify
 
 GUID = uuid.UUID("2d0ab4c6-1111-4222-8333-444455556666")
 QUEUE = r"DIRECT=OS:qm\private$\q"
@@ -73,7 +73,7 @@ def test_signature_verifies_and_survives_what_changes_on_the_way(identity) -> No
     signed = message.stamped(signature=sign(message, identity))
     verify(signed, identity.certificate)
     # This copy's queue, arrival, lookup id, counts and a dead-letter class are not signed.
-    from facade.message import MessageClass
+    from facade.model.message import MessageClass
 
     verify(signed.stamped(destination_queue="elsewhere", lookup_id=5, abort_count=2,
                           move_count=1, time_to_be_received=None,
@@ -191,7 +191,7 @@ def test_imported_ca_issued_rsa_identity_signs_with_pss(tmp_path: Path) -> None:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
 
-    from facade.certificates import import_identity
+    from facade.security.certificates import import_identity
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -215,7 +215,7 @@ def test_certificate_of_another_key_type_does_not_take_the_key(tmp_path: Path) -
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-    from facade.certificates import import_identity
+    from facade.security.certificates import import_identity
 
     key = ec.generate_private_key(ec.SECP256R1())
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,

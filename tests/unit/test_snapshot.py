@@ -7,12 +7,12 @@ import random
 import pytest
 
 from facade.errors import EnvelopeError
-from facade.kafkaseam import KafkaRecord
-from facade.queuestate import DEDUPE_WINDOW, IndexEntry, OffsetState, QueueState
-from facade.queueview import valid_snapshots
-from facade.receipts import ReceiptAction, new_claim
-from facade.snapshot import QueueSnapshotRecord, decode_snapshot, encode_snapshot
-from facade.topics import QueueTopics
+from facade.kafka.kafkaseam import KafkaRecord
+from facade.state.queuestate import DEDUPE_WINDOW, IndexEntry, OffsetState, QueueState
+from facade.state.queueview import valid_snapshots
+from facade.model.receipts import ReceiptAction, new_claim
+from facade.state.snapshot import QueueSnapshotRecord, decode_snapshot, encode_snapshot
+from facade.model.topics import QueueTopics
 
 A = ReceiptAction
 TOPICS = QueueTopics("kmq.qm.private.q")

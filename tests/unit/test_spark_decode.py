@@ -10,9 +10,9 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from facade.envelope import acknowledgment_message, encode_message
+from facade.model.envelope import acknowledgment_message, encode_message
 from facade.errors import EnvelopeError, InvalidParameter
-from facade.message import (
+from facade.model.message import (
     AcknowledgedQueue,
     Acknowledgment,
     AcknowledgmentInfo,

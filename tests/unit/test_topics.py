@@ -1,4 +1,4 @@
-"""Tests for facade.topics: Kafka topic names of kmq queues (docs/design.md, "Naming")."""
+"""Tests for facade.model.topics: Kafka topic names of kmq queues (docs/design.md, "Naming")."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from facade.errors import InvalidParameter, UnsupportedFormatNameOperation
-from facade.formatnames import SystemQueue, parse_path_name
-from facade.topics import (
+from facade.model.formatnames import SystemQueue, parse_path_name
+from facade.model.topics import (
     QUEUE_MANAGER_REGISTRY_TOPIC,
     QUEUE_REGISTRY_TOPIC,
     TOPIC_PREFIX,

@@ -7,8 +7,8 @@ from confluent_kafka import KafkaError, KafkaException
 
 from facade.cli.doctor import topic_findings
 from facade.errors import BrokerError
-from facade.kafka import Refusal, TopicDescription, map_kafka_errors, refusal
-from facade.topicsettings import (
+from facade.kafka.librdkafka import Refusal, TopicDescription, map_kafka_errors, refusal
+from facade.model.topicsettings import (
     MAX_BODY_BYTES,
     MAX_MESSAGE_BYTES,
     MAX_RECORD_BYTES,

@@ -1,4 +1,4 @@
-"""``receive_many(n, timeout, transaction=tx)`` on the in-memory Kafka (facade.memorykafka):
+"""``receive_many(n, timeout, transaction=tx)`` on the in-memory Kafka (facade.kafka.memorykafka):
 a batch of a transactional queue locked by one LOCK receipt, removed exactly once at commit in
 queue order, returned whole at abort with the abort count raised, journaled with the commit.
 tests/integration/test_transactions.py runs it on a broker process, with a mover SIGKILLed
@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 
 from facade import Delivery, JournalLevel, Message, MessageClass, ReceiveTimeout, TransactionUsage
-from facade.envelope import encode_message
+from facade.model.envelope import encode_message
 from facade.manager import QueueManager
-from facade.memorykafka import MemoryKafkaSession
-from facade.queue import MessageQueue
-from facade.receipts import ReceiptAction, decode_receipt
+from facade.kafka.memorykafka import MemoryKafkaSession
+from facade.queues.queue import MessageQueue
+from facade.model.receipts import ReceiptAction, decode_receipt
 
 WAIT = 10.0
 

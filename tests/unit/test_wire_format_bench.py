@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 
 from facade import Message
-from facade.envelope import decode_message, encode_message
+from facade.model.envelope import decode_message, encode_message
 from tests.unit.test_envelope import messages
 
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "wire_format_bench.py"
