@@ -28,7 +28,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from typer.testing import CliRunner
 
-from facade import AccessDenied, Message, ReceiveTimeout, queueview
+from facade import AccessDenied, Message, ReceiveTimeout
+from facade.state import queueview
 from facade.cli import app
 from facade.config import KmqConfig
 from facade.errors import ConfigurationError

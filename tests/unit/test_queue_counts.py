@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from facade import BrokerError, InvalidParameter, Message, ReceiveTimeout, queueview
+from facade import BrokerError, InvalidParameter, Message, ReceiveTimeout
+from facade.state import queueview
 from facade.config import KmqConfig
 from facade.manager import QueueManager
 from facade.kafka.memorykafka import MemoryKafkaSession
