@@ -1,8 +1,8 @@
-"""The README runs as written: every python and bash block, top to bottom, in a fresh
-``KMQ_HOME`` against the test broker, with the results its comments state checked (see
+"""The README and docs/tour.md run as written: every python and bash block, top to bottom, in a
+fresh ``KMQ_HOME`` against the test broker, with the results their comments state checked (see
 ``tests/support/docs.py`` for the rules and the ``<!-- docs-test: skip (reason) -->`` marker).
 
-The README's Spark block runs here too when Java is installed; docs/spark.md runs in
+The tour's Spark block runs here too when Java is installed; docs/spark.md runs in
 ``tests/spark/test_docs_spark.py``.
 """
 
@@ -22,6 +22,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+TOUR = ROOT / "docs" / "tour.md"
 
 
 def docs_environment(broker: BrokerEndpoint, kmq_home: Path) -> dict[str, str]:
@@ -39,20 +40,26 @@ def _spark_blocks(path: Path) -> set[int]:
 
 def test_readme_runs_top_to_bottom(broker: BrokerEndpoint, kmq_home: Path,
                                    tmp_path: Path) -> None:
+    ran = run_blocks(README, docs_environment(broker, kmq_home), tmp_path)
+    assert [b.language for b in ran] == ["python"]
+
+
+def test_the_tour_runs_top_to_bottom(broker: BrokerEndpoint, kmq_home: Path,
+                                     tmp_path: Path) -> None:
     no_java = shutil.which("java") is None and not os.environ.get("JAVA_HOME")
-    leave_out = _spark_blocks(README) if no_java else set()
-    ran = run_blocks(README, docs_environment(broker, kmq_home), tmp_path, leave_out=leave_out)
+    leave_out = _spark_blocks(TOUR) if no_java else set()
+    ran = run_blocks(TOUR, docs_environment(broker, kmq_home), tmp_path, leave_out=leave_out)
     assert {b.language for b in ran} == {"python", "bash"}
     assert len(ran) >= 6
     if leave_out:
-        pytest.skip(f"README blocks at lines {sorted(leave_out)} need Spark, which needs Java "
-                    "17+: install a JDK (apt-get install openjdk-17-jre-headless); the other "
+        pytest.skip(f"docs/tour.md blocks at lines {sorted(leave_out)} need Spark, which needs "
+                    "Java 17+: install a JDK (apt-get install openjdk-17-jre-headless); the other "
                     f"{len(ran)} blocks ran")
 
 
 def test_every_skipped_block_says_why() -> None:
-    skipped = [b for b in code_blocks(README) if b.skip is not None]
-    assert skipped, "the README's set-up block (make, kmq dev up) is marked skip"
+    skipped = [b for doc in (README, TOUR) for b in code_blocks(doc) if b.skip is not None]
+    assert len(skipped) >= 2, "the set-up blocks (make; kmq dev up) are marked skip"
     assert all(len(b.skip) > 10 for b in skipped)
 
 

@@ -559,8 +559,8 @@ def test_frozen_older_versions_in_the_schema_directory_are_registered(tmp_path: 
 
 
 def test_schemas_are_loaded_from_the_package_or_the_source_tree() -> None:
-    here = Path(envelope.__file__).resolve().parent
-    assert envelope._SCHEMA_DIR in (here / "_schemas", here.parent / "schemas")
+    package = Path(envelope.__file__).resolve().parents[1]  # facade/
+    assert envelope._SCHEMA_DIR in (package / "_schemas", package.parent / "schemas")
 
 
 # ---------------------------------------------------------------------------------------------
