@@ -6,6 +6,8 @@ a real LDAP server or in the embedded JSON-file store (:mod:`facade.directory.em
 
 Only this package imports ldap3. :class:`Directory` is the API; the stores underneath are
 :class:`EmbeddedDirectoryStore` (the default) and :class:`LdapDirectoryStore` (a real server).
+
+May import: the foundation modules, :mod:`facade.model` and :mod:`facade.security`.
 """
 
 from __future__ import annotations

@@ -7,6 +7,6 @@ time-to-be-received (:mod:`.timers`), the Avro envelope a message travels in (:m
 and the Kafka topics a queue is made of, with their settings and size limits (:mod:`.topics`,
 :mod:`.topicsettings`).
 
-Pure Python, no network. May import: the foundation modules at ``facade/``'s top
-(``facade.errors``, ``facade.arguments``, ``facade.config`` ...). Nothing else of kmq.
+Pure Python, no network. May import: the foundation modules at ``facade/``'s top (errors,
+arguments, config ...) and nothing else of kmq.
 """

@@ -196,3 +196,28 @@ def test_cursor_and_spark_reach_into_no_internals() -> None:
     found = [use for path in paths for use in _private_uses(path)
              if not use.endswith(pyspark_gateway)]
     assert not found, "private members used from outside their object:\n" + "\n".join(found)
+
+
+def test_each_layer_folder_says_what_it_may_import() -> None:
+    """Each folder below the queue manager names, in its ``__init__`` docstring, the folders
+    below it as the Layers list orders them, so a reader of one folder learns its rule without
+    opening design.md. (The CLI and the demo are on top: they may import anything.)"""
+    import re
+
+    layers = documented_layers()
+    folders = {name[:-2]: number for name, number in layers.items()
+               if name.endswith(".*") and name.startswith("facade.")
+               and number < layers["facade.manager"]}
+    wrong = []
+    for folder, number in sorted(folders.items()):
+        path = ROOT / Path(*folder.split(".")) / "__init__.py"
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if "May import:" not in doc:
+            wrong.append(f"{folder}: no 'May import:' in its docstring")
+            continue
+        named = set(re.findall(r"facade\.\w+", doc.split("May import:", 1)[1]))
+        below = {f for f, n in folders.items() if n < number}
+        if named != below:
+            wrong.append(f"{folder}: names {sorted(named)}, the Layers list puts {sorted(below)} "
+                         "below it")
+    assert not wrong, "\n".join(wrong)
