@@ -187,7 +187,8 @@ def resolve(format_name: str, *, for_send: bool = False,
         InvalidParameter: an unknown ``operation``, or a reading one with ``for_send``.
         FormatNameError, QueueNotFound, DirectoryUnavailable: as
             :meth:`QueueManager.open_queue`.
-        UnsupportedFormatNameOperation: writing to a read-only queue or subqueue.
+        UnsupportedFormatNameOperation: writing to a read-only queue or subqueue; reading a
+            share-arbitrated queue (docs/design.md, "Share-group arbitration").
         BrokerUnavailable: no broker.
     """
     chosen = _operation(for_send, operation)
@@ -234,6 +235,16 @@ def resolve_with(manager: QueueManager, format_name: str, operation: Operation) 
             raise UnsupportedFormatNameOperation(
                 f"{destination.format_name!r} cannot be written to (journal, dead-letter "
                 "queue or subqueue)", queue=destination.format_name)
+        if not operation.writes and destination.arbitration == "share":
+            # Its messages are removed by the share group's ACCEPTs, which no queue view sees:
+            # a peek would show received messages, and receive mode would be a second arbiter.
+            raise UnsupportedFormatNameOperation(
+                f"a Spark job may not {_REFUSED[operation]} {destination.format_name!r}: the "
+                "queue is arbitrated by a Kafka share group, which has no peek and takes no "
+                "receipts", queue=destination.format_name,
+                hint="receive it with MessageQueue.receive or receive_many, read its journal "
+                     "(;JOURNAL) from Spark, or use a queue created with "
+                     "arbitration='receipts'")
         properties = destination.properties
         targets.append(QueueTarget(
             format_name=destination.format_name, data_topic=destination.topics.data,

@@ -34,3 +34,12 @@ class Destination:
     read_only: bool
     is_subqueue: bool = False
     system_of: str | None = None
+
+    @property
+    def arbitration(self) -> str:
+        """str: who decides which receiver gets a message: ``"share"`` for a queue created
+        with ``arbitration="share"`` (a Kafka share group; its journal and subqueues are
+        receipts queues), else ``"receipts"`` (the queue's receipts log)."""
+        shared = (self.properties is not None and self.properties.arbitration == "share"
+                  and not self.read_only and not self.is_subqueue)
+        return "share" if shared else "receipts"

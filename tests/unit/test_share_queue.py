@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,8 @@ from facade import (
     UnsupportedFormatNameOperation,
 )
 from facade.errors import EnvelopeError
+from facade.config import KmqConfig
+from facade.kafka.memorykafka import MemoryKafkaSession
 from facade.manager import QueueManager
 from facade.queues.queue import MessageQueue
 from facade.state.registry import QueueProperties
@@ -176,3 +179,25 @@ def test_deleting_a_share_queue_removes_its_topics(memory_qm: QueueManager) -> N
     memory_qm.delete_queue(r".\private$\work")
     with pytest.raises(QueueNotFound):
         memory_qm.open_queue(r".\private$\work")
+
+
+def test_a_spark_job_may_not_read_a_share_queue_but_may_write_to_it_and_read_its_journal(
+        kmq_home: Path) -> None:
+    """Spark reads through the queue view and removes with receipts; a share queue's messages
+    are removed by the share group's ACCEPTs, which no view sees, so a peek would show received
+    messages and a receive-mode stream would be a second arbiter handing them out again."""
+    from spark_connector.resolve import Operation, resolve_with
+
+    # A broker address for the Resolution the job would get; the in-memory Kafka answers.
+    config = KmqConfig.load(queue_manager="memqm", bootstrap_servers="127.0.0.1:9")
+    with QueueManager.open(config, session=MemoryKafkaSession()) as qm:
+        queue = _share_queue(qm)
+        for operation in (Operation.PEEK, Operation.RECEIVE):
+            with pytest.raises(UnsupportedFormatNameOperation, match="share group") as refused:
+                resolve_with(qm, queue.format_name, operation)
+            assert "journal" in (refused.value.hint or "")
+        sent = resolve_with(qm, queue.format_name, Operation.SEND)
+        assert [t.data_topic for t in sent.targets] == [queue.destinations[0].topics.data]
+        journal = resolve_with(qm, queue.destinations[0].format_name + ";JOURNAL",
+                               Operation.PEEK)
+        assert len(journal.targets) == 1 and journal.targets[0].read_only
