@@ -1,5 +1,6 @@
 """Administration at scale: creating N queues, ``kmq queue list`` with counts, and
-``QueueManager.open()`` with N queues (issue 36 item 5). Not part of the test run.
+``QueueManager.open()`` with N queues: the admin commands must not slow with the queue count.
+Not part of the test run.
 
 The run, on one queue manager of a fresh name:
 
@@ -18,7 +19,7 @@ The run, on one queue manager of a fresh name:
    counts of the written queues and of 20 others against each queue's own ``counts()``. The
    raw confluent-kafka baseline is one batched ListOffsets (earliest and latest) of the data
    and receipts topics of every queue. For comparison, ``counts()`` of one handle per queue
-   (what the list did before, a view each) on ``--per-queue`` queues (default 100).
+   (a view each, the cost the list avoids) on ``--per-queue`` queues (default 100).
 4. Times ``QueueManager.open()`` (as an admin command opens it: ``lease_ids=False``, and as
    an application does) in a fresh process each.
 5. Deletes the queues (``--keep`` leaves them).

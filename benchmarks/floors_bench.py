@@ -1,4 +1,4 @@
-"""Floors of the remaining issue 12 and 16 targets: what the unavoidable parts of a kmq
+"""Floors of the targets of ``kmq bench``: what the unavoidable parts of a kmq
 operation cost on this machine, against the time per message each target allows.
 
 ``kmq bench`` compares kmq with raw confluent-kafka, and a target is a ratio of the two (or, for
@@ -61,7 +61,7 @@ from facade.model.receipts import ReceiptAction, encode_receipt, make_claimant, 
 
 #: Body bytes of every message, as in ``kmq bench``'s default ``--payload``.
 PAYLOAD = 200
-#: issue 16's ``recoverable-send-batch`` target, msg/s (a rate, so not in ``TARGETS``).
+#: The ``recoverable-send-batch`` target, msg/s (a rate, so not in ``TARGETS``).
 RECOVERABLE_BATCH_RATE = 20_000
 
 

@@ -1,7 +1,7 @@
 """Facade against raw confluent-kafka on the same broker: a thin wrapper of ``kmq bench``.
 
-The scenarios live in :mod:`facade.bench` (``kmq bench --help``); this script keeps the old
-entry point and takes the same options (``--messages``, ``--rounds``, ``--payload``,
+The scenarios live in :mod:`facade.bench` (``kmq bench --help``); this script is a second
+entry point to them and takes the same options (``--messages``, ``--rounds``, ``--payload``,
 ``--scenario``, ``--json``). Not part of the test run. Broker: KMQ_BOOTSTRAP_SERVERS, else the
 dev stack (``kmq dev up``).
 

@@ -1,11 +1,12 @@
 """Raw Kafka share groups (KIP-932) against one plain consumer, on one single-partition topic:
-the measurement behind the share-group arbitration study in ``docs/design.md`` (issue 35).
+the measurement behind the share-group arbitration study in ``docs/design.md``.
 
-A kmq queue is one single-partition data topic. Today its receivers arbitrate by writing
-RECEIVE_FIRST receipts, and adding receivers slows a queue down. A share group lets many
-consumers take records of one partition, the broker holding an acquisition lock per record.
-This script measures, with raw confluent-kafka only (no kmq code on the hot path), how fast
-1, 2 and 4 share-consumer processes of one share group drain ``--messages`` records:
+A kmq queue is one single-partition data topic. By default (``arbitration="receipts"``) its
+receivers arbitrate by writing RECEIVE_FIRST receipts, and adding receivers slows a queue down.
+A share group lets many consumers take records of one partition, the broker holding an
+acquisition lock per record. This script measures, with raw confluent-kafka only (no kmq code on
+the hot path), how fast 1, 2 and 4 share-consumer processes of one share group drain
+``--messages`` records:
 
 * ``share-batch``: explicit acknowledgement, ACCEPT every record of a poll, one ``commit_sync``
   per poll batch (what a batch or peek-lock receive could do);
@@ -13,7 +14,7 @@ This script measures, with raw confluent-kafka only (no kmq code on the hot path
   needs: the message is removed before ``receive()`` returns);
 
 against one plain consumer (``plain-record``: a synchronous offset commit per record, the
-comparator of today's ``receive`` target; ``plain-batch``: one synchronous commit per
+comparator of the ``receive`` target; ``plain-batch``: one synchronous commit per
 ``consume()`` batch).
 
 Every scenario uses a fresh topic and a fresh group, with ``share.auto.offset.reset=earliest``

@@ -11,10 +11,10 @@ then, in one local-mode Spark session (``local_session``: the connector jars on
   decoded on the JVM (:mod:`spark_connector.jvmdecode`);
 * ``kmq python``: ``read_queue(..., path="kmq")``: kmq's Python data source and decoder.
 
-Prints rows/s per read and operation (median of the rounds), the ratios the issue asks for
-(kafka + from_avro against kmq python, and against raw kafka), the range of the 1-minute load
-average over the measurements (the machine may be shared), and the figures as JSON. Not part
-of the test run. Broker: KMQ_BOOTSTRAP_SERVERS, else the dev stack (``kmq dev up``).
+Prints rows/s per read and operation (median of the rounds), the ratios that judge
+the JVM path (kafka + from_avro against kmq python, and against raw kafka), the range of the
+1-minute load average over the measurements (the machine may be shared), and the figures as
+JSON. Not part of the test run. Broker: KMQ_BOOTSTRAP_SERVERS, else the dev stack (``kmq dev up``).
 
     .venv/bin/python benchmarks/spark_kafka_bench.py --messages 200000 --rounds 3
 """

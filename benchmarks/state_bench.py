@@ -1,7 +1,7 @@
 """Queue-state cost of one handle: memory per pending message, and open time of a long history.
 
-Two measurements (issue 12, "bounded state"), each in a fresh child process so that nothing the
-parent allocated while filling the queue counts:
+Two measurements (docs/design.md, "Bounded state"), each in a fresh child process so that
+nothing the parent allocated while filling the queue counts:
 
 * ``memory``: a queue with ``--pending`` messages (default 200,000) of ``--payload`` bytes
   (default 200). The child opens the queue manager and a handle, reads its RSS, makes the handle

@@ -1,7 +1,7 @@
-"""The record layout of a kmq message: today's Avro envelope against MSMQ properties as Kafka
+"""The record layout of a kmq message: the Avro envelope kmq writes against MSMQ properties as Kafka
 headers with the body as the record value (the layout of CloudEvents' Kafka binary mode).
 
-Issue 16 asks to measure both and choose. The headers layout is prototyped here only (kmq
+Measuring both is how the layout is chosen. The headers layout is prototyped here only (kmq
 writes the Avro envelope): every envelope field that differs from its default becomes one
 header ``kmq.<field>`` (text as UTF-8, integers as decimal digits, bytes as they are, the
 application properties map as JSON), the body is the value. Both layouts start from the same

@@ -24,7 +24,7 @@ Scenario                   kmq                                          raw conf
                            fsync'd commit per batch), ``wait`` on the   idempotence, flush
                            last batch
 ``signed-send``,           ``send()`` EXPRESS signed (ECDSA P-256) /    ``send()`` EXPRESS of a
-``encrypted-send``         encrypted (X25519 + AES-GCM)                 plain message (issue 15:
+``encrypted-send``         encrypted (X25519 + AES-GCM)                 plain message (target:
                                                                         within 4x, ratio 0.25)
 ``signed-encrypted-        ``receive_many(100)`` of signed and          the same plain express
 receive``                  encrypted messages (decrypt, verify, cached  send
@@ -84,10 +84,8 @@ __all__ = [
     "run_benchmarks",
 ]
 
-#: Targets (ratio kmq / raw) as the open issues set them: express-send, send-batch and
-#: dl-fanout from issue 16, receive, receive-batch and receive-contended from issue 12 (they
-#: replaced the first benchmarks issue's 0.8 and 0.7), the protected scenarios from issue 15.
-#: Scenarios without one have None.
+#: Targets: the ratio kmq / raw each scenario aims for, raw being confluent-kafka doing the same
+#: Kafka work in the same run (docs/performance.md). Scenarios without one have None.
 TARGETS: dict[str, float] = {"express-send": 0.1, "receive": 1.0, "dl-fanout": 0.3,
                              "send-batch": 0.3, "receive-batch": 0.5, "receive-contended": 1.5,
                              "receive-share": 3.0,
@@ -110,7 +108,7 @@ class ScenarioResult:
         description (str): what is compared with what.
         kmq (list[float]): msg/s of the facade, one per round.
         raw (list[float]): msg/s of the raw equivalent, one per round.
-        target (float | None): the ratio the benchmarks issue asks for.
+        target (float | None): the ratio the scenario aims for (:data:`TARGETS`).
         skipped (str | None): why the scenario did not run.
         figures (dict[str, list[float]]): further figures of a scenario, one per round, by
             JSON key (``receive-share``: ``share_1_msg_per_s``... and ``load_avg_1min``).

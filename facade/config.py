@@ -402,7 +402,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
         with path.open("rb") as fh:
             return tomllib.load(fh)
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        # UnicodeDecodeError: TOML must be UTF-8 (found by tests/faults/test_fuzz.py)
+        # UnicodeDecodeError: TOML must be UTF-8 (tests/faults/test_fuzz.py feeds it other bytes)
         raise ConfigurationError(
             f"cannot read configuration file {str(path)!r}: {exc}",
             hint="fix the TOML syntax or point KMQ_CONFIG elsewhere",

@@ -13,8 +13,8 @@ to 4294967.294``), never a traceback. Use the constructors here instead of ``typ
 
 Why text and bytes differ: on POSIX, Python decodes ``argv`` with the locale's encoding and turns
 each byte that does not decode into a lone surrogate (``\xff`` becomes ``'\udcff'``, PEP 383).
-Such a string cannot be encoded back to UTF-8, so it used to escape as a ``UnicodeEncodeError``
-traceback wherever the value became bytes (a body, an Avro label, an LDAP attribute). Labels,
+Such a string cannot be encoded back to UTF-8, so unchecked it escapes as a ``UnicodeEncodeError``
+traceback wherever the value becomes bytes (a body, an Avro label, an LDAP attribute). Labels,
 names, descriptions, path and format names are text in MSMQ (``WCHAR``): a value that is not
 text is refused, naming the option. A message body is bytes in MSMQ (``PROPID_M_BODY`` is a
 byte array): ``--body $'\xff\xfe'`` from a shell means those two bytes, so the body is the

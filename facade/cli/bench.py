@@ -53,7 +53,7 @@ def _table(report: BenchReport) -> Table:
 def bench(
     messages: int = typer.Option(2000, "--messages", "-n", min=1, help="Messages per timed loop."),
     rounds: int = typer.Option(3, "--rounds", "-r", min=1, help="Rounds; medians are reported."),
-    # Bounded: the bench allocates the body up front (--payload 1e15 was a MemoryError).
+    # Bounded: the bench allocates the body up front, so --payload 1e15 would be a MemoryError.
     payload: int = typer.Option(200, "--payload", min=0, max=MAX_PAYLOAD,
                                 help=f"Body size in bytes (0 to {MAX_PAYLOAD})."),
     scenario: list[str] = text_option(

@@ -47,7 +47,7 @@ def _manager(as_json: bool = False, *, sends: bool = False) -> Iterator[QueueMan
 
 def _queue_dict(properties: Any) -> dict[str, Any]:
     """Queue properties as printed: creation and modification times in ISO 8601 UTC, the one
-    timestamp style of every kmq command (they were raw epoch seconds)."""
+    timestamp style of every kmq command."""
     import datetime as dt
 
     data = dataclasses.asdict(properties)

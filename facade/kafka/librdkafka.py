@@ -92,7 +92,7 @@ __all__ = [
 log = logging.getLogger("kmq.kafka")
 
 #: Where librdkafka's own log lines go (every kmq client sets it as ``logger``), instead of
-#: straight to stderr: an unreachable broker printed some 200 ``FAIL ... Connection refused``
+#: straight to stderr: an unreachable broker would print some 200 ``FAIL ... Connection refused``
 #: lines before kmq's one-line error. Quiet by default (level above CRITICAL, no handler of its
 #: own); to see them: ``logging.getLogger("kmq.librdkafka").setLevel(logging.DEBUG)`` and a handler
 #: (or ``KMQ_LIBRDKAFKA_LOG=DEBUG`` for the CLI).
@@ -1208,9 +1208,9 @@ class TopicReader:
     **Resting.** librdkafka fetches assigned partitions in the background, between calls too,
     and librdkafka 2.16 can crash the whole process (SIGSEGV in
     ``rd_kafka_metadata_update_op``) on a Fetch response for a topic deleted under it (an
-    unknown topic id with a KIP-951 ``CurrentLeader`` hint, seen with a Kafka-API broker that
-    kmq no longer uses; kept because deleting a topic under a live reader is not worth a crash
-    on any broker). Queues are
+    unknown topic id with a KIP-951 ``CurrentLeader`` hint, as other Kafka-API brokers send;
+    guarded against on every broker, because deleting a topic under a live reader is not worth
+    a crash). Queues are
     deleted by other processes at any time (``kmq queue delete``), so a reader unused for
     :data:`REST_AFTER` seconds stops fetching (its partitions are paused, positions kept),
     and the next call checks with one metadata request that its topics still exist before
@@ -1379,9 +1379,9 @@ class TopicReader:
         is most likely at the end and not starved: a Kafka transaction still open holds the
         last stable offset below the end offset, and a broker may answer the end-offset query
         ahead of the fetch responses a reader has had. Raising the wait
-        there made every later read wait out the longer fetch (128 ms per receive from a
-        transactional queue while a transactional sender wrote to it: 1,654 demo messages in
-        223 s instead of 14 s). Only after :data:`AT_END_CHECKS` such checks in a row (records
+        there makes every later read wait out the longer fetch (measured: 128 ms per receive
+        from a transactional queue while a transactional sender wrote to it, 1,654 demo messages
+        in 223 s instead of 14 s). Only after :data:`AT_END_CHECKS` such checks in a row (records
         arriving reset the count), about 2 s of empty polls, is such a reader taken as starved
         after all, so that one starved there still recovers.
         """

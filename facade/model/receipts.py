@@ -117,7 +117,7 @@ class ReceiptAction(IntEnum):
     claim named in ``completes`` is finished"; one settle rule ("a receipt naming a lock in
     ``completes`` settles the offsets that lock still holds; the first to do so wins them")
     then covers the holder's COMPLETED, anyone's RELEASE and a dead-lettering REJECT alike, and
-    a COMPLETED naming a system claim keeps its old meaning.
+    a COMPLETED naming a system claim means the same: that claim is finished.
     """
 
     RECEIVE = 1

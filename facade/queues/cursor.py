@@ -74,8 +74,8 @@ __all__ = ["Cursor", "CursorSource", "QueueReader"]
 class QueueReader(Protocol):
     """The receive steps of the handle a cursor walks (``MessageQueue.reader``): the handle's
     view of its queue and the one wait loop, claim and peek that ``receive`` and ``peek`` use,
-    so a cursor removes, expires and dead-letters exactly as the handle does (issue 13: one
-    receive path, no calls into the handle's internals)."""
+    so a cursor removes, expires and dead-letters exactly as the handle does (one
+    receive path, and no calls into the handle's internals, so the two cannot drift apart)."""
 
     format_name: str
 

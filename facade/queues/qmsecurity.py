@@ -22,9 +22,9 @@ MSMQ's default for it (:meth:`QueueManagerSecurity.claim_if_unset`): that princi
 every right, and everyone may create queues, list them, test them and read the descriptor, as
 the creator of an MSMQ machine is its administrator. Two processes opening a new queue manager
 at the same moment may both write a default; the later record wins. Until the first record is
-read, :func:`unset_descriptor` applies (every right to everyone, as before kmq had queue-manager
-rights). A record that is not a valid descriptor is skipped and logged (the key keeps its
-previous value); writing a valid one repairs it.
+read, :func:`unset_descriptor` applies (every right to everyone: a queue manager nobody
+has claimed restricts nobody). A record that is not a valid descriptor is skipped and logged
+(the key keeps its previous value); writing a valid one repairs it.
 """
 
 from __future__ import annotations

@@ -528,9 +528,9 @@ class Transmitter:
         It goes to the dead-letter queue as a poison record does (its raw value as the body,
         class NACK_RECEIVE_REJECTED, ``kmq.reason``, ``kmq.source`` naming the file and row):
         resent, it could only be a poison record in its queue, and kept, it would fail every
-        recovery again (before, a damaged row made every ``QueueManager.open()`` raise, found
-        by tests/faults/test_garbage.py). It stays only while the dead-letter queue cannot be
-        written, for the next recovery.
+        recovery again (and every ``QueueManager.open()`` would raise on it;
+        tests/faults/test_garbage.py writes such rows). It stays only while the dead-letter
+        queue cannot be written, for the next recovery.
         """
         where = f"{self.outgoing.path} row {row_id}"
         reason = f"outgoing record for {topic or 'an unknown topic'} cannot be decoded: {why}"
@@ -660,7 +660,7 @@ def _ttrq_ms(message: Message) -> int:
     Keyed by the setting, not by the time left: one sender's copies with the same setting then
     share one producer and keep their order, even when a slow outgoing-queue write (a busy disk)
     or a recovery of records of different ages would have put them in different one-second
-    buckets and let two producers race (found by ``tests/faults/test_sender_kills.py``). The
+    buckets and let two producers race (``tests/faults/test_sender_kills.py`` checks the order). The
     cost: a record resent by recovery gets its full TTRQ again from the resend, so it may
     arrive up to its age at recovery past its deadline (records already past it are failed,
     not resent).

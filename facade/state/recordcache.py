@@ -165,9 +165,9 @@ class RecordCache:
 
         ``indexed``: the view has read the record at ``start``, so it exists unless it was
         deleted: the reader having caught up with its latest fetch response proves nothing
-        then, because that response's high watermark can predate the record (seen in the
-        demo: a fill that found "nothing" at an offset the view had just indexed raised
-        MessageNotFound and ended the run). Only a log start above ``start`` ends such a read
+        then, because that response's high watermark can predate the record (a fill that took
+        that for the end would find "nothing" at an offset the view has just indexed, and
+        raise MessageNotFound; the demo hit it). Only a log start above ``start`` ends such a read
         early.
 
         A receiver draining the queue asks for the record right after the last fill, so the

@@ -127,9 +127,9 @@ class QueueProperties:
             message whose peek-lock was released (abandoned, or its lease expired) more than
             this many times is moved to the ``;poison`` subqueue instead of being handed out
             again, so it is delivered at most ``receive_retry_count + 1`` times. Default 5;
-            None = no limit. Records written before the property existed read as 5.
+            None = no limit. A record without the property reads as 5.
         owner (str | None): the queue's owner in its security descriptor (MSMQ: the creator);
-            None for a record written before kmq had access control (see :attr:`security`).
+            None for a record without a security descriptor (see :attr:`security`).
         access_list (tuple[str, ...]): the queue's discretionary access-control list, one
             entry per value in :meth:`facade.security.acl.AccessControlEntry.to_text` form.
         arbitration (str): who decides which receiver gets a message, fixed at creation:
@@ -168,9 +168,9 @@ class QueueProperties:
         """The queue's security descriptor (owner and access list, MSMQ's
         ``MQGetQueueSecurity``).
 
-        A record written before kmq had access control has no owner: it reads as owned by
-        :data:`~facade.security.acl.EVERYONE` with full control for everyone, which is what every
-        caller could do with it then; ``kmq acl`` restricts it.
+        A record without an owner reads as owned by :data:`~facade.security.acl.EVERYONE`
+        with full control for everyone: such a record restricts no caller, so reading it so
+        takes no right away; ``kmq acl`` restricts it.
         """
         return _descriptor(self.owner, self.access_list)
 
@@ -353,7 +353,7 @@ def _decode_queue(doc: dict[str, Any], key: str | None) -> QueueProperties:
               for name in ("quota_kb", "journal_quota_kb")}
     times: dict[str, Any] = {name: _seconds(doc, name) for name in ("create_time", "modify_time")}
     type_id = _check_type(doc, "type_id", (str,), optional=True)
-    # Added after version 1 records were written: absent means the default.
+    # Optional (version 1 records do not have it): absent means the default.
     retries = (_check_type(doc, "receive_retry_count", (int,), optional=True)
                if "receive_retry_count" in doc else DEFAULT_RECEIVE_RETRY_COUNT)
     # Added with access control: absent means a record written before it (no owner).

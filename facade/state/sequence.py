@@ -45,9 +45,9 @@ What follows from that:
   topic is queue-manager state like the registries: keep it as long as the queue manager's
   GUID is in use. (A cluster that loses all its data loses the queue-manager registry too, and
   the next ``open()`` registers a new GUID.)
-* **No local file.** Earlier versions kept a counter file ``$KMQ_HOME/<qm>.sequence``; it gave
-  each host its own counter (so hosts sharing a name collided), and a corrupt or truncated
-  file restarted it at 0. A leftover file is never read.
+* **No local file.** A counter file per host would give each host its own counter (so hosts
+  sharing a queue manager would collide), and a corrupt or truncated file would restart it at
+  0. A ``$KMQ_HOME/<qm>.sequence`` file is never read.
 """
 
 from __future__ import annotations

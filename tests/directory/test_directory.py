@@ -195,7 +195,7 @@ def _located(directory: Directory, pattern: str) -> list[str]:
 
 
 def test_locate_labels_with_filter_characters_match_literally(directory: Directory) -> None:
-    # Issue 18 item 9: the embedded store raised LDAPInvalidFilterError on "(" in a pattern.
+    # Matched literally: "(" in a pattern must not raise LDAPInvalidFilterError (embedded store).
     for name, label in _SPECIAL_LABELS.items():
         _queue(directory, name, label=label)
     _queue(directory, "plain", label="plain")
@@ -369,7 +369,7 @@ def test_only_rights_holders_change_delete_or_repermission(directory: Directory,
     directory.delete_public_queue(q.guid)
 
 
-# -- expansions validated by the directory's change marker (issue 16) ---------------------------
+# -- expansions validated by the directory's change marker --------------------------------------
 
 
 def _raw_modify(directory: Directory, settings: DirectorySettings, dn: str,

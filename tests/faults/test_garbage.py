@@ -1,4 +1,4 @@
-"""Garbage in every kmq topic while senders and competing receivers work (issue 18, "Also").
+"""Garbage in every kmq topic while senders and competing receivers work.
 
 Two queues, ``garbage1`` (with a journal) sent to by a RECOVERABLE sender process and
 ``garbage2`` by an EXPRESS sender that waits for every verdict (both acknowledged), each drained

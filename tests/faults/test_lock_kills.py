@@ -1,4 +1,4 @@
-"""Peek-lock receivers killed with SIGKILL while they hold a message (issue 12's fault list).
+"""Peek-lock receivers killed with SIGKILL while they hold a message.
 
 Each holder process takes the one message of a queue with ``receive(lock=True)`` and is killed
 before it completes or abandons it. The lock's lease is the only way the message comes back:

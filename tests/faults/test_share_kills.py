@@ -1,5 +1,4 @@
-"""Receivers of a share-arbitrated queue (issue 35) killed with SIGKILL in a loop while four
-drain it.
+"""Receivers of a share-arbitrated queue killed with SIGKILL in a loop while four drain it.
 
 One sender process sends RECOVERABLE messages to a queue created with
 ``arbitration="share"`` while four receiver processes take from it; every ``KILL_EVERY``

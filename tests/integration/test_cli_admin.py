@@ -1,6 +1,6 @@
 r"""The administrator's commands against a real broker, through typer's runner: message counts,
 browse, peek/receive by id, move, dlq requeue/delete, delete-message, journal purge, the outgoing
-queue, confirmation before purge and delete, and the output fixes (help, error text, --json on
+queue, confirmation before purge and delete, and the output rules (help, error text, --json on
 failure).
 
 Situations (expired messages, journaled receives) are made with the Python API on the queue

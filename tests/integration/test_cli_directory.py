@@ -167,8 +167,8 @@ def test_a_stranger_cannot_remove_a_queue_from_someone_elses_list(
 
 
 def test_locate_with_filter_characters_prints_queues_or_none_found(cli_env: str) -> None:
-    # Issue 18 item 9: these labels gave an LDAPInvalidFilterError traceback on the embedded
-    # store, and "*)(objectClass=*" listed every public queue.
+    # Matched literally: on the embedded store "(" must not give an LDAPInvalidFilterError
+    # traceback, and "*)(objectClass=*" must not list every public queue.
     eu = _run("queue", "create", "orders-eu", "--public", "--label", "Orders (EU)")
     _run("queue", "create", "secret", "--public", "--label", "Secret")
     located = _run("queue", "locate", "--label", "Orders (EU*")

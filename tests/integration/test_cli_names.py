@@ -1,4 +1,4 @@
-r"""Issue 17: one resolver of queue names for every CLI command (facade.cli._names).
+r"""One resolver of queue names for every CLI command (facade.cli._names).
 
 Bare names, path names with and without ``.\``, format names, ``dl:NAME``, ``DL=NAME`` and
 ``alias:NAME`` are accepted alike by send, receive, peek, queue show/set/purge/delete and journal

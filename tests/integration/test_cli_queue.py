@@ -62,13 +62,13 @@ def _usage_error_naming(result, option: str) -> None:  # noqa: ANN001 (click Res
     assert f"Invalid value for '{option}'" in output, output
 
 
-@pytest.mark.timeout(60)  # the old code waited forever on nan and inf: fail, do not hang
+@pytest.mark.timeout(60)  # a wait forever on nan or inf must fail the test, not hang it
 @pytest.mark.parametrize("command", ["receive", "peek"])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "1e308"])
 def test_receive_and_peek_refuse_a_timeout_that_is_not_seconds(cli_env: None, command: str,
                                                                 value: str) -> None:
-    # Issue 18 item 8: on an existing, empty queue `--timeout nan` (and inf, 1e308) waited
-    # forever and -1 was a receive timeout; each is a usage error naming --timeout now.
+    # On an existing, empty queue `--timeout nan` (and inf, 1e308) would wait forever and -1
+    # would be a receive timeout: each is a usage error naming --timeout.
     q = r".\private$\timeouts"
     _run("queue", "create", q)
     result = CliRunner().invoke(app, [command, q, "--timeout", value])
@@ -86,7 +86,7 @@ def _kmq(*args: str | bytes) -> subprocess.CompletedProcess:
 @pytest.mark.timeout(180)
 def test_body_bytes_from_the_command_line_are_sent_as_given(cli_env: None, broker: BrokerEndpoint,
                                                             kmq_home: Path) -> None:
-    # Issue 18 item 10: `kmq send Q --body $'\xff\xfe'` printed a UnicodeEncodeError traceback.
+    # `kmq send Q --body $'\xff\xfe'` sends those bytes, not a UnicodeEncodeError traceback.
     q = r".\private$\raw"
     _run("queue", "create", q)
     body = b"\xff\xfe not UTF-8 \x80 \xc3\xa9"

@@ -1,4 +1,4 @@
-r"""Issue 17: `kmq send` sets every message property an MSMQ sender sets, and `--json` always
+r"""`kmq send` sets every message property an MSMQ sender sets, and `--json` always
 prints one JSON document on stdout (the message, or the error)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 17: what `kmq queue list` loads, in a fresh interpreter against a real broker.
+"""What `kmq queue list` loads, in a fresh interpreter against a real broker.
 
 Start-up time is measured in docs/performance.md; here the guard is what is imported, not a
 deadline: no pydantic (typer's value adapters, built only for values given), no rich help

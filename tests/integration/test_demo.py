@@ -88,10 +88,10 @@ def test_demo_accounts_for_every_copy(demo_env: Path, corpus: Path, tmp_path: Pa
     assert routes["security"] == 12 and routes["response"] == 12  # depths 2, 7, 12, 17 x 3
     assert routes["multiple-element"] > 0 and routes["direct"] > 0
     assert data["requests"] == {"sent": 12, "answered": 12}
-    # Issue 15: every request was signed and encrypted, and the security desk verified each.
+    # Every request was signed and encrypted, and the security desk verified each.
     guarantees = data["guarantees"]
     assert guarantees["security requests verified"] == "12 of 12 (signed and encrypted)"
-    # Issue 14: a slice went through the transactional queue, TRANSACTION_SIZE per transaction.
+    # A slice went through the transactional queue, TRANSACTION_SIZE per transaction.
     sent_in_transactions = routes["transactional"]
     assert sent_in_transactions > 0
     transactions = -(-sent_in_transactions // TRANSACTION_SIZE)

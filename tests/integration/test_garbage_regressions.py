@@ -1,17 +1,16 @@
-"""Regressions found by the garbage fault scenario (``tests/faults/test_garbage.py``).
+"""Garbage that the garbage fault scenario (``tests/faults/test_garbage.py``) writes, one case
+at a time on a real broker.
 
 * A record whose kmq headers are valid but whose value is no envelope (truncated, or another
-  schema) made every peek raise ``EnvelopeError``, so ``kmq dlq list`` and ``kmq journal list``
-  failed for good on such a record in a dead-letter queue or a journal, which nothing receives
-  from. A peek now dead-letters it as poison, as a receive does.
+  schema): a peek dead-letters it as poison, as a receive does. Were the peek to raise
+  ``EnvelopeError``, ``kmq dlq list`` and ``kmq journal list`` would fail for good on such a
+  record in a dead-letter queue or a journal, which nothing receives from.
 * A damaged row in the durable outgoing store (headers that are not JSON, a value stored as
-  text, text that is not UTF-8...) made ``QueueManager.open()`` raise in every process of the
-  queue manager on that host; a row whose value is no envelope stayed in the store for good,
-  logged at every recovery. Recovery now dead-letters both as poison and removes them. A row
-  whose envelope names no valid destination also stayed for good; it now fails at its deadline
-  like the copy of a queue that is gone.
-
-Both tests failed on the code before the fix.
+  text, text that is not UTF-8...), or a row whose value is no envelope: recovery dead-letters
+  both as poison and removes them, so ``QueueManager.open()`` does not raise in every process
+  of the queue manager on that host and no row is logged at every recovery for good. A row
+  whose envelope names no valid destination fails at its deadline like the copy of a queue
+  that is gone.
 """
 
 from __future__ import annotations
@@ -71,8 +70,8 @@ def test_damaged_outgoing_rows_are_dead_lettered_and_the_queue_manager_opens(
     topic = qm.create_queue(r".\private$\damaged-store")._single().topics.data
     path = qm.transmitter.outgoing.path
     ids = damage_outgoing_store(path, topic)
-    # A valid envelope whose destination is no format name, past its deadline: it stayed for
-    # good ("cannot be recovered now" at every open); now it fails as a vanished queue's copy.
+    # A valid envelope whose destination is no format name, past its deadline: it fails as a
+    # vanished queue's copy rather than stay for good ("cannot be recovered now" at every open).
     lost = Message(id=MessageId(uuid.uuid4(), 9), body=b"nowhere", destination_queue="no::where",
                    journal=JournalLevel.DEADLETTER)
     record = encode_message(lost)
@@ -99,8 +98,8 @@ def test_damaged_outgoing_rows_are_dead_lettered_and_the_queue_manager_opens(
 @pytest.mark.parametrize("action", ["move", "mark_rejected"])
 def test_moving_or_rejecting_a_broken_record_says_it_went_to_the_dead_letter_queue(
         qm: QueueManager, broker: BrokerEndpoint, action: str) -> None:
-    # Found by the type check (issue 13): move() and mark_rejected() returned None, typed as a
-    # Message, for a record whose value is no envelope; the caller now hears where it went.
+    # For a record whose value is no envelope, move() and mark_rejected() have no Message to
+    # return: they raise MessageNotFound saying the record went to the dead-letter queue.
     q = qm.create_queue(rf".\private$\broken-{action.replace('_', '-')}")
     valid = encode_message(Message(id=MessageId(uuid.uuid4(), 1), body=b"cut short"))
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all",

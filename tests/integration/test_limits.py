@@ -1,4 +1,4 @@
-"""Message size limits and records the broker refuses for good (issue 18), on a real broker.
+"""Message size limits and records the broker refuses for good, on a real broker.
 
 A record the broker can never accept must not lock out the queue manager: it is refused before
 it is stored, and one that reaches the outgoing queue anyway (left by a kmq with other limits,
@@ -53,7 +53,7 @@ def _outgoing(qm: QueueManager) -> OutgoingQueue:
 def test_too_large_recoverable_send_is_refused_before_it_is_stored(
     broker: BrokerEndpoint, qm: QueueManager
 ) -> None:
-    """The reproduction of issue 18: another process sends a body over the limit, then exits."""
+    """Another process sends a body over the limit, then exits: nothing is stored to replay."""
     qm.create_queue(r".\private$\big")
     script = (
         "import json, sys\n"
@@ -130,7 +130,7 @@ def test_record_refused_by_the_producer_is_dead_lettered_on_open(qm: QueueManage
 class _RefusingProducer:
     """Stands in for a producer whose broker refuses every record with ``error`` in its
     delivery report, as Kafka does for a record over the topic's ``max.message.bytes`` or a
-    topic the principal may not write (Tansu applies neither, so the verdict is simulated)."""
+    topic the principal may not write: each refusal code arrives as a delivery report has it."""
 
     def __init__(self, error: KafkaError):
         self.error = error

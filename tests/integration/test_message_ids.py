@@ -1,10 +1,10 @@
-"""Message ids stay unique across processes and hosts of one queue manager (issue 18 item 6,
-issue 12), on real broker processes.
+"""Message ids stay unique across processes and hosts of one queue manager, on real broker
+processes.
 
-Before: each host counted in its own ``$KMQ_HOME/<qm>.sequence`` file, restarted at 0 from an
-empty or corrupt one, so two sends got the same id and receivers dropped the second as a
-duplicate, silently. Now blocks of ids are leased through the queue manager's
-``kmq.<qm>.system.idblocks`` topic (see :mod:`facade.state.sequence`).
+Blocks of ids are leased through the queue manager's ``kmq.<qm>.system.idblocks`` topic (see
+:mod:`facade.state.sequence`). A counter per host, in a ``$KMQ_HOME/<qm>.sequence`` file,
+would restart at 0 from an empty or corrupt file, so two sends would get the same id and
+receivers would drop the second as a duplicate, silently.
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ def test_a_leftover_sequence_file_never_makes_ids_repeat(broker: BrokerEndpoint,
     with QueueManager.open(config) as qm:
         qm.create_queue(r".\private$\ids")
     bodies, ids = [], []
-    # What a crash mid-write (or a bad disk) left behind under the earlier design: each of
-    # these restarted that design's counter at 0.
+    # What a crash mid-write (or a bad disk) leaves in a counter file: a counter read from
+    # any of these would restart at 0. kmq never reads the file.
     for leftover in (b"", b"garbage", b"0", b"12\x00", b"\xff\xfe", None):
         if leftover is not None:
             (kmq_home / f"{name}.sequence").write_bytes(leftover)

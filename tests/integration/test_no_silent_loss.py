@@ -1,8 +1,6 @@
-"""Issue 18 on the receive path: a receive never removes a message it does not hand out, fresh
+"""No silent loss on the receive path: a receive never removes a message it does not hand out, fresh
 receivers read long queues and take the highest priority first, malformed records in a
-receipts topic never wedge a queue, and bad timeouts are refused.
-
-Each test failed on the code before the fix (see the issue's items 2, 3, 4, 7 and 8)."""
+receipts topic never wedge a queue, and bad timeouts are refused."""
 
 from __future__ import annotations
 
@@ -44,7 +42,7 @@ def _fill(q, count: int, priority: int = 3) -> None:
     q.send(Message(body=b"last of the batch", priority=priority), wait=True)
 
 
-# -- item 2: a fresh receiver reads a queue with thousands of receipts ----------------------------
+# -- a fresh receiver reads a queue with thousands of receipts ------------------------------------
 
 
 def test_fresh_receiver_reads_a_queue_with_thousands_of_receipts(
@@ -53,8 +51,8 @@ def test_fresh_receiver_reads_a_queue_with_thousands_of_receipts(
     _fill(q, 5_999)
     receipts = q._single().topics.receipts
     producer = _raw_producer(broker)
-    # One receipt per produce request, as receivers write them: many small batches are what
-    # starved readers with kmq's old fetch settings.
+    # One receipt per produce request, as receivers write them: many small batches starve a
+    # reader whose fetch settings are not made for them.
     for offset in range(5_000):
         claim = new_claim(ReceiptAction.RECEIVE, (offset,), "test:receiver")
         producer.produce(receipts, encode_receipt(claim))
@@ -68,7 +66,7 @@ def test_fresh_receiver_reads_a_queue_with_thousands_of_receipts(
     assert other.receive(timeout=30).lookup_id == 5_001
 
 
-# -- item 4: priority order for a fresh receiver --------------------------------------------------
+# -- priority order for a fresh receiver ----------------------------------------------------------
 
 
 @pytest.mark.parametrize("backlog", [1_000, 3_000])
@@ -85,7 +83,7 @@ def test_fresh_receiver_takes_the_highest_priority_first(qm: QueueManager, backl
     assert receiver.receive(timeout=30).priority == 3
 
 
-# -- item 3: a receive that raises removes nothing it does not hand out -----------------------
+# -- a receive that raises removes nothing it does not hand out -------------------------------
 
 
 def _fail_first_settle(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -172,7 +170,7 @@ def test_receive_many_whose_journal_batch_fails_keeps_the_whole_batch(
     assert copies == sent
 
 
-# -- item 7: the poison sweep survives receipts that remove records it listed --------------------
+# -- the poison sweep survives receipts that remove records it listed ----------------------------
 
 
 def test_poison_sweep_skips_records_removed_while_it_runs(
@@ -243,7 +241,7 @@ def test_purge_frees_the_records_it_removed(qm: QueueManager) -> None:
     assert q._view is not None and len(q._view.records) == 0
 
 
-# -- item 8: timeouts --------------------------------------------------------------------------
+# -- timeouts ----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("timeout", [math.nan, math.inf, -1.0, "5"])
@@ -258,7 +256,7 @@ def test_bad_receive_and_peek_timeouts_are_refused(qm: QueueManager, timeout: ob
         q.cursor().peek_current(timeout=timeout)  # type: ignore[arg-type]
 
 
-# -- issue 17: a copy refused by the queue quota is never lost without a trace -----------------
+# -- a copy refused by the queue quota is never lost without a trace ---------------------------
 
 
 def test_send_over_the_quota_raises_unless_dead_lettered(qm: QueueManager) -> None:

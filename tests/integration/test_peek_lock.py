@@ -1,4 +1,4 @@
-"""Receive modes (issue 12) on a real broker: peek-lock (complete, abandon, lease expiry after a
+"""Receive modes on a real broker: peek-lock (complete, abandon, lease expiry after a
 SIGKILL, lock lost), poison after too many releases, and prefetch (two handles, close, crash).
 
 Waits are generous: a lease of 2 s is waited for by receivers with timeouts of a minute, never

@@ -1,4 +1,4 @@
-"""Queue access lists enforced on every operation (issue 15: access control).
+"""Queue access lists enforced on every operation (access control).
 
 Two queue managers of the same name on the session broker act for two principals: ``alice``
 creates the queues (so she owns them, with full control) and ``bob`` is the other caller.

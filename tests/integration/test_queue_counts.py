@@ -1,4 +1,4 @@
-"""Issue 36 item 5: ``kmq queue list`` counts every queue without reading every queue.
+"""``kmq queue list`` counts every queue without reading every queue.
 
 ``QueueManager.queue_counts`` (``facade.state.queuecounts``) counts from one end-offset query for all
 queues, one read of the snapshot topic and the records written since each queue's latest

@@ -1,9 +1,9 @@
 """Deleting a queue that applications have open: they get QueueNotFound on their next
 operation on it and keep working for every other queue; they are never killed.
 
-librdkafka 2.16 could crash a process (SIGSEGV) whose consumer was fetching a topic when it
-was deleted; these tests failed with exit status -11 before readers rested while unused
-(``facade.kafka.librdkafka.TopicReader``) and deletes stopped this process's readers first.
+librdkafka 2.16 can crash a process (SIGSEGV) whose consumer is fetching a topic when it is
+deleted, which these tests see as exit status -11; readers rest while unused
+(``facade.kafka.librdkafka.TopicReader``) and deletes stop this process's readers first.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Batch, iterating and asynchronous receives (issue 12's receive modes) on a real broker."""
+"""Batch, iterating and asynchronous receives on a real broker."""
 
 from __future__ import annotations
 

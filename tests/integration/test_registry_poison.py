@@ -1,8 +1,8 @@
-"""Malformed records in the registry topics, written raw to the real broker (issue 18, item 5).
+"""Malformed records in the registry topics, written raw to the real broker.
 
-Before the fix one ``produce("__kmq.queues", key, b"not json")`` made ``QueueManager.open()``
-raise in every process of every queue manager. Now each process skips such records alike, logs
-each once with where it is and why, and counts them (``Registry.malformed``, ``kmq qm info``).
+One ``produce("__kmq.queues", key, b"not json")`` must not make ``QueueManager.open()`` raise
+in every process of every queue manager: each process skips such records alike, logs each
+once with where it is and why, and counts them (``Registry.malformed``, ``kmq qm info``).
 
 The registry topics are shared by every test of the session's broker, so these records use
 keys of their own (a fresh queue-manager name), and the test ends by writing tombstones for

@@ -1,4 +1,4 @@
-"""Share-group arbitration (issue 35, facade.queues.sharequeue) on a real Apache Kafka 4.4 broker:
+"""Share-group arbitration (facade.queues.sharequeue) on a real Apache Kafka 4.4 broker:
 the group and dead-letter topic create_queue sets up, receive once each across handles and
 processes, poison at the delivery limit with its count, a record the broker archived drained
 into ;poison, the refusals, and the CLI."""

@@ -1,4 +1,4 @@
-"""Issue 15 part 1 (seed 002): signed and encrypted messages, certificates in the directory.
+"""Signed and encrypted messages (seed 002), certificates in the directory.
 
 Real broker, embedded directory under the test's KMQ_HOME. Each attack gives the right NACK (or
 an error to the sender) and the message is never handed out, lost without a trace, or written in

@@ -1,6 +1,6 @@
 """Queue snapshots on a real broker: a handle opens from the latest valid snapshot plus the log
-tail and reaches the same verdicts as one that replays the logs from offset 0 (issue 12,
-"bounded state")."""
+tail and reaches the same verdicts as one that replays the logs from offset 0 (docs/design.md,
+"Bounded state")."""
 
 from __future__ import annotations
 

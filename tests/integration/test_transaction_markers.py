@@ -4,8 +4,8 @@ Every committed or aborted Kafka transaction leaves a control record (a marker) 
 partition it wrote, and an aborted one leaves its records too: gaps that read_committed readers
 never see and that never fill. A view skips them as they come (``QueueView._reopen_after_gap``),
 without reading the topic again from the gap: a view that re-read from every gap, with its
-reader's fetch wait raised meanwhile, read a queue behind aborted transactions at a few records
-per second and its receive gave up after 60 s.
+reader's fetch wait raised meanwhile, would read a queue behind aborted transactions at a few
+records per second, and its receive would give up after 60 s.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Transactions (issue 14) on a real broker: MSMQ's exactly-once, in-order promise on Kafka
+"""Transactions on a real broker: MSMQ's exactly-once, in-order promise on Kafka
 transactions (facade.queues.transaction).
 
 The seeds' examples (000, 001): M1 to N1={Q1,Q2}, M2 to N2={Q2,Q3} and M3 to Q2 in one

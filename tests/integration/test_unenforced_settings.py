@@ -1,4 +1,4 @@
-"""Issue 17: a message property or queue setting kmq does not enforce yet is refused with a
+"""A message property or queue setting kmq does not enforce yet is refused with a
 clear error, never accepted and ignored (transactions; the security properties kmq does not
 implement are refused in test_signed_encrypted.py)."""
 

@@ -64,7 +64,8 @@ def _drain(queue, first_timeout: float = 15.0) -> list[Message]:
 
 def _raw_count(qm: QueueManager, topic: str) -> int:
     """The topic's end offset: records physically in ``topic``, duplicates and transaction
-    markers included (from a fetch response: a ListOffsets answer can be inexact on Tansu)."""
+    markers included (from a fetch response: some Kafka-API brokers answer ListOffsets
+    inexactly)."""
     session = KafkaSession(qm.config.bootstrap_servers)
     try:
         return session.watermarks([topic])[topic][1]

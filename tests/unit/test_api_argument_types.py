@@ -1,4 +1,4 @@
-"""Issue 36 item 2: an argument of the wrong type, on any public method of the public API
+"""An argument of the wrong type, on any public method of the public API
 (``from facade import ...``), gets kmq's own error naming the parameter: InvalidParameter
 (ConfigurationError for a setting, EnvelopeError where a method decodes a record), never a bare
 TypeError or AttributeError from deeper down, and nothing is stored or sent.
@@ -465,8 +465,8 @@ def test_a_wrong_type_gets_kmqs_error_naming_the_parameter(env: Env, case: Case,
 
 
 def test_send_takes_a_body_alone_as_system_messagings_send_object_does(env: Env) -> None:
-    """Issue 36 item 2's example: ``q.send(b"raw")`` raised AttributeError ('bytes' object
-    has no attribute 'stamped'); a body alone is now a message with default properties."""
+    """``q.send(b"raw")`` sends a message with default properties and that body, not an
+    AttributeError ('bytes' object has no attribute 'stamped')."""
     queue = env.qm.create_queue(r".\private$\bodies")
     try:
         sent = queue.send(b"raw", wait=True)

@@ -1,10 +1,10 @@
 """Writes the cluster cannot acknowledge (too few in-sync replicas, brokers down) say why.
 
-Found by ``tests/faults/test_three_brokers.py`` on a three-node cluster with two brokers
-stopped: the broker answered NOT_ENOUGH_REPLICAS, which the producer retries in silence, and
-sends failed with "not acknowledged within 5 s" or "lease a message-id block ... failed: Local:
-Message timed out", naming neither the cause nor the fix. Stand-ins replace the broker here;
-the fault suite drives the real cluster.
+On a three-node cluster with two brokers stopped (``tests/faults/test_three_brokers.py``) the
+broker answers NOT_ENOUGH_REPLICAS, which the producer retries in silence, so a send would
+end in "not acknowledged within 5 s" or "lease a message-id block ... failed: Local: Message
+timed out", naming neither the cause nor the fix. Stand-ins replace the broker here; the fault
+suite drives the real cluster.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def test_interval_refuses_zero(env: dict) -> None:
 @pytest.mark.parametrize("command", ["receive", "peek"])
 @pytest.mark.parametrize("value", ["nan", "-1", "1e308"])
 def test_timeout_checked_before_anything_opens(env: dict, command: str, value: str) -> None:
-    # Without a broker the old code failed with exit 1 (no broker); the value is refused first.
+    # Without a broker: the value is refused first (a usage error), not exit 1 for no broker.
     output = _usage_error(env, [command, r".\private$\q", "--timeout", value], "--timeout")
     assert "give seconds from 0 to 4294967.294" in output
 
@@ -82,8 +82,8 @@ def test_bench_payload_is_bounded(env: dict) -> None:
 ])
 def test_text_that_is_not_text_is_refused_naming_the_option(env: dict, args: list[str],
                                                             option: str) -> None:
-    # \udcXX is how Python keeps an undecodable argv byte (PEP 383); the directory commands
-    # used to die with a UnicodeEncodeError traceback when such a value reached LDAP.
+    # \udcXX is how Python keeps an undecodable argv byte (PEP 383); such a value reaching
+    # LDAP would end a directory command in a UnicodeEncodeError traceback.
     output = _usage_error(env, args, option)
     assert "is not utf-8 text" in output
 

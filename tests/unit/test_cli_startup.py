@@ -1,6 +1,6 @@
-"""Issue 17: `kmq --help` and the command line's import load no Kafka client, directory client,
-benchmark or queue manager: those load when a command runs (start-up time, measured in the
-issue's report and docs/performance.md; checked here by what is imported, not by a deadline).
+"""`kmq --help` and the command line's import load no Kafka client, directory client,
+benchmark or queue manager: those load when a command runs (start-up time, measured in
+docs/performance.md; checked here by what is imported, not by a deadline).
 
 `--help` loads no rich either (click's plain help, not typer's rich panels, and kmq's tables
 import rich when they print) and no pydantic (typer builds its value adapters only for values

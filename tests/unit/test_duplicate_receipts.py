@@ -1,12 +1,12 @@
 """A receipt a producer retry wrote twice changes nothing (docs/design.md, "A receipt is written
 once").
 
-On a three-node cluster whose brokers were stopped under load
-(``tests/faults/test_three_brokers.py``), receivers lost messages their own receipts had
-removed, as a receipt written twice loses them: a request that timed out or met a leader
-change can be appended before a non-idempotent producer sends it again. Here every receipt is
-written twice, the delivery report naming the second copy as a retry's does, on the in-memory
-Kafka; before the fix half of the messages were lost, with one receiver and with two.
+A request that timed out or met a leader change can be appended before a non-idempotent
+producer sends it again, as on a three-node cluster whose brokers are stopped under load
+(``tests/faults/test_three_brokers.py``). A claimant that took the second copy's verdict
+(lost) for its claim would never hand out the message its first copy removed. Here every
+receipt is written twice, the delivery report naming the second copy as a retry's does, on
+the in-memory Kafka, with one receiver and with two.
 """
 
 from __future__ import annotations

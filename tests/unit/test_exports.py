@@ -40,12 +40,12 @@ def test_nothing_imported_but_exported() -> None:
     assert imported == set(facade.__all__)
 
 
-#: Issue 13's contract: the names an application imports from ``facade`` alone.
+#: The contract: the names an application imports from ``facade`` alone.
 _CONTRACT = ("QueueManager", "MessageQueue", "Cursor", "QueueProperties", "Message",
              "Destination", "LockedMessage", "MessageId", "FormatName", "QueuePath", "KmqConfig")
 
 
-def test_the_issue_names_are_public_and_the_real_classes() -> None:
+def test_the_contract_names_are_public_and_the_real_classes() -> None:
     from facade.queues.cursor import Cursor
     from facade.manager import QueueManager
     from facade.queues.queue import MessageQueue

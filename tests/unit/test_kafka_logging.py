@@ -1,4 +1,4 @@
-"""Issue 17: an unreachable broker gives one error line at once, not a flood of librdkafka logs.
+"""An unreachable broker gives one error line at once, not a flood of librdkafka logs.
 
 No broker is needed: the "brokers" here are a closed port and a socket that accepts connections
 and closes them (so librdkafka retries and logs, as it would against a dead broker).

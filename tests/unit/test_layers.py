@@ -188,8 +188,9 @@ def _private_uses(path: Path) -> list[str]:
 
 
 def test_cursor_and_spark_reach_into_no_internals() -> None:
-    """Issue 13: the cursor walks its queue through the ``QueueReader`` protocol and Spark uses
-    the facade's public modules (``facade.queues.receiving``...), not ``MessageQueue``'s internals."""
+    """One receive path: the cursor walks its queue through the ``QueueReader`` protocol and
+    Spark uses the facade's public modules (``facade.queues.receiving``...), not
+    ``MessageQueue``'s internals."""
     paths = [ROOT / "facade" / "queues" / "cursor.py", *sorted((ROOT / "spark_connector").glob("*.py"))]
     # PySpark's py4j gateway has no public name: the only way to ask the JVM for a class.
     pyspark_gateway = ("._jvm", "._jsparkSession")

@@ -1,11 +1,12 @@
 """Errors of reads while a partition's leader moves (a broker crashed or was stopped).
 
-Found by ``tests/faults/test_three_brokers.py`` on a three-node cluster: while a crashed
-leader left the metadata, a send failed with "Broker handle destroyed without termination"
-(its registry refresh asked the end offsets) and receives with "Leader high watermark is not
-caught up" and "Timed out in queue" (their starvation check), all as a BrokerError, which
-ended the receiver process; and with two brokers down an admin request's future raised a bare
-TimeoutError. Stand-ins replace the broker here; the fault suite drives the real cluster.
+As ``tests/faults/test_three_brokers.py`` shows on a three-node cluster: while a crashed
+leader leaves the metadata, a send meets "Broker handle destroyed without termination" (its
+registry refresh asks the end offsets) and receives meet "Leader high watermark is not caught
+up" and "Timed out in queue" (their starvation check). These are BrokerUnavailable, not a
+BrokerError that would end the receiver process; and with two brokers down an admin request's
+future must not raise a bare TimeoutError. Stand-ins replace the broker here; the fault suite
+drives the real cluster.
 """
 
 from __future__ import annotations
@@ -28,16 +29,16 @@ TOPIC = "kmq.t.private.q"
 @pytest.mark.parametrize("code", [KafkaError._DESTROY_BROKER, KafkaError.OFFSET_NOT_AVAILABLE,
                                   KafkaError._TIMED_OUT_QUEUE])
 def test_a_leader_change_is_unavailable_not_a_broker_error(code: int) -> None:
-    # A receive's starvation check met OFFSET_NOT_AVAILABLE from a new leader, and "Timed out
-    # in queue" while a crashed node's connection was down: as a BrokerError each ended the
+    # A receive's starvation check meets OFFSET_NOT_AVAILABLE from a new leader, and "Timed out
+    # in queue" while a crashed node's connection is down: as a BrokerError each would end the
     # receive (and the receiver process) for good.
     error = kafka_error_to_queue_error(KafkaError(code), "read end offsets", TOPIC)
     assert isinstance(error, BrokerUnavailable)
 
 
 def test_an_admin_request_without_an_answer_is_unavailable() -> None:
-    # describe_configs' future raised a bare TimeoutError past kmq's error tree while two of
-    # three brokers (and so most KRaft controllers) were down.
+    # describe_configs' future raises a bare TimeoutError, outside kmq's error tree, while two
+    # of three brokers (and so most KRaft controllers) are down.
     with pytest.raises(BrokerUnavailable, match="describe topic configs .* did not answer"):
         with map_kafka_errors("describe topic configs", TOPIC):
             raise concurrent.futures.TimeoutError()
@@ -72,9 +73,9 @@ def test_end_offsets_ask_again_while_the_leader_moves(code: int) -> None:
 
 def test_a_receive_whose_verdict_cannot_be_read_keeps_what_its_receipt_won(
         memory_qm: QueueManager) -> None:
-    # On the cluster the read-back of a receipt already in the log failed with a BrokerError
-    # (above): the receive raised it and gave up its claim, and the message the receipt had
-    # won was removed from the queue and handed to nobody.
+    # The read-back of a receipt already in the log can fail (above): a receive that raised
+    # and gave up its claim would leave the message its receipt won removed from the queue
+    # and handed to nobody.
     sender = memory_qm.create_queue(r".\private$\readback")
     _, second = sender.send_many([Message(body=b"1"), Message(body=b"2")], wait=True)
     mine, other = (memory_qm.open_queue(r".\private$\readback") for _ in range(2))

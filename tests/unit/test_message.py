@@ -471,8 +471,8 @@ def test_boundary_values_are_accepted(name: str, value: object) -> None:
 
 
 def test_timers_take_msmqs_whole_ulong_range_zero_and_its_words_included() -> None:
-    """Issue 36 item 4: MSMQ's TTBR and TTRQ are ULONG seconds, 0 to 0xFFFFFFFF, where
-    INFINITE (and for TTRQ LONG_LIVED) means the default: 0 was refused, and the words too."""
+    """MSMQ's TTBR and TTRQ are ULONG seconds, 0 to 0xFFFFFFFF, where INFINITE (and for
+    TTRQ LONG_LIVED) means the default: 0 and the words are taken, not refused."""
     m = Message(time_to_be_received=0, time_to_reach_queue=0.0)
     assert (m.time_to_be_received, m.time_to_reach_queue) == (0, 0.0)
     assert Message(time_to_be_received=0xFFFFFFFE).time_to_be_received == 0xFFFFFFFE

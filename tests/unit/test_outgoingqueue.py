@@ -339,7 +339,7 @@ def test_lock_held_too_long_is_a_transient_error(
 
 def test_damaged_rows_are_left_out_of_pending_and_listed_as_unreadable(db_path: Path) -> None:
     # Written behind the store's back (a damaged disk, another program): reading them must not
-    # fail, or the queue manager could not open (found by tests/faults/test_garbage.py).
+    # fail, or the queue manager could not open (tests/faults/test_garbage.py writes such rows).
     with OutgoingQueue(db_path) as queue:
         good = queue.put(record(1))
         conn = sqlite3.connect(db_path, isolation_level=None)

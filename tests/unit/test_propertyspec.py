@@ -32,8 +32,8 @@ ENVELOPE_AVSC = Path(__file__).resolve().parents[2] / "schemas" / "message_envel
 GUID = uuid.UUID("ae0c5671-f190-12ce-ae10-00dd0114290f")
 INSTANT = dt.datetime(2026, 11, 23, 18, 0, 0, 123000, tzinfo=dt.UTC)
 
-#: The envelope of :func:`populated` as the hand-written mapping (before the declarations)
-#: encoded it: the wire format must stay byte-identical.
+#: The envelope of :func:`populated`, byte for byte as the wire format fixes it: the
+#: declarations must encode exactly this.
 GOLDEN_VALUE = bytes.fromhex(
     "c301893b43ee82ae136c71560cae90f1ce12ae1000dd0114290f070000008280040271560cae90f1ce12ae10"
     "00dd0114290f060000000a021c06c6010a6f72646572a240106f726465722034320665787402344449524543"

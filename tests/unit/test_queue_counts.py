@@ -1,6 +1,6 @@
 """``QueueManager.queue_counts`` (facade.state.queuecounts) on the in-memory Kafka: after any mix of
 sends, receives, peek-locks, purges and snapshots on several queues, the batch counts equal
-each queue's own ``MessageQueue.counts()``. Issue 36 item 5; the broker-process test is
+each queue's own ``MessageQueue.counts()``. The broker-process test is
 tests/integration/test_queue_counts.py."""
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def test_path_names_must_be_names(memory_qm: QueueManager) -> None:
 def test_a_queue_whose_verdicts_are_gone_is_left_to_its_own_handle(
         memory_qm: QueueManager) -> None:
     """Receipts deleted with no snapshot covering them: the batch does not guess; the queue's
-    own handle says why it cannot count it, as it did before the batch existed."""
+    own handle says why it cannot count it, as it says for a count of that queue alone."""
     with memory_qm.create_queue(r".\private$\lost-verdicts") as q:
         for _ in range(3):
             q.send(Message(body=b"x"), wait=True)

@@ -1,4 +1,4 @@
-"""A queue's security descriptor in its registry record (issue 15: access control)."""
+"""A queue's security descriptor in its registry record (access control)."""
 
 from __future__ import annotations
 

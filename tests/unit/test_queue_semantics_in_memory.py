@@ -171,9 +171,10 @@ def test_transaction_is_invisible_until_commit_and_abort_sends_nothing(qm: Queue
 
 
 def test_a_restarted_sender_fences_the_old_one(qm: QueueManager) -> None:
-    """Kafka's zombie fencing, which Tansu cannot show (tests/integration/test_transactions.py
-    skips there): a second queue manager with the same transactional.id aborts what the first
-    one has open, and the first one's commit fails; a later transaction of it works again."""
+    """Kafka's zombie fencing on the in-memory Kafka (tests/integration/test_transactions.py
+    runs it on Apache Kafka): a second queue manager with the same transactional.id aborts what
+    the first one has open, and the first one's commit fails; a later transaction of it works
+    again."""
     assert isinstance(qm.session, MemoryKafkaSession)
     q = qm.create_queue(r".\private$\fenced", transactional=True)
     restart_fences_the_old_sender(qm, q, lambda: QueueManager.open(

@@ -68,8 +68,8 @@ def test_a_reader_at_the_end_offset_is_never_starved(reader: TopicReader,
 def test_only_time_spent_waiting_in_empty_polls_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     """A receiver that polls, works for a while and polls again was not waiting for the
     broker: the check runs after STARVED_AFTER seconds of waiting, however long between polls
-    (the demo's receivers, judged by the time since their first empty poll, raised their fetch
-    wait to 500 ms and then waited that long for every receipt's verdict on Tansu)."""
+    (judged by the time since their first empty poll, the demo's receivers would raise their
+    fetch wait to 500 ms and then wait that long for every receipt's verdict)."""
     made = TopicReader({"bootstrap.servers": "127.0.0.1:9"})
     made._next = {TOPIC: 0}
     queried: list[object] = []

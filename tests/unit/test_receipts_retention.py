@@ -3,7 +3,7 @@ buckets are deleted, and every handle opened or lagging afterwards still sees ex
 pending messages: none back, none lost.
 
 The queue manager's real code runs on the in-memory Kafka, which supports DeleteRecords and
-log start offsets (Tansu does not: there, kmq never deletes; see docs/design.md, "Retention").
+log start offsets (on a broker without them kmq never deletes; see docs/design.md, "Retention").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Unit tests for retention in the queue view: what is deleted, and opening at a log start > 0.
 
-The broker is a fake here (DeleteRecords cannot be exercised on Tansu, which panics on it);
+The broker is a fake here (each case sets whether DeleteRecords is supported and whether it fails);
 ``tests/integration/test_snapshots.py`` checks the capability probe against the real broker.
 """
 

@@ -1,10 +1,10 @@
 """What a send accepts, on every send path, on the in-memory Kafka (no broker):
 
-* issue 36 item 3: MSMQ's 4 MiB body limit (4,194,304 bytes): a body one byte larger is refused
+* MSMQ's 4 MiB body limit (4,194,304 bytes): a body one byte larger is refused
   with InvalidParameter naming its size and the limit, before anything is stored, by ``send``,
   ``send_many``, transactional sends, multiple-element sends and ``kmq send`` (Spark's sink:
-  tests/unit/test_sending.py); only the Kafka record limit (4,456,448 bytes) was enforced;
-* issue 36 item 4: ``kmq send --ttbr/--ttrq`` take the timer ranges the API takes
+  tests/unit/test_sending.py), not only the Kafka record limit (4,456,448 bytes);
+* ``kmq send --ttbr/--ttrq`` take the timer ranges the API takes
   (facade.model.timers): 0 and MSMQ's ULONG seconds up to INFINITE.
 """
 
@@ -120,8 +120,8 @@ def test_kmq_send_refuses_a_body_over_4_mib_and_sends_nothing(kmq: Callable[...,
 
 
 def test_kmq_send_takes_the_timer_ranges_the_api_takes(kmq: Callable[..., Any]) -> None:
-    """``--ttbr 0`` passed the option's check and was then refused by the message model, and
-    the option refused anything past 4294967.294 s, 1,000 times less than the API's limit."""
+    """``--ttbr 0`` is taken, not refused by the message model after the option's check, and
+    the option takes up to the API's limit, not 4294967.294 s (1,000 times less)."""
     kmq("queue", "create", "timers")
     kmq("send", "timers", "--body", "longest", "--ttbr", str(TIME_TO_BE_RECEIVED.maximum),
         "--ttrq", str(TIME_TO_REACH_QUEUE.maximum))

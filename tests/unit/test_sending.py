@@ -269,7 +269,7 @@ def test_the_spark_sink_writes_the_copies_journal_copy_and_acks_of_facade_sendin
 
 
 def test_stamping_refuses_a_body_over_msmqs_4_mib_for_every_sender() -> None:
-    """Issue 36 item 3: every send path stamps here, the facade's and Spark's sink alike."""
+    """Every send path stamps here, the facade's and Spark's sink alike."""
     assert _sent(body=b"x" * MAX_BODY_BYTES).body == b"x" * MAX_BODY_BYTES
     with pytest.raises(InvalidParameter, match=f"{MAX_BODY_BYTES + 1:,} bytes.*"
                                                f"{MAX_BODY_BYTES:,} bytes"):

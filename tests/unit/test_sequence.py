@@ -116,8 +116,8 @@ def test_a_block_needed_while_the_broker_is_away_fails_and_no_id_repeats() -> No
 
 def test_an_advance_request_that_failed_while_the_broker_was_away_is_asked_again_when_needed(
 ) -> None:
-    # On a three-node cluster the advance lease timed out while two brokers were down; the
-    # block ran out after they were back, and the send then failed with that old timeout.
+    # On a three-node cluster the advance lease can time out while two brokers are down; when
+    # the block runs out after they are back, the send must not fail with that stale timeout.
     source = _Partition()
     ids = MessageIdAllocator(GUID, source, timeout=5.0)
     ids.prepare()

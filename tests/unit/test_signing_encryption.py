@@ -1,4 +1,4 @@
-"""Signatures and body encryption (issue 15 part 1) without a broker: round trips, every field
+"""Signatures and body encryption without a broker: round trips, every field
 that must be covered, and fuzzing of the decoders (only the documented errors come out)."""
 
 from __future__ import annotations
