@@ -28,7 +28,15 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from typer.testing import CliRunner
 
-from facade import AccessDenied, Message, ReceiveTimeout
+from facade import (
+    AccessDenied,
+    BrokerError,
+    Delivery,
+    JournalLevel,
+    Message,
+    MessageClass,
+    ReceiveTimeout,
+)
 from facade.state import queueview
 from facade.cli import app
 from facade.config import KmqConfig
@@ -237,6 +245,28 @@ def test_a_non_super_user_works_within_the_synced_rights(site: Site) -> None:
     with site.open("alice") as qm, qm.begin_transaction() as tx:
         received = qm.open_queue(r".\private$\ledger").receive(timeout=10, transaction=tx)
         assert received.body == b"from mallory"
+
+
+def test_a_copy_the_broker_refuses_is_dead_lettered_with_nack_access_denied(site: Site) -> None:
+    """kmq's access list lets bob send, but the Kafka ACLs, not synced since the grant, do not:
+    the broker refuses the record (TOPIC_AUTHORIZATION_FAILED), so the sender gets the error,
+    the copy is dead-lettered with NACK_ACCESS_DENIED and its body, and nothing stays in the
+    outgoing queue to be retried."""
+    site.kmq("admin", "queue", "create", "sealed")
+    site.kmq("admin", "acl", "revoke", "sealed", "Everyone")
+    site.kmq("admin", "acl", "sync")
+    site.kmq("admin", "acl", "grant", "sealed", "bob", "send")
+    with site.open("bob") as qm:
+        sealed = qm.open_queue(r".\private$\sealed")
+        with pytest.raises(BrokerError, match="TOPIC_AUTHORIZATION_FAILED|[Aa]uthoriz"):
+            sealed.send(Message(body=b"for sealed", delivery=Delivery.RECOVERABLE,
+                                journal=JournalLevel.DEADLETTER), wait=True, timeout=WAIT)
+        assert qm.transmitter.outgoing.count() == 0
+    with site.open("admin") as qm:
+        dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=WAIT)
+        assert dead.message_class is MessageClass.NACK_ACCESS_DENIED
+        assert dead.body == b"for sealed"
+        assert "sealed" in dead.properties["kmq.reason"]
 
 
 def test_a_reader_refused_the_snapshots_topic_keeps_receiving(
