@@ -18,6 +18,7 @@ from facade import (
     InvalidParameter,
     LockLost,
     Message,
+    QueueNotFound,
     ReceiveTimeout,
     UnsupportedFormatNameOperation,
 )
@@ -243,3 +244,32 @@ def test_a_lapsed_lock_is_lost_and_the_message_delivered_again(qm: QueueManager)
     assert again.body == b"slow" and again.abort_count == 1
     with pytest.raises(LockLost):
         locked.complete()
+
+
+def test_a_kmq_that_arbitrates_by_receipts_gets_nothing_from_a_share_queue(
+        qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kmq that predates share arbitration reads the queue's record without its
+    ``arbitration`` (absent means receipts) and would be a second arbiter beside the share
+    group. It is stopped by the topic level: the registered receipts topic is never created,
+    and kmq's clients never create topics, so its receive fails and writes nothing, and the
+    share group hands the message out once."""
+    import dataclasses
+
+    from facade.state import registry
+
+    queue = qm.create_queue(r".\private$\mixed", arbitration="share")
+    queue.send(Message(body=b"once"), wait=True)
+    decode = registry._decode_queue  # the registry's record decoder, as an older kmq has it
+
+    def as_an_older_kmq(*args: Any, **kwargs: Any) -> Any:
+        return dataclasses.replace(decode(*args, **kwargs), arbitration="receipts")
+
+    monkeypatch.setattr(registry, "_decode_queue", as_an_older_kmq)
+    with QueueManager.open(qm.config) as older:
+        handle = older.open_queue(r".\private$\mixed")
+        assert handle.arbitration == "receipts"
+        with pytest.raises(QueueNotFound, match="share-arbitrated' does not exist"):
+            handle.receive(timeout=10)
+    monkeypatch.undo()
+    assert not qm.session.topic_exists(queue.properties.receipts_topic)
+    assert [m.body for m in _drain(queue)] == [b"once"]
