@@ -2,10 +2,12 @@
 
 TTBR and not-before are wall-clock instants in the record headers (``kmq.expires`` =
 sent time + TTBR, ``kmq.not_before``), compared with the reading process's clock. The clock is
-not changed on the machine: the tests move the time source kmq reads, which is
-``facade.queue._now_ms`` / ``_now`` (receive, peek, expiry, the ``kmq qm run`` sweeper, sent
-time), ``facade.cursor._now_ms`` (cursors) and ``facade.transmission._now_ms`` (TTRQ deadlines);
-``facade.queuestate`` takes "now" as an argument from those.
+not changed on the machine: the tests move the time source kmq reads, which is ``_now_ms`` of
+``facade.waitloop`` (receive, peek), ``facade.claims`` (a batch receive's candidates),
+``facade.systemactions`` (expiry, passed leases, the ``kmq qm run`` sweeper), ``facade.queue``
+(counts), ``facade.cursor`` (cursors) and ``facade.transmission`` (TTRQ deadlines), and
+``facade.sendpath._now`` (sent time); ``facade.queuestate`` takes "now" as an argument from
+those.
 
 What is proven:
 
@@ -26,9 +28,13 @@ import time
 
 import pytest
 
+import facade.claims
 import facade.cursor
 import facade.queue
+import facade.sendpath
+import facade.systemactions
 import facade.transmission
+import facade.waitloop
 from facade.errors import ReceiveTimeout
 from facade.manager import QueueManager
 from facade.message import Acknowledgment, JournalLevel, Message, MessageClass
@@ -42,9 +48,10 @@ class Clock:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.offset = 0.0
-        for module in (facade.queue, facade.cursor, facade.transmission):
+        for module in (facade.waitloop, facade.claims, facade.systemactions, facade.queue,
+                       facade.cursor, facade.transmission):
             monkeypatch.setattr(module, "_now_ms", self.now_ms)
-        monkeypatch.setattr(facade.queue, "_now", self.now)
+        monkeypatch.setattr(facade.sendpath, "_now", self.now)
 
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000 + int(self.offset * 1000)
