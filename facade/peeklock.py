@@ -236,7 +236,7 @@ class PeekLocks:
         return cast(list[LockedMessage], list(taken))
 
     def _take_many(self, view: QueueView, first: IndexEntry, limit: int, lease_ms: int,
-                          claimant: str | None) -> list[LockedMessage]:
+                   claimant: str | None) -> list[LockedMessage]:
         """Claim ``first`` and the candidates after it, ``limit`` in all, with one LOCK and hand
         out the messages it won, in receive order (an empty list if it won none).
 
@@ -289,7 +289,7 @@ class PeekLocks:
         return released
 
     def _take(self, view: QueueView, entry: IndexEntry,
-                     lease_ms: int, claimant: str | None = None) -> LockedMessage | None:
+              lease_ms: int, claimant: str | None = None) -> LockedMessage | None:
         """Claim ``entry`` with a LOCK receipt (a LOCK_FIRST naming the candidates after it
         too, while the view is contended) and hand out the message the lock won.
 
