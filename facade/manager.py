@@ -499,7 +499,7 @@ class QueueManager:
                 messages with one PREFETCH receipt and hands them out one by one from memory,
                 at most once; ``close()`` gives back the ones not handed out, and if the
                 process dies they are dead-lettered once ``prefetch_lease`` passes (see
-                :mod:`facade.queues.peeklock`).
+                :mod:`facade.queues.prefetch`).
             prefetch_lease (float): seconds a prefetched batch is held (default 60).
             spread_picks (bool): True lets competing receivers spread their receives over the
                 first pending messages instead of starting at the head: about 1.2x faster

@@ -1,8 +1,13 @@
 """The queue manager's parts: the queue handle and everything a send or a receive does.
 
-The queue handle ``MessageQueue`` (:mod:`.queue`) with peek-lock receives (:mod:`.peeklock`),
-cursors (:mod:`.cursor`), transactions (:mod:`.transaction`) and share-group arbitration
-(:mod:`.sharequeue`); what every send and every receive does with a message
+The queue handle ``MessageQueue`` (:mod:`.queue`), which reads like System.Messaging's and
+delegates to one object per mechanism: what they share (:mod:`.openedqueue`), the wait loop
+(:mod:`.waitloop`), receive claims and peeks (:mod:`.claims`), peek-lock leases
+(:mod:`.peeklock`), prefetched batches (:mod:`.prefetch`), what the system does on its own:
+expiry, poison, lapsed leases (:mod:`.systemactions`), the send path (:mod:`.sendpath`) and
+receives from a share-arbitrated queue (:mod:`.sharereceives`, over :mod:`.sharequeue`'s share
+group); cursors (:mod:`.cursor`) and transactions (:mod:`.transaction`); what every send and
+every receive does with a message
 (:mod:`.sending`, :mod:`.receiving`); the copies to queue topics through the outgoing queue
 (:mod:`.transmission`); acknowledgments, dead-letter and journal copies (:mod:`.systemoutputs`);
 format-name resolution (:mod:`.resolution`, :mod:`.destination`); and the checks that apply

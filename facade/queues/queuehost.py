@@ -1,4 +1,4 @@
-"""What an opened queue (:class:`facade.queues.queue.MessageQueue` and its peek-lock mixin) needs from
+"""What an opened queue (:class:`facade.queues.queue.MessageQueue` and its mechanisms) needs from
 its queue manager, as one protocol built from the small ones of :mod:`facade.queues.interfaces`.
 
 The queue manager opens queues and hands itself to them; through this protocol the queue

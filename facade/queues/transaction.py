@@ -96,8 +96,8 @@ class _Send:
 
 @dataclass(frozen=True)
 class _Receive:
-    handle: Any  # the MessageQueue (a PeekLockReceives) that took the lock
-    locked: Any  # the LockedMessage (facade.queues.peeklock) its handle holds
+    handle: Any  # the PeekLocks (facade.queues.peeklock) of the queue handle that took the lock
+    locked: Any  # the LockedMessage it holds
 
 
 class MessageQueueTransaction:
@@ -206,8 +206,9 @@ class MessageQueueTransaction:
                 self._status = TransactionStatus.PENDING
 
     def enlist_receives(self, handle: Any, locked: Sequence[Message]) -> None:
-        """Add messages received under this transaction's lock, all or none (MessageQueue's
-        ``receive`` and ``receive_many`` call this).
+        """Add messages received under this transaction's lock, all or none (a queue handle's
+        peek-locks, :class:`facade.queues.peeklock.PeekLocks`, call this for ``MessageQueue.receive``
+        and ``receive_many``; ``handle`` is that object, which settles them at the end).
 
         Raises:
             TransactionUsage: the transaction is committed or aborted already.
@@ -294,7 +295,7 @@ class MessageQueueTransaction:
         self._rejections.clear()
         receives, self._receives = self._receives, []
         for handle, messages in _by_handle(receives):
-            for message, exc in handle._release_aborted(messages, "its transaction aborted"):
+            for message, exc in handle.release_aborted(messages, "its transaction aborted"):
                 log.warning("transaction %s: message %s stays locked in %s until its lease "
                             "passes (%s), then returns to the queue", self.id, message.id,
                             handle.format_name, exc)
@@ -323,7 +324,7 @@ class MessageQueueTransaction:
         # The queue journal copy is written before the removal, as complete() does: a failed
         # journal write aborts the transaction instead of losing the copy.
         for handle, messages in _by_handle(self._receives):
-            handle._journal_locked(messages)
+            handle.journal_locked(messages)
 
     def _encode_sends(self) -> list[tuple[str, EncodedRecord]]:
         # PROPID_M_FIRST_IN_XACT / LAST_IN_XACT are known only now, so copies are encoded here.
@@ -353,14 +354,14 @@ class MessageQueueTransaction:
         for topic, record in records:
             with map_kafka_errors("send in transaction", topic):
                 producer.produce(topic, value=record.value, key=record.key, headers=record.headers)
-        return [(handle, handle._start_complete(messages, producer, self.id))
+        return [(handle, handle.start_complete(messages, producer, self.id))
                 for handle, messages in _by_handle(self._receives)]
 
     def _after_commit(self, completions: list[tuple[Any, Any]]) -> None:
         outputs = self._manager.outputs
         lost = []
         for handle, started in completions:
-            lost += [(handle, message) for message in handle._finish_complete(started)]
+            lost += [(handle, message) for message in handle.finish_complete(started)]
         journaled: set[object] = set()
         for send in self._sends:
             outputs.acknowledge(send.copy, MessageClass.ACK_REACH_QUEUE, send.destination)

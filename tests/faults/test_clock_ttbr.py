@@ -2,10 +2,12 @@
 
 TTBR and not-before are wall-clock instants in the record headers (``kmq.expires`` =
 sent time + TTBR, ``kmq.not_before``), compared with the reading process's clock. The clock is
-not changed on the machine: the tests move the time source kmq reads, which is
-``facade.queues.queue._now_ms`` / ``_now`` (receive, peek, expiry, the ``kmq qm run`` sweeper, sent
-time), ``facade.queues.cursor._now_ms`` (cursors) and ``facade.queues.transmission._now_ms`` (TTRQ deadlines);
-``facade.state.queuestate`` takes "now" as an argument from those.
+not changed on the machine: the tests move the time source kmq reads, which is ``_now_ms`` of
+``facade.queues.waitloop`` (receive, peek), ``facade.queues.claims`` (a batch receive's candidates),
+``facade.queues.systemactions`` (expiry, passed leases, the ``kmq qm run`` sweeper), ``facade.queues.queue``
+(counts), ``facade.queues.cursor`` (cursors) and ``facade.queues.transmission`` (TTRQ deadlines), and
+``facade.queues.sendpath._now`` (sent time); ``facade.state.queuestate`` takes "now" as an argument from
+those.
 
 What is proven:
 
@@ -26,9 +28,13 @@ import time
 
 import pytest
 
+import facade.queues.claims
 import facade.queues.cursor
 import facade.queues.queue
+import facade.queues.sendpath
+import facade.queues.systemactions
 import facade.queues.transmission
+import facade.queues.waitloop
 from facade.errors import ReceiveTimeout
 from facade.manager import QueueManager
 from facade.model.message import Acknowledgment, JournalLevel, Message, MessageClass
@@ -42,9 +48,10 @@ class Clock:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.offset = 0.0
-        for module in (facade.queues.queue, facade.queues.cursor, facade.queues.transmission):
+        for module in (facade.queues.waitloop, facade.queues.claims, facade.queues.systemactions, facade.queues.queue,
+                       facade.queues.cursor, facade.queues.transmission):
             monkeypatch.setattr(module, "_now_ms", self.now_ms)
-        monkeypatch.setattr(facade.queues.queue, "_now", self.now)
+        monkeypatch.setattr(facade.queues.sendpath, "_now", self.now)
 
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000 + int(self.offset * 1000)

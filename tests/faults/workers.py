@@ -133,7 +133,7 @@ def run_receiver(args: dict[str, Any]) -> None:
     if queue.arbitration == "share":
         claimant = f"share-{os.getpid()}"  # a share queue has no receipts to name it
     else:
-        claimant = queue._open_view().claimant  # the id its receipts carry
+        claimant = queue._opened.open_view().claimant  # the id its receipts carry
     recorder = Recorder(Path(args["history"]), claimant)
     label = args.get("label", args["queue"])
     recorder.event("start", claimant=claimant, pid=os.getpid())
@@ -163,7 +163,7 @@ def run_lock_holder(args: dict[str, Any]) -> None:
     holds a lock, neither completing nor abandoning it."""
     qm = _open(args)
     queue = qm.open_queue(args["queue"])
-    print("ready", queue._open_view().claimant, flush=True)
+    print("ready", queue._opened.open_view().claimant, flush=True)
     message = queue.receive(timeout=float(args.get("timeout", 60)), lock=True,
                             lease=float(args["lease"]))
     print("got", message.body.decode(), message.abort_count, flush=True)

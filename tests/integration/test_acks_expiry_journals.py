@@ -229,7 +229,7 @@ def test_a_waiting_receive_recovers_a_batch_a_dead_receiver_was_dead_lettering(
     """A receiver that died between its REJECT and the dead-letter copies of a batch: any
     handle waiting on the queue redoes the claim once it is older than the grace, without
     ``kmq qm run``."""
-    import facade.queues.queue
+    import facade.queues.systemactions
     from facade.state.queueview import QueueView
     from facade.model.receipts import ReceiptAction
 
@@ -245,7 +245,7 @@ def test_a_waiting_receive_recovers_a_batch_a_dead_receiver_was_dead_lettering(
                   target=qm.dead_letter_topic, reason="lease expired")
     crashed.close()
 
-    monkeypatch.setattr(facade.queues.queue, "CLAIM_GRACE", 0.0)
+    monkeypatch.setattr(facade.queues.systemactions, "CLAIM_GRACE", 0.0)
     receiver = qm.open_queue(r".\private$\orphaned")
     with pytest.raises(ReceiveTimeout):
         receiver.receive(timeout=2)  # waits, and meanwhile redoes the abandoned claim

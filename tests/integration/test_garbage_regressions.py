@@ -45,7 +45,7 @@ def test_a_peek_dead_letters_a_record_with_valid_headers_and_a_broken_value(
     valid = encode_message(Message(id=MessageId(uuid.uuid4(), 1), body=b"cut short"))
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all",
                          "allow.auto.create.topics": False})
-    for topic in (q._single().topics.data, qm.dead_letter_topic):
+    for topic in (q._opened.single().topics.data, qm.dead_letter_topic):
         producer.produce(topic, value=valid.value[:-5], key=valid.key, headers=valid.headers)
     producer.flush(30)
     q.send(Message(body=b"after it"), wait=True)
@@ -57,7 +57,7 @@ def test_a_peek_dead_letters_a_record_with_valid_headers_and_a_broken_value(
     # end, which the listing that wrapped it may have passed already; the next one shows it.
     _poison_copies(qm)
     poison = _poison_copies(qm)
-    for topic in (q._single().topics.data, qm.dead_letter_topic):
+    for topic in (q._opened.single().topics.data, qm.dead_letter_topic):
         copy = poison[f"{topic}@0:0"]
         assert copy.message_class is MessageClass.NACK_RECEIVE_REJECTED
         assert "truncated" in copy.properties["kmq.reason"]
@@ -67,7 +67,7 @@ def test_a_peek_dead_letters_a_record_with_valid_headers_and_a_broken_value(
 
 def test_damaged_outgoing_rows_are_dead_lettered_and_the_queue_manager_opens(
         qm: QueueManager) -> None:
-    topic = qm.create_queue(r".\private$\damaged-store")._single().topics.data
+    topic = qm.create_queue(r".\private$\damaged-store")._opened.single().topics.data
     path = qm.transmitter.outgoing.path
     ids = damage_outgoing_store(path, topic)
     # A valid envelope whose destination is no format name, past its deadline: it fails as a
@@ -104,7 +104,7 @@ def test_moving_or_rejecting_a_broken_record_says_it_went_to_the_dead_letter_que
     valid = encode_message(Message(id=MessageId(uuid.uuid4(), 1), body=b"cut short"))
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all",
                          "allow.auto.create.topics": False})
-    producer.produce(q._single().topics.data, value=valid.value[:-5], key=valid.key,
+    producer.produce(q._opened.single().topics.data, value=valid.value[:-5], key=valid.key,
                      headers=valid.headers)
     producer.flush(30)
 
@@ -113,4 +113,4 @@ def test_moving_or_rejecting_a_broken_record_says_it_went_to_the_dead_letter_que
             q.move(0, "poison")
         else:
             q.mark_rejected(0)
-    assert _poison_copies(qm)[f"{q._single().topics.data}@0:0"].body == valid.value[:-5]
+    assert _poison_copies(qm)[f"{q._opened.single().topics.data}@0:0"].body == valid.value[:-5]

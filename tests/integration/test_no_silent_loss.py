@@ -49,7 +49,7 @@ def test_fresh_receiver_reads_a_queue_with_thousands_of_receipts(
         qm: QueueManager, broker: BrokerEndpoint) -> None:
     q = qm.create_queue(r".\private$\long-history")
     _fill(q, 5_999)
-    receipts = q._single().topics.receipts
+    receipts = q._opened.single().topics.receipts
     producer = _raw_producer(broker)
     # One receipt per produce request, as receivers write them: many small batches starve a
     # reader whose fetch settings are not made for them.
@@ -176,22 +176,22 @@ def test_receive_many_whose_journal_batch_fails_keeps_the_whole_batch(
 def test_poison_sweep_skips_records_removed_while_it_runs(
         qm: QueueManager, broker: BrokerEndpoint) -> None:
     q = qm.create_queue(r".\private$\poison-race")
-    topics = q._single().topics
+    topics = q._opened.single().topics
     producer = _raw_producer(broker)
     for _ in range(3):
         producer.produce(topics.data, b"not an envelope")
     producer.flush(30)
-    view = q._open_view()
+    view = q._opened.open_view()
     view.catch_up()
     assert [e.offset for e in view.state.poisoned()] == [0, 1, 2]
     # Another process dead-letters records 1 and 2 first; this view has not read that yet.
     other = qm.open_queue(r".\private$\poison-race")
-    other_view = other._open_view()
+    other_view = other._opened.open_view()
     other_view.catch_up()
     for entry in other_view.state.poisoned()[1:]:
-        other._system_action(other_view, entry, ReceiptAction.POISON,
-                             target=qm.dead_letter_topic, reason="invalid envelope")
-    assert q._dead_letter_poison(view) == [0]
+        other._system.take(other_view, entry, ReceiptAction.POISON,
+                           target=qm.dead_letter_topic, reason="invalid envelope")
+    assert q._system.dead_letter_poison(view) == [0]
     with pytest.raises(ReceiveTimeout):
         q.receive(timeout=0.5)
 
@@ -205,7 +205,7 @@ def test_malformed_receipt_is_skipped_and_counted(qm: QueueManager, broker: Brok
         q.send(Message(body=body), wait=True)
     assert q.receive(timeout=10).body == b"one"
     producer = _raw_producer(broker)
-    producer.produce(q._single().topics.receipts, b"garbage")
+    producer.produce(q._opened.single().topics.receipts, b"garbage")
     producer.flush(30)
     assert q.peek(timeout=10).body == b"two"
     assert q.receive(timeout=10).body == b"two"
@@ -238,7 +238,7 @@ def test_purge_frees_the_records_it_removed(qm: QueueManager) -> None:
     _fill(q, 99)
     assert q.count() == 100
     assert q.purge() == 100
-    assert q._view is not None and len(q._view.records) == 0
+    assert q._opened.view is not None and len(q._opened.view.records) == 0
 
 
 # -- timeouts ----------------------------------------------------------------------------------

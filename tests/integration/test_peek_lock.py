@@ -29,11 +29,11 @@ from facade import (
 )
 from facade.manager import QueueManager
 from facade.queues.peeklock import LockedMessage
-from facade.queues.queue import MessageQueue
 from facade.state.queuestate import OffsetState
 from facade.state.queueview import QueueView
 from facade.model.receipts import ReceiptAction, decode_receipt
 from facade.service import QueueManagerService
+from facade.queues.systemactions import SystemActions
 from tests.support.journal import fail_next_journal_write
 from tests.support.kafka import BrokerEndpoint
 
@@ -50,7 +50,7 @@ def _send(q, *bodies: bytes, priority: int = 3) -> list[Message]:
 
 def _receipts(qm: QueueManager, q) -> list:
     """Every receipt of the queue, decoded, in log order (read by a fresh handle)."""
-    view = qm.open_queue(q.format_name)._open_view()
+    view = qm.open_queue(q.format_name)._opened.open_view()
     view.catch_up()
     reader = qm.session.reader()
     reader.assign({q.destinations[0].topics.receipts: 0})
@@ -265,7 +265,7 @@ def test_a_lock_that_wins_a_message_released_too_often_moves_it(
         qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
     """A receiver that picked before reading the last release (its check before the pick
     missed it) learns the count from its LOCK's verdict and moves the message instead."""
-    monkeypatch.setattr(MessageQueue, "_poison_exhausted", lambda self, view: 0)
+    monkeypatch.setattr(SystemActions, "poison_exhausted", lambda self, view: 0)
     q = qm.create_queue(r".\private$\raced", receive_retry_count=0)
     sent = _send(q, b"fragile", priority=7)[0]
     q.receive(timeout=10, lock=True).abandon()  # released once: > 0
@@ -403,6 +403,6 @@ def test_the_reason_of_an_expired_prefetch_says_it_may_have_been_handed_out(
     dead = qm.open_queue(f"MACHINE={qm.guid};DEADLETTER").receive(timeout=10)
     assert dead.message_class is MessageClass.NACK_RECEIVE_REJECTED
     assert "may have been handed out" in dead.properties["kmq.reason"]
-    view = sweeper._open_view()
+    view = sweeper._opened.open_view()
     assert view.state.status(0).state is OffsetState.REMOVED
     idle.close()  # its batch was settled by the sweeper: nothing left to release, no error

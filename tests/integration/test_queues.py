@@ -265,11 +265,11 @@ def test_a_view_keeps_no_verdicts_of_other_receivers_claims(qm: QueueManager) ->
         q.send(Message(body=bytes([i])), wait=i == 19)
     for _ in range(20):
         q.receive(timeout=10)
-    view = watcher._open_view()
+    view = watcher._opened.open_view()
     view.catch_up()
     assert view.state.pending_count() == 0
     assert view._outcomes == {} and view._awaiting == {}
-    assert q._open_view()._outcomes == {}
+    assert q._opened.open_view()._outcomes == {}
 
 
 def test_a_receiver_whose_view_is_behind_never_takes_what_another_took(qm: QueueManager) -> None:
@@ -281,7 +281,7 @@ def test_a_receiver_whose_view_is_behind_never_takes_what_another_took(qm: Queue
     for i in range(12):
         first.send(Message(body=bytes([i])), wait=i == 11)
     got_first = [first.receive(timeout=10).body for _ in range(2)]
-    assert first._open_view()._receipts_paused  # uncontended: receipts no longer fetched
+    assert first._opened.open_view()._receipts_paused  # uncontended: receipts no longer fetched
     got_second = [second.receive(timeout=10).body for _ in range(5)]
     got_first += [first.receive(timeout=10).body for _ in range(5)]
     taken = got_first + got_second
@@ -299,7 +299,7 @@ def _first_of_two_receivers(qm: QueueManager, path: str):  # -> MessageQueue
     for i in range(4):
         first.send(Message(body=bytes([i])), wait=i == 3)
     assert first.receive(timeout=10).body == b"\x00"
-    assert first._open_view()._receipts_paused
+    assert first._opened.open_view()._receipts_paused
     assert second.receive(timeout=10).body == b"\x01"
     return first
 
@@ -311,7 +311,7 @@ def test_a_count_reads_the_receipts_once_and_leaves_a_receiver_receive_only(
     first = _first_of_two_receivers(qm, r".\private$\counted")
     assert first.count() == 2
     assert first.receive(timeout=10).body == b"\x02"
-    assert first._open_view()._receipts_paused
+    assert first._opened.open_view()._receipts_paused
 
 
 def test_a_lone_receiver_is_back_to_strict_order_once_its_lost_claim_has_aged_out(
@@ -330,7 +330,7 @@ def test_a_lone_receiver_is_back_to_strict_order_once_its_lost_claim_has_aged_ou
     assert first.receive(timeout=10).body == b"\x00"  # uncontended: its receipts pause
     assert second.receive(timeout=10).body == b"\x01"
     assert first.receive(timeout=10).body == b"\x02"  # its stale claim on 1 lost first
-    assert first._open_view().contended
+    assert first._opened.open_view().contended
     bodies = [(bytes([i]), 7 if i % 3 == 0 else 3) for i in range(12)]
     for i, (body, priority) in enumerate(bodies):
         first.send(Message(body=body, priority=priority), wait=i == len(bodies) - 1)
@@ -340,7 +340,7 @@ def test_a_lone_receiver_is_back_to_strict_order_once_its_lost_claim_has_aged_ou
 
     monkeypatch.setattr(queueview, "CONTENTION_MEMORY", 1.0)
     time.sleep(1.1)  # the lost claim ages out (no timing is asserted: a sleep lasts at least this)
-    assert not first._open_view().contended
+    assert not first._opened.open_view().contended
     for i, (body, priority) in enumerate(bodies):
         first.send(Message(body=body, priority=priority), wait=i == len(bodies) - 1)
     strict = [m.body for m in (first.receive(timeout=10) for _ in range(len(bodies)))]

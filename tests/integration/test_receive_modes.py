@@ -23,10 +23,10 @@ def test_receive_many_takes_a_batch_in_receive_order_with_one_receipt(qm: QueueM
     q = qm.create_queue(r".\private$\batch")
     _send(q, [b"%d" % i for i in range(10)])
     q.send(Message(body=b"urgent", priority=7), wait=True)
-    receipts_before = q._open_view().state.receipts_offset
+    receipts_before = q._opened.open_view().state.receipts_offset
     got = q.receive_many(5, timeout=10)
     assert [m.body for m in got] == [b"urgent", b"0", b"1", b"2", b"3"]
-    view = q._open_view()
+    view = q._opened.open_view()
     view.catch_up()
     assert view.state.receipts_offset == receipts_before + 1
     rest = q.receive_many(100, timeout=10)

@@ -31,14 +31,14 @@ def _replayed(q) -> QueueView:  # type: ignore[no-untyped-def]
     original = QueueView._open_state
     QueueView._open_state = lambda self: QueueState()  # type: ignore[method-assign]
     try:
-        view.__init__(q.manager.session, q._single().topics)
+        view.__init__(q.manager.session, q._opened.single().topics)
     finally:
         QueueView._open_state = original  # type: ignore[method-assign]
     return view
 
 
 def _opened(q) -> QueueView:  # type: ignore[no-untyped-def]
-    return QueueView(q.manager.session, q._single().topics)
+    return QueueView(q.manager.session, q._opened.single().topics)
 
 
 def _verdicts(view: QueueView) -> tuple:

@@ -49,8 +49,8 @@ def test_a_message_received_as_stored_is_journaled_as_its_stored_record(
             for i in range(3)]
     receiver = qm.open_queue(q.format_name, prefetch=prefetch)
     received = [receiver.receive(timeout=WAIT) for _ in sent]
-    stored = _records(qm, q._single().topics.data)
-    copies = _records(qm, q._single().topics.journal().data)
+    stored = _records(qm, q._opened.single().topics.data)
+    copies = _records(qm, q._opened.single().topics.journal().data)
     assert [(c.key, c.value, c.headers) for c in copies] == \
         [(s.key, s.value, s.headers) for s in stored], "the copies are the stored records"
     journal = _journal(qm, f"plain{prefetch}")
@@ -67,8 +67,8 @@ def test_a_message_with_a_time_to_be_received_is_journaled_without_it(qm: QueueM
     copy = _journal(qm, "ttbr").receive(timeout=WAIT)
     assert copy.time_to_be_received is None, "a journal copy does not expire"
     assert copy.properties[ORIGINAL_TTBR_PROPERTY] == repr(3600.0)
-    [stored] = _records(qm, q._single().topics.data)
-    [journaled] = _records(qm, q._single().topics.journal().data)
+    [stored] = _records(qm, q._opened.single().topics.data)
+    [journaled] = _records(qm, q._opened.single().topics.journal().data)
     assert journaled.value != stored.value
 
 

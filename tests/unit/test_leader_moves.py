@@ -79,7 +79,7 @@ def test_a_receive_whose_verdict_cannot_be_read_keeps_what_its_receipt_won(
     sender = memory_qm.create_queue(r".\private$\readback")
     _, second = sender.send_many([Message(body=b"1"), Message(body=b"2")], wait=True)
     mine, other = (memory_qm.open_queue(r".\private$\readback") for _ in range(2))
-    view = mine._open_view()
+    view = mine._opened.open_view()
     start_claim, poll = view.start_claim, view._reader.poll
     failures: list[BrokerError] = []
 

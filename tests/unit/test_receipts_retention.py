@@ -99,7 +99,7 @@ def _another_manager(qm: QueueManager) -> QueueManager:
 
 
 def _receipts_start(qm: QueueManager, q: MessageQueue) -> int:
-    topic = q._single().topics.receipts
+    topic = q._opened.single().topics.receipts
     return qm.session.watermarks([topic])[topic][0]
 
 
@@ -145,7 +145,7 @@ def test_a_handle_that_lagged_behind_the_deleted_receipts_opens_again_and_loses_
 def test_a_handle_whose_claim_is_not_acknowledged_yet_stops_when_receipts_are_gone(
         qm: QueueManager, small_steps: None) -> None:
     q = qm.create_queue(PATH)
-    view = q._open_view()
+    view = q._opened.open_view()
     view._awaiting["a claim of this view"] = None  # its receipt's offset is not known yet
     with pytest.raises(BrokerError, match="one of its claims was not acknowledged yet"):
         view._reopen(10)
@@ -157,7 +157,7 @@ def test_a_garbage_record_under_the_newest_snapshot_key_does_not_lock_the_queue_
     sent = _send(q, 120)
     assert [q.receive(timeout=WAIT).id for _ in range(100)] == sent[:100]
     assert _receipts_start(qm, q) > 0
-    data = q._single().topics.data
+    data = q._opened.single().topics.data
     topic = snapshot_topic(data)
     newest = max(b for b in (snapshot_bucket(r.key, data) for r in _records(qm, topic))
                  if b is not None)
@@ -173,7 +173,7 @@ def test_stale_snapshot_keys_are_tombstoned(qm: QueueManager, small_steps: None)
     _send(q, 200)
     for _ in range(150):
         q.receive(timeout=WAIT)
-    topic = snapshot_topic(q._single().topics.data)
+    topic = snapshot_topic(q._opened.single().topics.data)
     tombstones = [r.key for r in _records(qm, topic) if r.value is None]
     assert tombstones, "old buckets' snapshot keys were deleted with tombstones"
 
@@ -247,7 +247,7 @@ def test_receipts_deleted_with_no_snapshot_covering_them_are_a_clear_error(
     _send(q, 5)
     for _ in range(3):
         q.receive(timeout=WAIT)
-    qm.session.delete_records(q._single().topics.receipts, 2)
+    qm.session.delete_records(q._opened.single().topics.receipts, 2)
     with _another_manager(qm) as other:
         with pytest.raises(BrokerError, match="receipts below offset 2 .* were deleted"):
             other.open_queue(PATH).receive(timeout=WAIT)

@@ -15,6 +15,7 @@ from facade.manager import QueueManager
 from facade.kafka.memorykafka import MemoryKafkaSession
 from facade.queues.queue import MessageQueue
 from facade.model.receipts import ReceiptAction, decode_receipt
+from facade.queues.systemactions import SystemActions
 
 WAIT = 10.0
 
@@ -34,7 +35,7 @@ def _filled(qm: QueueManager, name: str, count: int, **properties: object) -> Me
 def _receipts(qm: QueueManager, q: MessageQueue) -> list[tuple[ReceiptAction, tuple[int, ...]]]:
     """(action, offsets) of every committed receipt of ``q``, in log order."""
     assert isinstance(qm.session, MemoryKafkaSession)
-    log = qm.session.cluster.logs()[q._single().topics.receipts]
+    log = qm.session.cluster.logs()[q._opened.single().topics.receipts]
     found = []
     for offset in range(log.high_watermark):
         if log.visible(offset):
@@ -116,18 +117,18 @@ def test_refused_where_receive_with_a_transaction_is_refused(qm: QueueManager) -
 def test_a_record_that_is_not_an_envelope_in_a_batch_is_dead_lettered_and_the_rest_received(
         qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
     poisoned: list[int] = []
-    dead_letter = MessageQueue._send_poison_to_dead_letter
+    dead_letter = SystemActions.dead_letter_record
 
-    def recorded(self: MessageQueue, record: object, reason: str) -> None:
+    def recorded(self: SystemActions, record: object, reason: str) -> None:
         poisoned.append(record.offset)  # type: ignore[attr-defined]
         dead_letter(self, record, reason)
 
-    monkeypatch.setattr(MessageQueue, "_send_poison_to_dead_letter", recorded)
+    monkeypatch.setattr(SystemActions, "dead_letter_record", recorded)
     q = _filled(qm, "poisoned", 2)
     valid = encode_message(Message(body=b"template", id=qm.ids.new()))
     producer = qm.session.producer(Delivery.EXPRESS)
     # kmq headers of a valid message, so the index takes it; the value is not an envelope
-    producer.produce(q._single().topics.data, value=valid.value[:10] + b"garbage",
+    producer.produce(q._opened.single().topics.data, value=valid.value[:10] + b"garbage",
                      key=valid.key, headers=valid.headers)
     producer.flush()
     q.send(Message(body=b"2"), transaction="single")
