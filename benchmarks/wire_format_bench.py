@@ -51,7 +51,7 @@ _FIELDS: dict[str, tuple[str, Any]] = {}
 for _field in _SCHEMA["fields"]:
     _type = _field["type"]
     _kind = next((t for t in _type if t != "null"), None) if isinstance(_type, list) else _type
-    if isinstance(_kind, dict):  # as fastavro decodes logical types: datetime, UUID
+    if isinstance(_kind, dict):  # logical types as the envelope reader hands them out
         _kind = {"timestamp-millis": "instant", "uuid": "uuid"}.get(
             _kind.get("logicalType", ""), "bytes" if _kind["type"] == "fixed" else _kind["type"])
     if _kind == "MessageId":
@@ -97,7 +97,7 @@ def from_headers_layout(value: bytes, headers: list[tuple[str, bytes]]) -> Messa
         kind = _FIELDS[name][0]
         if kind == "bytes":
             record[name] = data
-        elif kind == "string":
+        elif kind in ("string", "uuid"):  # the envelope family reads a uuid as its text
             record[name] = data.decode("utf-8")
         elif kind == "map":
             record[name] = json.loads(data)
@@ -105,8 +105,6 @@ def from_headers_layout(value: bytes, headers: list[tuple[str, bytes]]) -> Messa
             record[name] = data == b"1"
         elif kind == "instant":
             record[name] = _EPOCH + dt.timedelta(milliseconds=int(data))
-        elif kind == "uuid":
-            record[name] = uuid.UUID(data.decode("ascii"))
         else:
             record[name] = int(data)
     return _message_from_record(record)

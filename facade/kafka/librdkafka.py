@@ -1187,11 +1187,14 @@ _SHARE_TRANSIENT = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_P
 
 
 def _in_use(method: Any) -> Any:
-    """Run a :class:`TopicReader` method as one call (see ``TopicReader._use``)."""
+    """Run a :class:`TopicReader` method as one call (see ``TopicReader._enter``)."""
     @functools.wraps(method)
     def call(self: TopicReader, *args: Any, **kwargs: Any) -> Any:
-        with self._use():
+        self._enter()
+        try:
             return method(self, *args, **kwargs)
+        finally:
+            self._leave()
     return call
 
 
@@ -1710,18 +1713,27 @@ class TopicReader:
 
     # -- resting (see the class docstring) ------------------------------------------------------
 
-    @contextmanager
-    def _use(self) -> Iterator[None]:
-        """Mark the reader in use for one call; wake it first if it rested."""
+    # A view's reader is called several times per receive: entering and leaving a call are
+    # plain methods (no generator-based context manager) and skip the wake-up when nothing rests.
+
+    def _enter(self) -> None:
+        """Mark the reader in use for one call; wake it first if it rested (the caller must
+        call :meth:`_leave` after, also when this raises)."""
         with self._state_lock:
             self._busy += 1
-        try:
-            self._wake()
-            yield
-        finally:
-            with self._state_lock:
-                self._busy -= 1
-                self._last_used = time.monotonic()
+            idle = not self._rested and not self._deleted
+        if not idle:
+            try:
+                self._wake()
+            except BaseException:
+                self._leave()
+                raise
+
+    def _leave(self) -> None:
+        """End a call begun by :meth:`_enter`."""
+        with self._state_lock:
+            self._busy -= 1
+            self._last_used = time.monotonic()
 
     def _wake(self) -> None:
         """Fetch the rested topics again, once a metadata request shows they still exist.

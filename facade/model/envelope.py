@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import io
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, Field, dataclass
 from typing import Any, cast
@@ -207,16 +208,33 @@ _TO_AVRO = {
     "guid_text": "None if {v} is None else guid_text({v})",
 }
 #: Avro codec -> expression turning the record value ``{v}`` back into the property value.
-#: fastavro already returns timestamp-millis as an aware datetime and a uuid as uuid.UUID;
-#: ints become enum members in Message's own normalisation.
+#: fastavro already returns timestamp-millis as an aware datetime; a uuid comes as its text
+#: (the envelope family reads uuids as text, see SchemaFamily); ints become enum members in
+#: Message's own normalisation.
 _FROM_AVRO = {
     "plain": "{v}",
     "int": "{v}",
     "message_id": "None if {v} is None else MessageId.from_bytes({v})",
     "duration_ms": "_ms_to_seconds({v})",
     "instant_ms": "{v}",
-    "guid_text": "{v}",
+    "guid_text": "None if {v} is None else _guid_of_text({v})",
 }
+
+
+@functools.lru_cache(maxsize=256)
+def _guid_of_text(text: str) -> uuid.UUID:
+    """uuid.UUID of a GUID's text, cached: a queue's messages come from a few queue managers,
+    so the same few source_machine_id values repeat (UUID objects are immutable, so shared).
+
+    Raises:
+        DecodeFailure: ``text`` is no GUID (decode_message reports it as EnvelopeError, as
+            fastavro's own uuid reading did).
+    """
+    try:
+        return uuid.UUID(text)
+    except ValueError as exc:
+        raise _DecodeFailure(f"Avro body of {ENVELOPE_SCHEMA_NAME} is malformed: a uuid "
+                             f"field holds {text!r} ({exc})") from None
 
 
 def _envelope_fields() -> list[tuple[str, AvroField]]:

@@ -24,6 +24,7 @@ warns about topics that collide that way).
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -232,6 +233,7 @@ def queue_topics(queue_manager: str, queue_name: str, *, private: bool) -> Queue
     return QueueTopics(f"{TOPIC_PREFIX}{qm}.{kind}.{name}")
 
 
+@functools.lru_cache(maxsize=64)
 def system_topics(queue_manager: str, queue: SystemQueue) -> QueueTopics:
     """The topics of a queue manager's system queue: ``kmq.<qm>.system.<kind>``.
 
@@ -248,6 +250,10 @@ def system_topics(queue_manager: str, queue: SystemQueue) -> QueueTopics:
     Raises:
         InvalidParameter: ``queue_manager`` is empty or so long that the topic name would exceed
             249 characters.
+
+    Cached (the result is immutable and depends on the arguments only): every receive asks for
+    its queue manager's dead-letter topic, and escaping the name byte by byte and checking the
+    topic names cost several microseconds each time. A name that raises is not cached.
     """
     return QueueTopics(f"{TOPIC_PREFIX}{escape_name(queue_manager)}.system.{queue.value.lower()}")
 

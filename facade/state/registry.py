@@ -590,6 +590,13 @@ class Registry:
         A hit may be up to :data:`REFRESH_INTERVAL` seconds old; a miss is always re-checked
         against the end of the registry.
         """
+        # A hit within REFRESH_INTERVAL of the last refresh takes no lock: receives ask once or
+        # more per message. The attribute read and dict.get are atomic under the GIL, and a
+        # refresh under way on another thread is no fresher than the interval allows anyway.
+        if time.monotonic() - self._refreshed < REFRESH_INTERVAL:
+            found = self._queues.get(path_name)
+            if found is not None:
+                return found
         self._refresh(force=False)
         with self._lock:
             found = self._queues.get(path_name)
