@@ -44,6 +44,23 @@ receivers take disjoint batches instead of all claiming the same head message. T
 transactional queue has one :class:`TransactionalDrain`, which receives what the queue holds
 (up to RECEIVE_TRANSACTION_SIZE) per transaction with one ``receive_many``: one receiver, so
 the order it sees is the queue's order.
+
+Arbitration, the best mode for each queue: every queue is arbitrated by receipts (the
+default), each for a reason of its own:
+
+* the distribution queues and ``bugs`` (most of the copies) promise no order and need nothing
+  a share queue refuses, so ``arbitration="share"`` could serve them; measured on the whole
+  corpus it was not faster (docs/performance.md, "The demo"): a share consumer gets its first
+  records only after its group's assignment, about 5 s after it joins (the broker's share
+  heartbeat interval), and every queue's receivers join when a worker reaches it, which adds
+  that wait to each small queue drained after the sender is done;
+* ``releases`` is transactional (a share group has no transactional acknowledgement) and
+  promises its send order;
+* ``changes-held`` is counted and swept by ``expire_due``, ``admin`` and the dead-letter
+  queue are read with cursors: a share queue refuses both;
+* ``security`` and ``security-replies`` are a few percent of the copies, and
+  ``latency-probe`` measures one message's end-to-end latency, which the share consumer's
+  join would add to.
 """
 
 from __future__ import annotations
