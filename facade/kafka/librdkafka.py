@@ -1721,8 +1721,8 @@ class TopicReader:
         call :meth:`_leave` after, also when this raises)."""
         with self._state_lock:
             self._busy += 1
-            idle = not self._rested and not self._deleted
-        if not idle:
+            awake = not self._rested and not self._deleted
+        if not awake:
             try:
                 self._wake()
             except BaseException:
