@@ -20,12 +20,18 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from facade.errors import BrokerUnavailable
 from facade.kafka.librdkafka import KafkaRecord, KafkaSession, TopicReader
-from facade.state.queuestate import DEDUPE_WINDOW, IndexEntry, OffsetState, OffsetStatus, QueueState
+from facade.model.avro import HEADER_SIZE
+from facade.model.envelope import HEADER_ID, HEADER_PRIORITY, HEADER_VERSION
 from facade.model.receipts import decode_receipt
+from facade.state.queuestate import DEDUPE_WINDOW, IndexEntry, OffsetState, OffsetStatus, QueueState
 
-__all__ = ["TopicView", "data_records"]
+__all__ = ["PeekView", "TopicView", "data_records", "plain_message_ids"]
 
 #: Seconds a read may go without receiving anything before the broker is deemed gone.
 DEFAULT_STALL_TIMEOUT = 60.0
@@ -52,17 +58,7 @@ class TopicView:
         self.data_topic = data_topic
         #: Where the data must be fed from: early enough to judge duplicates of first_offset.
         self.feed_from = max(0, first_offset - DEDUPE_WINDOW)
-        self.state = QueueState(data_start=self.feed_from)
-        reader = session.reader()
-        try:
-            reader.assign({receipts_topic: 0})
-            for batch in reader.read_to_end((receipts_topic,), timeout):
-                for record in batch:
-                    receipt = decode_receipt(record.value or b"", topic=record.topic,
-                                             partition=record.partition, offset=record.offset)
-                    self.state.apply(receipt, record.offset)
-        finally:
-            reader.close()
+        self.state = _with_receipts(session, receipts_topic, self.feed_from, timeout)
 
     def add(self, record: KafkaRecord) -> OffsetStatus:
         """Feed the next data record (increasing offsets) and return its final status.
@@ -82,6 +78,138 @@ class TopicView:
         in bytes and headers), for records this process did not read itself."""
         self.state.add(IndexEntry.from_record(offset, size, headers))
         return self.state.status(offset)
+
+
+def _with_receipts(session: KafkaSession, receipts_topic: str, data_start: int,
+                   timeout: float) -> QueueState:
+    """A queue state with every receipt of ``receipts_topic`` applied (read to its end)."""
+    state = QueueState(data_start=data_start)
+    reader = session.reader()
+    try:
+        reader.assign({receipts_topic: 0})
+        for batch in reader.read_to_end((receipts_topic,), timeout):
+            for record in batch:
+                receipt = decode_receipt(record.value or b"", topic=record.topic,
+                                         partition=record.partition, offset=record.offset)
+                state.apply(receipt, record.offset)
+    finally:
+        reader.close()
+    return state
+
+
+class PeekView:
+    """The peek view of one queue's data topic from ``first_offset`` on, for a reader that
+    walks the data once and only asks whether each record is shown (Spark's Kafka-source
+    path): :class:`TopicView`'s verdicts through :meth:`QueueState.admit`, which indexes
+    nothing, about a microsecond per record where :class:`TopicView` spends ten.
+
+    Args:
+        data_topic (str): the queue's data topic.
+        state (QueueState): every receipt applied, no data fed yet (see :meth:`read`).
+        feed_from (int): the first data offset to feed: :data:`DEDUPE_WINDOW` before the
+            first offset whose verdict is wanted, so duplicates are judged as everywhere.
+    """
+
+    def __init__(self, data_topic: str, state: QueueState, feed_from: int):
+        self.data_topic = data_topic
+        self.state = state
+        self.feed_from = feed_from
+
+    @classmethod
+    def read(cls, session: KafkaSession, data_topic: str, receipts_topic: str,
+             first_offset: int, timeout: float = DEFAULT_STALL_TIMEOUT) -> PeekView:
+        """The view of ``data_topic`` from ``first_offset`` on, its receipts read to their end.
+
+        Args and errors: as :class:`TopicView`.
+        """
+        feed_from = max(0, first_offset - DEDUPE_WINDOW)
+        return cls(data_topic, _with_receipts(session, receipts_topic, feed_from, timeout),
+                   feed_from)
+
+    def add(self, record: KafkaRecord) -> bool:
+        """Feed the next data record (increasing offsets); True if a peek shows it."""
+        return self.add_entry(record.offset, len(record.value or b""), record.headers)
+
+    def add_entry(self, offset: int, size: int,
+                  headers: Iterable[tuple[str, bytes | None]] | None) -> bool:
+        """:meth:`add` from a record's parts (offset, value length in bytes, headers)."""
+        entry = IndexEntry.from_record(offset, size, headers)
+        return self.state.admit(offset, entry.dedupe_key, entry.poison)
+
+    def add_plain(self, offset: int, message_id: str) -> bool:
+        """:meth:`add` for a record :func:`plain_message_ids` read: not poison, its dedupe key
+        ``message_id``."""
+        return self.state.admit(offset, message_id, False)
+
+
+#: A message id in the form kmq writes it (lowercase GUID, a decimal sequence without leading
+#: zeros): its own canonical text, so IndexEntry.from_record takes it as is once the sequence
+#: is checked to fit 32 bits (ten digits can exceed it). Other valid ids (uppercase) are left
+#: to IndexEntry.from_record.
+_PLAIN_ID = (r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+             r"\\(?:0|[1-9][0-9]{0,9})$")
+#: Length of an id text with a ten-digit sequence (36-character GUID, backslash, ten digits).
+_TEN_DIGIT_ID = 47
+_UINT32_MAX = 2**32 - 1
+
+
+def plain_message_ids(headers: pa.Array, sizes: pa.Array) -> list[str | None]:
+    """The message id of each Kafka-source row whose kmq headers are in the plain form kmq
+    writes, read with Arrow compute instead of row by row; None for every other row.
+
+    A row is plain when its value is at least the 10-byte Avro single-object header, it has
+    exactly one ``kmq.version`` header (``1``), exactly one ``kmq.id`` in its canonical form
+    (see ``_PLAIN_ID``; a sequence of at most 2**32 - 1) and at most one ``kmq.priority``
+    (one digit 0-7). Such a row is what
+    :meth:`IndexEntry.from_record` makes a non-poison entry of, with that id as its dedupe key;
+    a row with anything else (no or repeated headers, other versions, null values) gets None
+    and goes through :meth:`IndexEntry.from_record` itself.
+
+    Args:
+        headers (pa.Array): Kafka-source ``headers`` (list of struct ``key`` string, ``value``
+            binary).
+        sizes (pa.Array): the value lengths in bytes (int), null for no value.
+
+    Returns:
+        list[str | None]: one entry per row.
+    """
+    rows = len(headers)
+    if rows == 0:
+        return []
+    if not isinstance(headers, pa.ListArray):
+        headers = headers.cast(pa.list_(headers.type.value_type))
+    parents = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False)
+    keys, values = headers.flatten().flatten()
+    plain = pc.fill_null(pc.greater_equal(sizes, HEADER_SIZE), False).to_numpy(
+        zero_copy_only=False).copy()
+
+    def one(name: str, pattern: str, required: bool) -> tuple[np.ndarray, pa.Array]:
+        mask = pc.fill_null(pc.equal(keys, name), False)
+        owners = parents[mask.to_numpy(zero_copy_only=False)]
+        counts = np.bincount(owners, minlength=rows)
+        chosen = values.filter(mask)
+        good = np.zeros(rows, dtype=bool)
+        good[owners] = pc.fill_null(pc.match_substring_regex(chosen, pattern), False).to_numpy(
+            zero_copy_only=False)
+        ok = (counts == 1) & good
+        if not required:
+            ok |= counts == 0
+        return ok & (counts <= 1), chosen if required else pa.nulls(0)
+
+    version_ok, _ = one(HEADER_VERSION, "^1$", True)
+    priority_ok, _ = one(HEADER_PRIORITY, "^[0-7]$", False)
+    id_ok, ids = one(HEADER_ID, _PLAIN_ID, True)
+    plain &= version_ok & priority_ok & id_ok
+    result: list[str | None] = [None] * rows
+    owners = parents[pc.fill_null(pc.equal(keys, HEADER_ID), False).to_numpy(
+        zero_copy_only=False)]
+    kept = plain[owners]  # a plain row has one kmq.id, so it owns one of these
+    if kept.any():
+        texts = ids.filter(pa.array(kept)).cast(pa.string()).to_pylist()
+        for row, text in zip(owners[kept].tolist(), texts):
+            if len(text) != _TEN_DIGIT_ID or int(text[37:]) <= _UINT32_MAX:
+                result[row] = text
+    return result
 
 
 def in_view(status: OffsetStatus, receive_at_ms: int | None) -> bool:

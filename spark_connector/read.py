@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from typing import Any, cast
 
@@ -41,10 +41,15 @@ import pyarrow.compute as pc
 from facade.config import KmqConfig
 from facade.errors import InvalidParameter
 from facade.kafka.librdkafka import KafkaSession, TopicReader
-from spark_connector._view import DEFAULT_STALL_TIMEOUT, TopicView, data_records, in_view
+from spark_connector._view import (
+    DEFAULT_STALL_TIMEOUT,
+    PeekView,
+    data_records,
+    plain_message_ids,
+)
 from spark_connector.decode import ON_ERROR_CHOICES, DeadLetterTarget, decode_messages
 from spark_connector.jvmdecode import FAST_PATH
-from spark_connector.resolve import Resolution, resolve
+from spark_connector.resolve import Resolution, resolve, resolve_many
 
 __all__ = [
     "KAFKA_SOURCE_PROVIDER",
@@ -57,6 +62,9 @@ __all__ = [
 
 log = logging.getLogger("kmq.spark")
 
+#: ``kafka.fetch.max.wait.ms`` of the Kafka source's consumers (milliseconds); see
+#: :func:`kafka_source_options`.
+SOURCE_FETCH_WAIT_MS = 10
 #: The JVM class that makes ``format("kafka")`` work.
 KAFKA_SOURCE_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 PATHS = ("auto", "kafka", "kmq")
@@ -87,14 +95,20 @@ _SASL_LOGIN_MODULES = {
 }
 
 
-def read_queue(spark: Any, format_name: str, streaming: bool = True, **options: Any) -> Any:
+def read_queue(spark: Any, format_name: str | Sequence[str], streaming: bool = True,
+               **options: Any) -> Any:
     """Read a kmq queue, list or set of queues as a DataFrame with one row per message.
 
     Args:
         spark (SparkSession): the session (``format("kmq")`` is registered on it if needed).
-        format_name (str): any readable path or format name: a private, public or direct
-            queue, ``DL=``, a multiple-element name (the union of its queues), a journal, a
-            dead-letter queue (``MACHINE=<guid>;DEADLETTER``), an admin queue.
+        format_name (str | Sequence[str]): any readable path or format name: a private,
+            public or direct queue, ``DL=``, a multiple-element name (the union of its
+            queues), a journal, a dead-letter queue (``MACHINE=<guid>;DEADLETTER``), an admin
+            queue; or a list of such names, read as one source (the union of their queues,
+            each read once: journals and dead-letter queues beside other queues, which no
+            single MSMQ format name may list; one Spark source plans, compiles and reads
+            faster than a union of one per name). The ``topic`` column says which queue a row
+            comes from.
         streaming (bool): ``readStream`` (default) or a batch ``read``.
         **options: keywords, all optional:
 
@@ -122,7 +136,8 @@ def read_queue(spark: Any, format_name: str, streaming: bool = True, **options: 
             dead-letter queue or machine journal: that right on its queue manager); the
             message names the queue, the right and the principal. Nothing is read.
         InvalidParameter: an unknown path, mode or on_error; receive mode on a batch read or
-            on the kafka path; ``path="kafka"`` without the Kafka source on the classpath.
+            on the kafka path; ``path="kafka"`` without the Kafka source on the classpath;
+            an empty list of names, or one that is not text.
         FormatNameError, QueueNotFound, DirectoryUnavailable, BrokerUnavailable: resolving
             ``format_name`` (see :func:`spark_connector.resolve.resolve`).
     """
@@ -134,8 +149,12 @@ def read_queue(spark: Any, format_name: str, streaming: bool = True, **options: 
         raise InvalidParameter("receive mode needs streaming=True: a batch DataFrame has no "
                                "commit at which its messages could be removed")
     path = _choose_path(spark, settings.path, mode)
-    resolution = resolve(format_name, operation=mode, config=settings.config,
-                         **settings.overrides)
+    if isinstance(format_name, str):
+        resolution = resolve(format_name, operation=mode, config=settings.config,
+                             **settings.overrides)
+    else:
+        resolution = resolve_many(format_name, operation=mode, config=settings.config,
+                                  **settings.overrides)
     if path == "kafka":
         return _kafka_path(spark, resolution, streaming, settings.source, settings.decode,
                            settings.on_error)
@@ -280,7 +299,9 @@ def kafka_source_options(resolution: Resolution, *, streaming: bool = True,
         dict[str, str]: ``kafka.bootstrap.servers``, ``assign`` (every data topic, partition
         0), ``includeHeaders=true``, ``startingOffsets`` (default ``earliest``, as the kmq
         source), ``failOnDataLoss=false`` (retention may delete removed messages),
-        ``kafka.isolation.level=read_committed`` (as every kmq reader), plus
+        ``kafka.isolation.level=read_committed`` (as every kmq reader),
+        ``kafka.fetch.max.wait.ms`` :data:`SOURCE_FETCH_WAIT_MS` (a task's last poll past a
+        transaction marker does not wait half a second), plus
         ``endingOffsets``, ``maxOffsetsPerTrigger``, the resolution's librdkafka security
         settings translated to Java client ones, and ``kafka.*`` passthrough (which wins).
     """
@@ -296,6 +317,12 @@ def kafka_source_options(resolution: Resolution, *, streaming: bool = True,
         # Records of aborted (and still open) Kafka transactions are not messages: kmq's
         # receivers and the kmq source read committed records only, and so must this.
         "kafka.isolation.level": "read_committed",
+        # A task reads a known offset range, but a range that ends on a transaction marker
+        # (kmq's transactional writes: journals, moves, transactional queues) makes Spark's
+        # consumer poll once more past the last record, and that fetch waits the Java client's
+        # fetch.max.wait.ms (500 ms) for records that are not coming: half a second per topic
+        # and batch (docs/performance.md).
+        "kafka.fetch.max.wait.ms": str(SOURCE_FETCH_WAIT_MS),
     }
     if not streaming:
         result["endingOffsets"] = _spark_offsets(lowered.get("endingoffsets", ("", "latest"))[1])
@@ -350,10 +377,11 @@ class QueueViewFilter:
     """``mapInArrow`` step keeping only Kafka-source rows that are in their queue's view.
 
     For Spark's Kafka source, which reads the raw data topics: per task and topic, it builds
-    the same :class:`~spark_connector._view.TopicView` as the kmq source (receipts read to
-    their end; the data records of the dedupe window before the first row's offset read from
-    Kafka, the rows themselves fed from their own headers) and drops removed messages and
-    duplicates. Rows of topics the resolution does not name pass.
+    the view the kmq source builds (:class:`~spark_connector._view.PeekView`: the same receipt
+    and dedupe rules; receipts read to their end; the data records of the dedupe window before
+    the first row's offset read from Kafka, the rows themselves fed from their own headers,
+    those in kmq's plain header form read per batch with Arrow compute) and drops removed
+    messages and duplicates. Rows of topics the resolution does not name pass.
 
     Args:
         resolution (Resolution): the queues (data and receipts topics) and broker.
@@ -400,13 +428,17 @@ class _ViewMask:
     def __call__(self, batch: pa.RecordBatch) -> pa.Array:
         topics = batch.column("topic").to_pylist()
         offsets = batch.column("offset").to_pylist()
-        headers = batch.column(self.spec.headers).to_pylist()
+        headers = batch.column(self.spec.headers)
         if self.spec.size is not None:
-            sizes = batch.column(self.spec.size).to_pylist()
+            size_column = batch.column(self.spec.size)
         else:
-            sizes = pc.binary_length(batch.column("value")).to_pylist()
+            size_column = pc.binary_length(batch.column("value"))
+        # Rows in kmq's plain header form are judged from their id alone; the others (poison,
+        # other writers) from their headers, row by row, as every queue view reads them.
+        ids = plain_message_ids(headers, size_column)
+        sizes = size_column.to_pylist()
         keep = []
-        for topic, offset, pairs, size in zip(topics, offsets, headers, sizes):
+        for row, (topic, offset, message_id) in enumerate(zip(topics, offsets, ids)):
             if topic not in self.receipts:
                 keep.append(True)
                 continue
@@ -416,18 +448,22 @@ class _ViewMask:
                     tracker.close()
                 tracker = self.trackers[topic] = _TopicTracker(
                     self.session, topic, self.receipts[topic], offset, self.spec.stall_timeout)
-            keep.append(tracker.keep(offset, size or 0,
-                                     [(h["key"], h["value"]) for h in pairs or ()]))
+            if message_id is not None:
+                keep.append(tracker.keep_plain(offset, message_id))
+            else:
+                pairs = headers[row].as_py()
+                keep.append(tracker.keep(offset, sizes[row] or 0,
+                                         [(h["key"], h["value"]) for h in pairs or ()]))
         return pa.array(keep, type=pa.bool_())
 
 
 class _TopicTracker:
-    """One topic's TopicView: the dedupe window before the first row read from Kafka, then
+    """One topic's PeekView: the dedupe window before the first row read from Kafka, then
     fed with the rows' own offsets, sizes and headers."""
 
     def __init__(self, session: KafkaSession, topic: str, receipts_topic: str, first: int,
                  stall_timeout: float):
-        self.view = TopicView(session, topic, receipts_topic, first, stall_timeout)
+        self.view = PeekView.read(session, topic, receipts_topic, first, stall_timeout)
         self.next_offset = self.view.feed_from
         reader: TopicReader = session.reader()
         try:
@@ -442,9 +478,13 @@ class _TopicTracker:
 
     def keep(self, offset: int, size: int, headers: list[tuple[str, bytes | None]]) -> bool:
         """Whether the record at ``offset`` (asked in increasing order) is in the view."""
-        status = self.view.add_entry(offset, size, headers)
         self.next_offset = offset + 1
-        return in_view(status, None)
+        return self.view.add_entry(offset, size, headers)
+
+    def keep_plain(self, offset: int, message_id: str) -> bool:
+        """:meth:`keep` for a row :func:`~spark_connector._view.plain_message_ids` read."""
+        self.next_offset = offset + 1
+        return self.view.add_plain(offset, message_id)
 
     def close(self) -> None:
         """Nothing is held open between batches (the prefix reader is closed already)."""

@@ -21,8 +21,8 @@ may read and write on Kafka is bounded by the Kafka ACLs of the identity they co
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from facade.kafka.librdkafka import resolve_bootstrap_servers
 from facade.manager import QueueManager
 
 __all__ = ["DriverQueues", "Operation", "QueueTarget", "Resolution", "authorize", "resolve",
-           "resolve_with"]
+           "resolve_many", "resolve_with"]
 
 
 class Operation(StrEnum):
@@ -195,6 +195,53 @@ def resolve(format_name: str, *, for_send: bool = False,
     config = config or KmqConfig.load(**overrides)
     with QueueManager.open(config, lease_ids=False) as manager:
         return resolve_with(manager, format_name, chosen)
+
+
+def resolve_many(format_names: Sequence[str], *, operation: Operation | str | None = None,
+                 config: KmqConfig | None = None, **overrides: Any) -> Resolution:
+    """Resolve several format names for one read, as :func:`resolve` resolves one: the
+    queues of every name, each checked for ``operation``, in one :class:`Resolution`.
+
+    For a job that reads queues no single format name can list together: MSMQ's grammar keeps
+    journals, dead-letter queues and subqueues out of multiple-element names, and a report
+    reads a queue's journal beside the dead-letter and admin queues. A queue reached by two
+    names is read once.
+
+    Args:
+        format_names (Sequence[str]): at least one readable name (as :func:`resolve` takes).
+        operation (Operation | str | None): ``peek`` (default) or ``receive``; a reading
+            operation only.
+        config (KmqConfig | None), **overrides: as :func:`resolve`.
+
+    Returns:
+        Resolution: ``targets`` in the order of the names and their elements;
+        ``format_name`` the names joined with ``" + "`` (for messages only).
+
+    Raises:
+        InvalidParameter: no name, a name that is not text, or a writing operation.
+        AccessDenied, FormatNameError, QueueNotFound, DirectoryUnavailable,
+        UnsupportedFormatNameOperation, BrokerUnavailable: as :func:`resolve`, for the first
+            name that fails; nothing is read.
+    """
+    if isinstance(format_names, (str, bytes)) or not all(
+            isinstance(name, str) for name in format_names):
+        raise InvalidParameter("format_names must be a sequence of format-name strings",
+                               hint="for one name, call resolve(format_name)")
+    if not format_names:
+        raise InvalidParameter("no format name to resolve", hint="give at least one name")
+    chosen = _operation(False, operation)
+    if chosen.writes:
+        raise InvalidParameter(f"resolve_many resolves names for reading, not to {chosen}",
+                               hint="resolve each destination of a write with resolve()")
+    config = config or KmqConfig.load(**overrides)
+    with QueueManager.open(config, lease_ids=False) as manager:
+        resolutions = [resolve_with(manager, name, chosen) for name in format_names]
+    targets: dict[str, QueueTarget] = {}
+    for resolution in resolutions:
+        for target in resolution.targets:
+            targets.setdefault(target.data_topic, target)
+    return replace(resolutions[0], format_name=" + ".join(r.format_name for r in resolutions),
+                   targets=tuple(targets.values()))
 
 
 def _operation(for_send: bool, operation: Operation | str | None) -> Operation:

@@ -1,10 +1,11 @@
 """The demo's report as a Spark Structured Streaming job over the run's queues.
 
 One streaming query reads every source of :class:`~facade.demo.report.ReportSources` (the
-queues' journals, the dead-letter queue, the admin queue) through
-``spark_connector.read_queue`` on Spark's own Kafka source (``path="kafka"``: the envelopes are
-decoded on the JVM by spark-avro's ``from_avro``; ``local_session`` puts both jars on
-``spark.jars``), unions them with a ``source`` column, and runs once with
+queues' journals, the dead-letter queue, the admin queue) through one
+``spark_connector.read_queue`` of the list of their format names, on Spark's own Kafka source
+(``path="kafka"``: the envelopes are decoded on the JVM by spark-avro's ``from_avro``;
+``local_session`` puts both jars on ``spark.jars``), labels each row with a ``source`` column
+from its topic, and runs once with
 ``trigger(availableNow=True)`` into an in-memory table. Batch aggregations over that table give
 the report's figures (:class:`SparkFigures`): messages per queue and class, top senders,
 acknowledgment classes and latencies (sent time to the journal copy's record time, i.e. to the
@@ -20,7 +21,6 @@ import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import reduce
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -121,20 +121,26 @@ def run_report_job(sources: _Sources, *, top_senders: int, probe_source: str,
 
 
 def _stream_into_memory(spark: Any, sources: _Sources, timeout: float) -> str:
-    """Run the union of every source once (availableNow) into a memory table; its name."""
+    """Run one query over every source once (availableNow) into a memory table; its name."""
     from pyspark.sql import functions as F
 
     from spark_connector import read_queue
 
     config = sources.config
-    streams = [
-        read_queue(spark, format_name, streaming=True, path="kafka", config=config).withColumn(
-            "source", F.lit(label))
-        for label, format_name in sources.all_queues.items()
-    ]
-    union = reduce(lambda a, b: a.unionByName(b), streams)
+    labels = _topic_labels(config, sources.all_queues)
+    # One source over every queue rather than a union of one per queue: each branch of a
+    # union is a stage of its own, whose generated code Spark compiles again.
+    stream = read_queue(spark, list(sources.all_queues.values()), streaming=True,
+                        path="kafka", config=config)
+    by_topic = F.create_map(*[F.lit(x) for pair in labels.items() for x in pair])
+    # Only what the aggregations read: the memory table lives in the driver's heap, and every
+    # aggregation serializes it into its tasks: with every column, bodies included, the whole
+    # corpus ran the driver (1 GB heap by default) out of memory.
+    labelled = stream.select(
+        by_topic[F.col("topic")].alias("source"), "message_class", "id", "sent_time",
+        "timestamp", F.col("properties").getItem(_SENDER_PROPERTY).alias("sender"))
     table = f"kmq_demo_{uuid.uuid4().hex[:8]}"
-    query = (union.writeStream.format("memory").queryName(table)
+    query = (labelled.writeStream.format("memory").queryName(table)
              .option("checkpointLocation", str(sources.report_dir / "spark-checkpoint" / table))
              .trigger(availableNow=True).start())
     if not query.awaitTermination(timeout):
@@ -143,6 +149,20 @@ def _stream_into_memory(spark: Any, sources: _Sources, timeout: float) -> str:
     if query.exception() is not None:
         raise RuntimeError(f"the report's streaming query failed: {query.exception()}")
     return table
+
+
+def _topic_labels(config: Any, queues: Mapping[str, str]) -> dict[str, str]:
+    """Data topic -> source label of each queue a report reads (``queues``: label -> format
+    name), resolved as ``read_queue`` resolves them."""
+    from facade.manager import QueueManager
+    from spark_connector.resolve import Operation, resolve_with
+
+    labels: dict[str, str] = {}
+    with QueueManager.open(config, lease_ids=False) as manager:
+        for label, format_name in queues.items():
+            for topic in resolve_with(manager, format_name, Operation.PEEK).topics:
+                labels[topic] = label
+    return labels
 
 
 def _collect(frame: Any, what: str, timeout: float | None = None) -> list[Any]:
@@ -208,8 +228,7 @@ def _top_senders(rows: Any, limit: int, probe_source: str) -> list[dict[str, Any
     # The paced run resends corpus entries: its copies would count their senders twice.
     journals = rows.where(F.col("source").endswith(";journal")
                           & (F.col("source") != probe_source))
-    senders = (journals.select(F.col("properties").getItem(_SENDER_PROPERTY).alias("sender"), "id")
-               .where(F.col("sender").isNotNull())
+    senders = (journals.select("sender", "id").where(F.col("sender").isNotNull())
                .groupBy("sender").agg(F.countDistinct("id").alias("messages"))
                .orderBy(F.desc("messages"), "sender").limit(limit))
     senders = _collect(senders, "top senders")

@@ -803,6 +803,7 @@ class QueueState:
         # Offsets not read yet, below the purge floor, pending again: a lock held them when a
         # PURGE passed and released them since, so their arrival must not count as purged.
         self._unpurged: set[int] = set()
+        self._admitted = False  # fed with admit(): nothing indexed, nothing else answered
 
     # ----------------------------------------------------------------------------------------
     # Positions
@@ -836,6 +837,8 @@ class QueueState:
         Raises:
             ValueError: ``entry.offset`` is below :attr:`data_offset` (a reader bug).
         """
+        if self._admitted:
+            self._indexed("add")
         offset = entry.offset
         if offset < self._data_offset:
             raise ValueError(
@@ -862,6 +865,41 @@ class QueueState:
         self._adds += 1
         if not self._adds % _TRIM_MIN:
             self.floor()  # keeps the code array bounded even if nobody asks for the floor
+
+    def admit(self, offset: int, dedupe_key: int | str, poison: bool) -> bool:
+        """Feed the next data record to a one-pass reader and say whether it is in the queue.
+
+        For a reader that applies every receipt first, then walks the data log once and only
+        asks, per record, whether a peek shows it (Spark's queue view): the verdict of
+        :meth:`add` followed by :meth:`status`, by the same receipt and dedupe rules, without
+        indexing the record (no entry, no lookup by id, no counts). A state fed this way
+        answers nothing else: :meth:`add`, :meth:`apply` and :meth:`status` raise afterwards.
+
+        Args:
+            offset (int): the record's offset; offsets must increase (gaps are allowed).
+            dedupe_key (int | str): :attr:`IndexEntry.dedupe_key` or its
+                :attr:`IndexEntry.dedupe_ident`, the same form for every record of this state.
+            poison (bool): :attr:`IndexEntry.poison`.
+
+        Returns:
+            bool: True for a pending message or a poison record (a peek shows both); False
+            for a record a receipt removed or holds (a lock), or a duplicate.
+
+        Raises:
+            ValueError: ``offset`` is below :attr:`data_offset` (a reader bug).
+        """
+        if offset < self._data_offset:
+            raise ValueError(f"data record at offset {offset} fed after offset "
+                             f"{self._data_offset - 1}: records must come in offset order")
+        self._admitted = True
+        removed = self._arrival_code(offset)
+        duplicate = not poison and self._seen(dedupe_key, offset)
+        self._data_offset = offset + 1
+        return removed is None and (poison or not duplicate)
+
+    def _indexed(self, what: str) -> None:
+        raise ValueError(f"QueueState.{what}: this state was fed with admit(), which "
+                         "indexes nothing; build another state to ask it")
 
     def advance_data_to(self, next_offset: int) -> None:
         """Record that the data log has no records below ``next_offset`` beyond those added.
@@ -1006,6 +1044,8 @@ class QueueState:
         Raises:
             ValueError: ``receipt_offset`` is below :attr:`receipts_offset` (a reader bug).
         """
+        if self._admitted:
+            self._indexed("apply")
         if receipt_offset < self._receipts_offset:
             raise ValueError(
                 f"receipt at offset {receipt_offset} fed after offset "
@@ -1607,6 +1647,8 @@ class QueueState:
             DUPLICATE, or UNKNOWN (a gap, or not read yet). A receipt's removal takes
             precedence over duplicate. Below the floor the action is no longer known.
         """
+        if self._admitted:
+            self._indexed("status")
         if offset < 0:
             return _UNKNOWN
         if offset < self._base:

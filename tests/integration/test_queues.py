@@ -144,16 +144,21 @@ _RECEIVER = textwrap.dedent("""
     from facade.errors import ReceiveTimeout
     from facade.manager import QueueManager
 
-    bootstrap, name, out, mode = sys.argv[1:5]
+    from pathlib import Path
+
+    bootstrap, name, out, mode, sent = sys.argv[1:6]
     qm = QueueManager.open(KmqConfig.load(bootstrap_servers=bootstrap, queue_manager=name))
     q = qm.open_queue(r".\\private$\\shared", spread_picks=mode == "spread")
     with open(out, "a", buffering=1) as fh:
         print("ready", flush=True)
+        sys.stdin.readline()  # every receiver starts at once, whenever each was ready
         while True:
             try:
                 m = q.receive(timeout=3, lock=mode == "lock")
             except ReceiveTimeout:
-                break
+                if Path(sent).exists():  # the sender is done: an empty queue stays empty
+                    break
+                continue
             if mode == "lock":
                 m.complete()
             fh.write(m.body.decode() + "\\n")
@@ -161,16 +166,30 @@ _RECEIVER = textwrap.dedent("""
 
 
 def _start_receiver(broker: BrokerEndpoint, qm: QueueManager, out: Path,
-                    mode: str = "head") -> subprocess.Popen:
+                    mode: str = "head", sent: Path | None = None) -> subprocess.Popen:
     """A receiver process: ``mode`` "head" (receive()), "spread" (spread_picks=True) or
-    "lock" (receive(lock=True) and complete())."""
+    "lock" (receive(lock=True) and complete()). It receives once a line reaches its stdin,
+    and stops at the first empty receive after the file ``sent`` exists (default: next to
+    ``out``)."""
+    sent = sent or out.with_name("sent")
     process = subprocess.Popen(
-        [sys.executable, "-c", _RECEIVER, broker.bootstrap_servers, qm.name, str(out), mode],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
+        [sys.executable, "-c", _RECEIVER, broker.bootstrap_servers, qm.name, str(out), mode,
+         str(sent)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
         cwd=Path(__file__).resolve().parents[2],
     )
     assert process.stdout is not None and process.stdout.readline().strip() == "ready"
     return process
+
+
+def _release(receivers: list[subprocess.Popen]) -> None:
+    """Let ready receivers start receiving (all at once: a receiver that started early must
+    not give up on an empty queue while a slow one is still starting)."""
+    for process in receivers:
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
 
 
 @pytest.mark.parametrize("mode", ["head", "spread", "lock"])
@@ -184,11 +203,13 @@ def test_competing_receiver_processes_never_get_the_same_message(
     q = qm.create_queue(r".\private$\shared")
     outs = [tmp_path / f"r{n}.txt" for n in range(4)]
     receivers = [_start_receiver(broker, qm, out, mode) for out in outs]
+    _release(receivers)
     # Enough messages that the receivers are busy at once (a receive takes a few ms).
     total = 1000
     for i in range(total):
         q.send(Message(body=str(i).encode()))
     q.send(Message(body=b"end"), wait=True)
+    (tmp_path / "sent").touch()
     for process in receivers:
         assert process.wait(timeout=120) == 0
     got = [line for out in outs for line in out.read_text().split()]
@@ -214,11 +235,14 @@ def test_receiver_killed_mid_stream_loses_at_most_what_it_took(
         q.send(Message(body=str(i).encode()))
     q.send(Message(body=b"end"), wait=True)
     victim_out, survivor_out = tmp_path / "victim.txt", tmp_path / "survivor.txt"
+    (tmp_path / "sent").touch()
     victim = _start_receiver(broker, qm, victim_out)
+    _release([victim])
     time.sleep(0.5)
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=10)
     survivor = _start_receiver(broker, qm, survivor_out)
+    _release([survivor])
     assert survivor.wait(timeout=120) == 0
     victim_got = victim_out.read_text().split() if victim_out.exists() else []
     survivor_got = survivor_out.read_text().split()

@@ -116,6 +116,11 @@ def test_reads_are_refused_without_the_peek_right(
     with pytest.raises(AccessDenied) as refused:  # one refused queue refuses the whole name
         read_queue(spark, f"{own_fn},{queue_fn}", streaming=False, **_target(alice))
     _refusal(refused, "PEEK_MESSAGE", queue_fn)
+    for streaming in (False, True):  # ... and the whole list of names
+        with pytest.raises(AccessDenied) as refused:
+            read_queue(spark, [own_fn, queue_fn + ";JOURNAL"], streaming=streaming,
+                       **_target(alice))
+        _refusal(refused, "PEEK_MESSAGE", queue_fn + ";JOURNAL")
     dead_letters = f"MACHINE={alice.guid};DEADLETTER"
     with pytest.raises(AccessDenied) as refused:
         read_queue(spark, dead_letters, streaming=False, **_target(alice))

@@ -33,7 +33,8 @@ pytestmark = pytest.mark.integration
 # --------------------------------------------------------------------------------------------
 
 
-def _read(spark: Any, qm: QueueManager, name: str, streaming: bool = False, **options: Any) -> Any:
+def _read(spark: Any, qm: QueueManager, name: str | list[str], streaming: bool = False,
+          **options: Any) -> Any:
     """read_queue with the test's queue manager configuration."""
     return read_queue(spark, name, streaming=streaming,
                       bootstrap_servers=qm.session.bootstrap_servers, queue_manager=qm.name,
@@ -101,6 +102,7 @@ def test_kafka_source_options_stream() -> None:
         "startingOffsets": "earliest",
         "failOnDataLoss": "false",
         "kafka.isolation.level": "read_committed",
+        "kafka.fetch.max.wait.ms": "10",
         "maxOffsetsPerTrigger": "100",
     }
 
@@ -112,7 +114,8 @@ def test_kafka_source_options_batch_offsets_security_and_passthrough() -> None:
     options = kafka_source_options(
         resolution, streaming=False, startingOffsets=json.dumps({"kmq.qm.private.a": 5}),
         ending_offsets="latest", **{"kafka.fetch.max.bytes": "1048576",
-                                    "kafka.security.protocol": "SSL", "kmq.mode": "peek"})
+                                    "kafka.security.protocol": "SSL", "kmq.mode": "peek",
+                                    "kafka.fetch.max.wait.ms": "200"})
     assert json.loads(options["startingOffsets"]) == {"kmq.qm.private.a": {"0": 5}}
     assert options["endingOffsets"] == "latest"
     assert options["kafka.security.protocol"] == "SSL"  # explicit kafka.* wins
@@ -122,6 +125,7 @@ def test_kafka_source_options_batch_offsets_security_and_passthrough() -> None:
         'username="svc" password="pw";')
     assert options["kafka.ssl.truststore.location"] == "/etc/ca.pem"
     assert options["kafka.fetch.max.bytes"] == "1048576"
+    assert options["kafka.fetch.max.wait.ms"] == "200"
     assert not any(key.startswith("kmq.") for key in options)
 
 
@@ -218,6 +222,35 @@ def test_batch_read_of_dead_letter_and_admin_queues(spark: Any, qm: QueueManager
     for ack in acks:
         assert ack.ack_original_id == ack.correlation_id
         assert ack.ack_queues == [queue_fn] and ack.ack_time is not None
+
+
+@pytest.mark.parametrize("path", ["kafka", "kmq"])
+def test_a_list_of_names_reads_each_queue_once_as_one_source(
+        spark: Any, qm: QueueManager, path: str) -> None:
+    """A queue, its journal and the dead-letter queue (which no MSMQ multiple-element name may
+    list together) in one read: the rows of the separate reads, a queue named twice read once."""
+    queue, queue_fn = _private(qm, "listed")
+    queue.set_properties(journal=True)
+    first = queue.send(Message(body=b"received"), wait=True)
+    second = queue.send(Message(body=b"pending"), wait=True)
+    stale = queue.send(Message(body=b"stale", time_to_be_received=0.2,
+                               journal=JournalLevel.DEADLETTER), wait=True)
+    time.sleep(0.4)
+    assert queue.receive(timeout=10).id == first.id  # journal copy; the stale one dead-lettered
+    names = [queue_fn, queue_fn + ";JOURNAL", f"MACHINE={qm.guid};DEADLETTER"]
+
+    listed = _read(spark, qm, [*names, queue_fn], path=path).collect()
+
+    def key(r: Any) -> tuple[str, int, str]:
+        return (r.topic, r.offset, r.id)
+
+    separate = [row for name in names for row in _read(spark, qm, name, path=path).collect()]
+    assert sorted(map(key, listed)) == sorted(map(key, separate))
+    assert sorted((r.id, r.body) for r in listed) == sorted(
+        [(str(second.id), b"pending"), (str(first.id), b"received"), (str(stale.id), b"stale")])
+    assert len({r.topic for r in listed}) == 3
+    with pytest.raises(InvalidParameter, match="no format name"):
+        _read(spark, qm, [])
 
 
 def test_poison_records_error_column_fail_or_dead_letter(spark: Any, qm: QueueManager) -> None:
