@@ -53,9 +53,9 @@ __all__ = ["ENVELOPE_SCHEMA_FILE", "FAST_PATH", "RAW_COLUMNS", "decode_on_jvm",
            "envelope_schema_json", "fast_path_conditions"]
 
 ENVELOPE_SCHEMA_FILE = "message_envelope.avsc"
-#: The boolean column saying a row was decoded on the JVM (dropped by the Python step).
+#: The boolean column saying a row was decoded on the JVM (dropped by the Python steps).
 FAST_PATH = "_kmq_fast"
-#: Kafka-source columns the Python step needs besides the decoded ones: the record value for
+#: Kafka-source columns the Python steps need besides the decoded ones: the record value for
 #: rows the JVM did not decode, its length and headers for the queue view.
 RAW_COLUMNS = ("_kmq_value", "_kmq_size", "_kmq_headers")
 
@@ -218,7 +218,7 @@ def _columns(env: Column, record_timestamp: Column) -> dict[str, Column]:
 
 def decode_on_jvm(df: DataFrame) -> DataFrame:
     """Kafka-source rows -> MESSAGE_SCHEMA's columns where the JVM can decode them, plus
-    :data:`FAST_PATH` and :data:`RAW_COLUMNS` for the Python step that finishes the rest.
+    :data:`FAST_PATH` and :data:`RAW_COLUMNS` for the Python steps that finish the rest.
 
     Args:
         df (DataFrame): Spark's Kafka-source columns (``format("kafka")``, with headers).
@@ -262,7 +262,7 @@ def decode_on_jvm(df: DataFrame) -> DataFrame:
             expression = F.col("timestamp")
         elif field.name in ("topic", "partition", "offset"):
             expression = F.col(field.name)
-        else:  # error, raw_value: set by the Python step on the rows it decodes
+        else:  # error, raw_value: set by the Python decode step on the rows it decodes
             expression = F.lit(None)
         outputs.append(expression.cast(field.dataType).alias(field.name))
     return checked.select(

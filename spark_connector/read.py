@@ -4,11 +4,11 @@ Two paths, one result:
 
 * **kafka**: Spark's own Kafka source (``format("kafka")``, the ``spark-sql-kafka-0-10``
   package) reads the data topics with :func:`kafka_source_options`; spark-avro's ``from_avro``
-  decodes the envelopes on the JVM (:mod:`spark_connector.jvmdecode`); one ``mapInArrow`` step
-  (:class:`KafkaRowFinisher`) then keeps only the records in the queue view
-  (:class:`QueueViewFilter`: each queue's receipts read with :mod:`facade.kafka.librdkafka`, the rows'
-  own headers fed into the queue state, as every queue view does) and hands the rows the JVM
-  did not decode (poison records, acknowledgments) to the Python decoder.
+  decodes the envelopes on the JVM (:mod:`spark_connector.jvmdecode`); two Arrow UDF steps
+  (:class:`KafkaRowFinisher`) then keep only the records in the queue view
+  (:class:`QueueViewFilter`: each queue's receipts read with :mod:`facade.kafka.librdkafka`,
+  the rows' own headers judged by the same rules as every queue view) and hand the rows the
+  JVM did not decode (poison records, acknowledgments) to the Python decoder.
 * **kmq**: the project's Python data source (``format("kmq")``, :mod:`spark_connector.source`)
   yields Kafka-source rows already filtered, decoded by
   :func:`spark_connector.decode.decode_messages`.
@@ -264,7 +264,7 @@ def _kmq_path(spark: Any, resolution: Resolution, streaming: bool,
 
 def _kafka_path(spark: Any, resolution: Resolution, streaming: bool,
                 source: Mapping[str, str], decode: bool, on_error: str) -> Any:
-    """Spark's Kafka source, the envelope decoded on the JVM, one Python step for the queue
+    """Spark's Kafka source, the envelope decoded on the JVM, Python steps for the queue
     view and the rows only Python decodes (see the module docs)."""
     reader = spark.readStream if streaming else spark.read
     options = kafka_source_options(resolution, streaming=streaming, **source)
@@ -490,31 +490,41 @@ class _TopicTracker:
         """Nothing is held open between batches (the prefix reader is closed already)."""
 
 
-#: The columns the Python step reads (narrow: the decoded columns stay on the JVM).
-_STEP_INPUTS = ("topic", "partition", "offset", "timestamp", "_kmq_size", "_kmq_headers",
-                FAST_PATH, "_kmq_value")
-#: The struct field of the Python step's result saying whether the row is output.
+#: The columns the queue-view step reads.
+_VIEW_INPUTS = ("topic", "offset", "_kmq_size", "_kmq_headers")
+#: The columns the decode step reads (narrow: the decoded columns stay on the JVM; the value
+#: only of rows the JVM did not decode).
+_DECODE_INPUTS = ("topic", "partition", "offset", "timestamp", FAST_PATH, "_kmq_value")
+#: The queue-view step's result column (dropped from the output).
+_VIEWED = "_kmq_viewed"
+#: The struct field of the decode step's result saying whether the row is output.
 _KEEP = "_kmq_keep"
-#: The Python step's result column (dropped from the output).
+#: The decode step's result column (dropped from the output).
 _STEP = "_kmq_step"
 
 
 class KafkaRowFinisher:
-    """The one Python step of the Kafka-source path: a scalar iterator ``arrow_udf`` over a
-    few narrow columns, whose result says which rows are in the queue view and carries the
-    Python decoder's columns for the rows the JVM did not decode
-    (:mod:`spark_connector.jvmdecode`).
+    """The Python steps of the Kafka-source path, two scalar iterator ``arrow_udf``s over a
+    few narrow columns each: the queue view, then the Python decoder for the rows the JVM did
+    not decode (:mod:`spark_connector.jvmdecode`).
 
-    The step sees each row's topic, partition, offset, timestamp, value length, headers and
-    JVM verdict (``_kmq_fast``), and the record value only where the JVM did not decode it;
-    the ~45 decoded columns never leave the JVM. The rows are then filtered and their columns
-    chosen on the JVM (:meth:`apply`). The rows the JVM did not decode (poison records,
-    acknowledgments, other writer schemas) are decoded by
-    :func:`spark_connector.decode.decode_batch` with ``on_error`` as on the kmq path; one
-    dropped there (dead-lettered) is not output. The UDF is non-deterministic, so Spark runs
-    it once per row, in the partition's offset order, and pushes no filter below it (the queue
-    view must see every record: a filter below it would change which copy of a message is the
-    duplicate).
+    1. **The queue view** sees each row's topic, offset, value length and headers and says
+       whether it is in the view (:class:`QueueViewFilter`); the rows that are not are
+       filtered out on the JVM.
+    2. **The decode step** sees each remaining row's topic, partition, offset, timestamp, JVM
+       verdict (``_kmq_fast``) and, where the JVM did not decode it, the record value; it
+       decodes those rows (poison records, acknowledgments, other writer schemas) with
+       :func:`spark_connector.decode.decode_batch` and ``on_error`` as on the kmq path, and
+       returns their columns and whether each row is output (one dead-lettered is not).
+
+    The ~45 decoded columns never leave the JVM; the choice between the JVM's and Python's
+    columns is made there (:meth:`apply`). Both UDFs are non-deterministic, so Spark runs each
+    once per row, in the partition's offset order, and pushes no filter below them (the queue
+    view must see every record: a filter below it would change which copy of a message is
+    the duplicate). With ``on_error="column"`` no row is dropped by decoding, so a query that
+    reads no message column (``count()``) lets Spark leave out the decode step and the JVM's
+    decoding altogether; with ``"dead_letter"`` and ``"fail"`` the output depends on it, and
+    it runs for every row in the view.
 
     Args:
         view (QueueViewFilter | None): the queue view to apply; None keeps every row
@@ -541,18 +551,29 @@ class KafkaRowFinisher:
         """
         from pyspark.sql import functions as F
         from pyspark.sql.functions import arrow_udf
+        from pyspark.sql.types import BooleanType
 
         from spark_connector.schema import MESSAGE_SCHEMA
 
         finisher = self
+        viewed = decoded
+        if self.view is not None:
+            def view(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+                return finisher.keep(batches)  # a function: arrow_udf takes its kind from hints
+
+            # cast: pyspark's stubs do not know arrow_udf's iterator form.
+            in_view = cast(Any, arrow_udf)(view, BooleanType()).asNondeterministic()
+            viewed = (decoded.select("*", in_view(*[F.col(c) for c in _VIEW_INPUTS])
+                                     .alias(_VIEWED))
+                      .filter(F.col(_VIEWED)).drop(_VIEWED))
 
         def finish(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
-            return finisher(batches)  # a function: arrow_udf takes its kind from the hints
+            return finisher(batches)
 
-        # cast: pyspark's stubs list atomic and array result types only, not a struct.
         step = cast(Any, arrow_udf)(finish, _step_type()).asNondeterministic()
-        stepped = decoded.select("*", step(*[F.col(c) for c in _STEP_INPUTS]).alias(_STEP))
-        kept = stepped.filter(F.col(_STEP)[_KEEP])
+        stepped = viewed.select("*", step(*[F.col(c) for c in _DECODE_INPUTS]).alias(_STEP))
+        if self.on_error != "column":  # decoding may drop rows (dead_letter) or fail
+            stepped = stepped.filter(F.col(_STEP)[_KEEP])
         outputs = []
         for field in MESSAGE_SCHEMA.fields:
             if field.name in _JVM_ONLY:
@@ -560,34 +581,40 @@ class KafkaRowFinisher:
             else:
                 outputs.append(F.when(F.col(FAST_PATH), F.col(field.name))
                                .otherwise(F.col(_STEP)[field.name]).alias(field.name))
-        return kept.select(*outputs)
+        return stepped.select(*outputs)
+
+    def keep(self, batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+        """The queue-view step: per batch of :data:`_VIEW_INPUTS`, whether each row is in the
+        view (the view must not be None)."""
+        if self.view is None:
+            raise ValueError("KafkaRowFinisher.keep needs a queue view (include_removed has none)")
+        with self.view.open() as masks:
+            for arrays in batches:
+                yield masks(pa.RecordBatch.from_arrays(list(arrays), names=list(_VIEW_INPUTS)))
 
     def __call__(self, batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+        """The decode step: per batch of :data:`_DECODE_INPUTS`, the keep flag and the Python
+        decoder's columns (null for rows the JVM decoded)."""
         from spark_connector.decode import _DeadLetterWriter
 
         writer = _DeadLetterWriter(self.dead_letter) if self.dead_letter else None
-        masks = self.view.open() if self.view is not None else None
         try:
             for arrays in batches:
-                batch = pa.RecordBatch.from_arrays(list(arrays), names=list(_STEP_INPUTS))
-                yield self._step(batch, masks, writer)
+                batch = pa.RecordBatch.from_arrays(list(arrays), names=list(_DECODE_INPUTS))
+                yield self._step(batch, writer)
             if writer is not None:
                 writer.flush()  # the task succeeds only once every copy is acknowledged
         finally:
-            if masks is not None:
-                masks.__exit__(None, None, None)
             if writer is not None:
                 writer.close()
 
-    def _step(self, batch: pa.RecordBatch, masks: _ViewMask | None,
-              writer: Any) -> pa.StructArray:
+    def _step(self, batch: pa.RecordBatch, writer: Any) -> pa.StructArray:
         from spark_connector.decode import decode_batch
 
-        viewed = masks(batch) if masks is not None else pa.repeat(pa.scalar(True), batch.num_rows)
         fast = batch.column(FAST_PATH).fill_null(False)
         step_type = _STEP_ARROW
-        slow = pc.and_(viewed, pc.invert(fast))
-        decoded_keep = pc.and_(viewed, fast)
+        slow = pc.invert(fast)
+        keep = fast
         if pc.any(slow).as_py():
             rows = batch.filter(slow)
             records = pa.RecordBatch.from_arrays(
@@ -604,11 +631,11 @@ class KafkaRowFinisher:
                                         decoded.column("offset").to_pylist())):
                 index[where[key]] = j
             positions = pa.array(index, type=pa.int32())
-            decoded_keep = pc.or_(decoded_keep, pc.is_valid(positions))
+            keep = pc.or_(keep, pc.is_valid(positions))
             columns = [decoded.column(f.name).take(positions) for f in list(step_type)[1:]]
         else:
             columns = [pa.nulls(batch.num_rows, f.type) for f in list(step_type)[1:]]
-        return pa.StructArray.from_arrays([decoded_keep.fill_null(False), *columns],
+        return pa.StructArray.from_arrays([keep.fill_null(False), *columns],
                                           fields=list(step_type))
 
 

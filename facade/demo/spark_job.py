@@ -110,11 +110,14 @@ def run_report_job(sources: _Sources, *, top_senders: int, probe_source: str,
     try:
         table = _stream_into_memory(spark, sources, timeout)
         rows = spark.table(table)
-        return SparkFigures(queue_classes=_queue_classes(rows),
+        # Three Spark jobs: each costs about a second beyond its work on this table.
+        counted = _collect(rows.groupBy("source", "message_class").count(),
+                           "messages per class")
+        latencies, paced_latencies = _latencies(rows, probe_source)
+        return SparkFigures(queue_classes=_queue_classes(counted),
                             top_senders=_top_senders(rows, top_senders, probe_source),
-                            acknowledgments=_acknowledgments(rows),
-                            latencies=_latencies(rows, probe_source, paced=False),
-                            paced_latencies=_latencies(rows, probe_source, paced=True))
+                            acknowledgments=_acknowledgments(counted),
+                            latencies=latencies, paced_latencies=paced_latencies)
     finally:
         if owned:
             spark.stop()
@@ -214,8 +217,8 @@ def _collect(frame: Any, what: str, timeout: float | None = None) -> list[Any]:
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def _queue_classes(rows: Any) -> list[dict[str, Any]]:
-    counted = _collect(rows.groupBy("source", "message_class").count(), "messages per class")
+def _queue_classes(counted: list[Any]) -> list[dict[str, Any]]:
+    """``{"queue", "class", "count"}`` from the (source, message_class, count) rows."""
     # A journal counts as its queue: it holds that queue's received messages.
     result = [{"queue": r["source"].split(";")[0], "class": r["message_class"] or "POISON",
                "count": r["count"]} for r in counted]
@@ -235,21 +238,21 @@ def _top_senders(rows: Any, limit: int, probe_source: str) -> list[dict[str, Any
     return [{"sender": r["sender"], "messages": r["messages"]} for r in senders]
 
 
-def _acknowledgments(rows: Any) -> dict[str, int]:
+def _acknowledgments(counted: list[Any]) -> dict[str, int]:
+    """The admin queue's messages per class, from the (source, message_class, count) rows."""
+    return dict(sorted((r["message_class"], r["count"]) for r in counted
+                       if r["source"] == "admin"))
+
+
+def _latencies(rows: Any, probe_source: str) -> tuple[list[float], list[float]]:
+    """Send to journal-copy time, ms: of every queue but the paced run's probe queue, and of
+    the probe queue."""
     from pyspark.sql import functions as F
 
-    counted = _collect(rows.where(F.col("source") == "admin").groupBy("message_class").count(),
-                       "acknowledgments")
-    return dict(sorted((r["message_class"], r["count"]) for r in counted))
-
-
-def _latencies(rows: Any, probe_source: str, *, paced: bool) -> list[float]:
-    """Send to journal-copy time, ms: of the paced run's probe queue, or of every other queue."""
-    from pyspark.sql import functions as F
-
-    probe = F.col("source") == probe_source
-    journals = rows.where(F.col("source").endswith(";journal") & F.col("sent_time").isNotNull()
-                          & (probe if paced else ~probe))
+    journals = rows.where(F.col("source").endswith(";journal") & F.col("sent_time").isNotNull())
     millis = (F.col("timestamp").cast("double") - F.col("sent_time").cast("double")) * 1000.0
-    what = "paced latencies" if paced else "latencies"
-    return [r["ms"] for r in _collect(journals.select(millis.alias("ms")), what)]
+    measured = _collect(journals.select(millis.alias("ms"),
+                                        (F.col("source") == probe_source).alias("paced")),
+                        "latencies")
+    return ([r["ms"] for r in measured if not r["paced"]],
+            [r["ms"] for r in measured if r["paced"]])

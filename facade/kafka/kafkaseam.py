@@ -356,6 +356,19 @@ class KafkaSession(Protocol):
         """
         ...
 
+    def delete_groups(self, groups: Iterable[str]) -> list[str]:
+        """Delete empty groups of any type (DeleteGroups: a share group too); groups that do
+        not exist are ignored.
+
+        Returns:
+            list[str]: the groups left because members are still in them (NON_EMPTY_GROUP).
+
+        Raises:
+            BrokerError: another refusal (e.g. GROUP_AUTHORIZATION_FAILED).
+            BrokerUnavailable: no answer.
+        """
+        ...
+
     def broker_config(self, name: str) -> str | None:
         """The value a broker of the cluster reports for broker config ``name``; None when it
         reports none.

@@ -1064,6 +1064,37 @@ class KafkaSession:
                 return reported
             time.sleep(0.2)
 
+    def delete_groups(self, groups: Iterable[str]) -> list[str]:
+        """Delete empty groups of any type (DeleteGroups, which deletes a share group too);
+        groups that do not exist are ignored.
+
+        Returns:
+            list[str]: the groups left because members are still in them (NON_EMPTY_GROUP).
+
+        Raises:
+            BrokerError: another refusal (e.g. GROUP_AUTHORIZATION_FAILED).
+            BrokerUnavailable: no answer within :data:`ADMIN_TIMEOUT` seconds.
+        """
+        groups = list(groups)
+        if not groups:
+            return []
+        busy = []
+        futures = self.admin.delete_consumer_groups(groups, request_timeout=ADMIN_TIMEOUT)
+        for group, future in futures.items():
+            with map_kafka_errors(f"delete group {group!r}", servers=self.bootstrap_servers):
+                try:
+                    future.result(ADMIN_TIMEOUT)
+                except KafkaException as exc:
+                    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) \
+                        else None
+                    if error is not None and error.code() == KafkaError.GROUP_ID_NOT_FOUND:
+                        continue
+                    if error is not None and error.code() == KafkaError.NON_EMPTY_GROUP:
+                        busy.append(group)
+                        continue
+                    raise
+        return busy
+
     def broker_config(self, name: str) -> str | None:
         """The value of broker config ``name`` on the first broker the cluster lists.
 

@@ -598,6 +598,10 @@ class MemoryKafkaSession:
         """
         raise BrokerError(NO_SHARE_GROUPS, hint=_SHARE_HINT)
 
+    def delete_groups(self, groups: Iterable[str]) -> list[str]:
+        """Nothing to delete: the in-memory Kafka keeps no groups."""
+        return []
+
     def broker_config(self, name: str) -> str | None:
         """None: the in-memory Kafka has no broker configs."""
         return None

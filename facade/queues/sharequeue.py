@@ -116,6 +116,12 @@ def _drain_group_of(data_topic: str) -> str:
     return f"{data_topic}.share-dlq"
 
 
+def share_groups(data_topic: str) -> list[str]:
+    """The groups a share queue's receivers join: its share group and the group draining its
+    dead-letter topic, for ``delete_queue``."""
+    return [group_of(data_topic), _drain_group_of(data_topic)]
+
+
 def dead_letter_topic_of(prefix: str, data_topic: str) -> str:
     """The KIP-1191 dead-letter topic of a share queue: the broker's prefix + the data topic."""
     return f"{prefix}{data_topic}"

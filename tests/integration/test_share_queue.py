@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from facade import (
     InvalidParameter,
@@ -95,6 +96,22 @@ def test_one_handle_receives_each_message_once(qm: QueueManager) -> None:
         except ReceiveTimeout:
             continue
     assert sorted(m.body for m in batch) == sorted([*many_sent, b"b-last"])
+
+
+def test_deleting_a_share_queue_deletes_its_share_group(qm: QueueManager) -> None:
+    """A share group outlives its topics on the broker: delete_queue deletes it (DeleteGroups
+    deletes a share group once its members left: the queue's handles are closed first)."""
+    queue = qm.create_queue(r".\private$\gone", arbitration="share")
+    group = group_of(queue.properties.data_topic)
+    queue.send(Message(body=b"joins the group"), wait=True)
+    assert queue.receive(timeout=JOIN).body == b"joins the group"  # the group exists now
+
+    qm.delete_queue(r".\private$\gone")
+
+    future = qm.session.admin.delete_consumer_groups([group], request_timeout=60)[group]
+    with pytest.raises(KafkaException) as gone:
+        future.result(60)
+    assert gone.value.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND
 
 
 def _receiver(bootstrap: str, qm_name: str, home: str, out: Any) -> None:
