@@ -183,7 +183,10 @@ def plain_message_ids(headers: pa.Array, sizes: pa.Array) -> list[str | None]:
     plain = pc.fill_null(pc.greater_equal(sizes, HEADER_SIZE), False).to_numpy(
         zero_copy_only=False).copy()
 
-    def one(name: str, pattern: str, required: bool) -> tuple[np.ndarray, pa.Array]:
+    def one(name: str, pattern: str,
+            required: bool) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+        """Rows whose ``name`` header is right (once, matching ``pattern``; or absent when
+        not ``required``), and the row and value of every ``name`` header."""
         mask = pc.fill_null(pc.equal(keys, name), False)
         owners = parents[mask.to_numpy(zero_copy_only=False)]
         counts = np.bincount(owners, minlength=rows)
@@ -192,17 +195,13 @@ def plain_message_ids(headers: pa.Array, sizes: pa.Array) -> list[str | None]:
         good[owners] = pc.fill_null(pc.match_substring_regex(chosen, pattern), False).to_numpy(
             zero_copy_only=False)
         ok = (counts == 1) & good
-        if not required:
-            ok |= counts == 0
-        return ok & (counts <= 1), chosen if required else pa.nulls(0)
+        return (ok if required else ok | (counts == 0)), owners, chosen
 
-    version_ok, _ = one(HEADER_VERSION, "^1$", True)
-    priority_ok, _ = one(HEADER_PRIORITY, "^[0-7]$", False)
-    id_ok, ids = one(HEADER_ID, _PLAIN_ID, True)
+    version_ok, _, _ = one(HEADER_VERSION, "^1$", True)
+    priority_ok, _, _ = one(HEADER_PRIORITY, "^[0-7]$", False)
+    id_ok, owners, ids = one(HEADER_ID, _PLAIN_ID, True)
     plain &= version_ok & priority_ok & id_ok
     result: list[str | None] = [None] * rows
-    owners = parents[pc.fill_null(pc.equal(keys, HEADER_ID), False).to_numpy(
-        zero_copy_only=False)]
     kept = plain[owners]  # a plain row has one kmq.id, so it owns one of these
     if kept.any():
         texts = ids.filter(pa.array(kept)).cast(pa.string()).to_pylist()

@@ -1085,14 +1085,12 @@ class KafkaSession:
                 try:
                     future.result(ADMIN_TIMEOUT)
                 except KafkaException as exc:
-                    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) \
-                        else None
-                    if error is not None and error.code() == KafkaError.GROUP_ID_NOT_FOUND:
-                        continue
-                    if error is not None and error.code() == KafkaError.NON_EMPTY_GROUP:
+                    error = exc.args[0] if exc.args else None
+                    code = error.code() if isinstance(error, KafkaError) else None
+                    if code == KafkaError.NON_EMPTY_GROUP:
                         busy.append(group)
-                        continue
-                    raise
+                    elif code != KafkaError.GROUP_ID_NOT_FOUND:
+                        raise
         return busy
 
     def broker_config(self, name: str) -> str | None:
