@@ -35,6 +35,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from typing import Any, cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -276,12 +277,10 @@ def _kafka_path(spark: Any, resolution: Resolution, streaming: bool,
         if include_removed:
             return raw
         return raw.mapInArrow(QueueViewFilter(resolution, stall), raw.schema)
-    from spark_connector.jvmdecode import decode_on_jvm
-
-    view = None if include_removed else QueueViewFilter(resolution, stall, headers="_kmq_headers",
-                                                        size="_kmq_size")
+    view = None if include_removed else QueueViewFilter(
+        resolution, stall, headers=_VIEW_INPUTS[3], size=_VIEW_INPUTS[2])
     target = DeadLetterTarget.from_resolution(resolution) if on_error == "dead_letter" else None
-    return KafkaRowFinisher(view, on_error, target).apply(decode_on_jvm(raw))
+    return KafkaRowFinisher(view, on_error, target).apply(raw)
 
 
 def kafka_source_options(resolution: Resolution, *, streaming: bool = True,
@@ -511,11 +510,12 @@ class KafkaRowFinisher:
     1. **The queue view** sees each row's topic, offset, value length and headers and says
        whether it is in the view (:class:`QueueViewFilter`); the rows that are not are
        filtered out on the JVM.
-    2. **The decode step** sees each remaining row's topic, partition, offset, timestamp, JVM
-       verdict (``_kmq_fast``) and, where the JVM did not decode it, the record value; it
-       decodes those rows (poison records, acknowledgments, other writer schemas) with
+    2. **The decode step** sees each remaining row's JVM verdict (``_kmq_fast``) and, where
+       the JVM did not decode it, the record's value, topic, partition, offset and timestamp;
+       it decodes those rows (poison records, acknowledgments, other writer schemas) with
        :func:`spark_connector.decode.decode_batch` and ``on_error`` as on the kmq path, and
-       returns their columns and whether each row is output (one dead-lettered is not).
+       returns their columns and whether each row is output (one dead-lettered is not), and
+       null for the rows the JVM decoded.
 
     The ~45 decoded columns never leave the JVM; the choice between the JVM's and Python's
     columns is made there (:meth:`apply`). Both UDFs are non-deterministic, so Spark runs each
@@ -539,12 +539,17 @@ class KafkaRowFinisher:
         self.on_error = on_error
         self.dead_letter = dead_letter
 
-    def apply(self, decoded: Any) -> Any:
-        """The message rows of :func:`spark_connector.jvmdecode.decode_on_jvm`'s output.
+    def apply(self, raw: Any) -> Any:
+        """The message rows of Spark's Kafka-source rows ``raw``: the queue view, then
+        :func:`spark_connector.jvmdecode.check_on_jvm`, the decode step, and each message
+        column from :func:`spark_connector.jvmdecode.jvm_columns` or the decode step.
+
+        The Python steps also divide the work into compiled methods: the JVM's verdict is
+        computed between the two (its own stage of generated code), the message columns a
+        query reads after both.
 
         Args:
-            decoded (DataFrame): MESSAGE_SCHEMA's columns plus ``_kmq_fast`` and
-                :data:`~spark_connector.jvmdecode.RAW_COLUMNS`.
+            raw (DataFrame): ``format("kafka")`` rows, with headers.
 
         Returns:
             DataFrame: :data:`~spark_connector.schema.MESSAGE_SCHEMA` rows in the view.
@@ -553,34 +558,45 @@ class KafkaRowFinisher:
         from pyspark.sql.functions import arrow_udf
         from pyspark.sql.types import BooleanType
 
+        from spark_connector.jvmdecode import ENVELOPE, check_on_jvm, jvm_columns
         from spark_connector.schema import MESSAGE_SCHEMA
 
         finisher = self
-        viewed = decoded
+        viewed = raw
         if self.view is not None:
             def view(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
                 return finisher.keep(batches)  # a function: arrow_udf takes its kind from hints
 
             # cast: pyspark's stubs do not know arrow_udf's iterator form.
             in_view = cast(Any, arrow_udf)(view, BooleanType()).asNondeterministic()
-            viewed = (decoded.select("*", in_view(*[F.col(c) for c in _VIEW_INPUTS])
-                                     .alias(_VIEWED))
+            inputs = [F.col("topic"), F.col("offset"), F.length("value").alias(_VIEW_INPUTS[2]),
+                      F.col("headers").alias(_VIEW_INPUTS[3])]
+            viewed = (raw.select("*", in_view(*inputs).alias(_VIEWED))
                       .filter(F.col(_VIEWED)).drop(_VIEWED))
 
         def finish(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
             return finisher(batches)
 
         step = cast(Any, arrow_udf)(finish, _step_type()).asNondeterministic()
-        stepped = viewed.select("*", step(*[F.col(c) for c in _DECODE_INPUTS]).alias(_STEP))
+        checked = check_on_jvm(viewed)
+        # Only the rows the JVM did not decode cross to Python with their record's fields;
+        # the step's result is null for the others.
+        fast = F.col(FAST_PATH)
+        inputs = [F.col(c) if c in (FAST_PATH, "_kmq_value") else F.when(~fast, F.col(c)).alias(c)
+                  for c in _DECODE_INPUTS]
+        stepped = checked.select("*", step(*inputs).alias(_STEP))
         if self.on_error != "column":  # decoding may drop rows (dead_letter) or fail
-            stepped = stepped.filter(F.col(_STEP)[_KEEP])
+            stepped = stepped.filter(F.coalesce(F.col(_STEP)[_KEEP], fast))
+        columns = jvm_columns(F.col(ENVELOPE), F.col("timestamp"))
         outputs = []
         for field in MESSAGE_SCHEMA.fields:
             if field.name in _JVM_ONLY:
                 outputs.append(F.col(field.name))
-            else:
-                outputs.append(F.when(F.col(FAST_PATH), F.col(field.name))
-                               .otherwise(F.col(_STEP)[field.name]).alias(field.name))
+                continue
+            python = F.col(_STEP)[field.name]
+            if field.name in columns:
+                python = F.when(F.col(FAST_PATH), columns[field.name]).otherwise(python)
+            outputs.append(python.cast(field.dataType).alias(field.name))
         return stepped.select(*outputs)
 
     def keep(self, batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
@@ -593,8 +609,9 @@ class KafkaRowFinisher:
                 yield masks(pa.RecordBatch.from_arrays(list(arrays), names=list(_VIEW_INPUTS)))
 
     def __call__(self, batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
-        """The decode step: per batch of :data:`_DECODE_INPUTS`, the keep flag and the Python
-        decoder's columns (null for rows the JVM decoded)."""
+        """The decode step: per batch of :data:`_DECODE_INPUTS` (the record's fields null
+        where the JVM decoded it), a struct of the keep flag and the Python decoder's columns;
+        the struct is null for rows the JVM decoded."""
         from spark_connector.decode import _DeadLetterWriter
 
         writer = _DeadLetterWriter(self.dead_letter) if self.dead_letter else None
@@ -611,32 +628,28 @@ class KafkaRowFinisher:
     def _step(self, batch: pa.RecordBatch, writer: Any) -> pa.StructArray:
         from spark_connector.decode import decode_batch
 
-        fast = batch.column(FAST_PATH).fill_null(False)
-        step_type = _STEP_ARROW
-        slow = pc.invert(fast)
-        keep = fast
-        if pc.any(slow).as_py():
-            rows = batch.filter(slow)
-            records = pa.RecordBatch.from_arrays(
-                [rows.column("_kmq_value"), rows.column("topic"), rows.column("partition"),
-                 rows.column("offset"), rows.column("timestamp")],
-                names=["value", "topic", "partition", "offset", "timestamp"])
-            decoded = decode_batch(records, self.on_error, writer.write if writer else None)
-            # Decoded rows keep their record's topic and offset: put each back in its place
-            # (rows dead-lettered there are not output).
-            where = {(t, o): i for i, (t, o) in enumerate(zip(
-                batch.column("topic").to_pylist(), batch.column("offset").to_pylist()))}
-            index: list[int | None] = [None] * batch.num_rows
-            for j, key in enumerate(zip(decoded.column("topic").to_pylist(),
-                                        decoded.column("offset").to_pylist())):
-                index[where[key]] = j
-            positions = pa.array(index, type=pa.int32())
-            keep = pc.or_(keep, pc.is_valid(positions))
-            columns = [decoded.column(f.name).take(positions) for f in list(step_type)[1:]]
-        else:
-            columns = [pa.nulls(batch.num_rows, f.type) for f in list(step_type)[1:]]
-        return pa.StructArray.from_arrays([keep.fill_null(False), *columns],
-                                          fields=list(step_type))
+        slow = pc.invert(batch.column(FAST_PATH).fill_null(False))
+        if not pc.any(slow).as_py():
+            return pa.nulls(batch.num_rows, _STEP_ARROW)  # every row decoded on the JVM
+        rows = batch.filter(slow)
+        records = pa.RecordBatch.from_arrays(
+            [rows.column("_kmq_value"), rows.column("topic"), rows.column("partition"),
+             rows.column("offset"), rows.column("timestamp")],
+            names=["value", "topic", "partition", "offset", "timestamp"])
+        decoded = decode_batch(records, self.on_error, writer.write if writer else None)
+        # Decoded rows keep their record's topic and offset: put each back in its place
+        # (rows dead-lettered there are not output).
+        where = {key: i for i, key in zip(np.flatnonzero(slow.to_numpy(zero_copy_only=False)),
+                                           zip(rows.column("topic").to_pylist(),
+                                               rows.column("offset").to_pylist()))}
+        index: list[int | None] = [None] * batch.num_rows
+        for j, key in enumerate(zip(decoded.column("topic").to_pylist(),
+                                    decoded.column("offset").to_pylist())):
+            index[where[key]] = j
+        positions = pa.array(index, type=pa.int32())
+        columns = [decoded.column(f.name).take(positions) for f in list(_STEP_ARROW)[1:]]
+        return pa.StructArray.from_arrays([pc.is_valid(positions), *columns],
+                                          fields=list(_STEP_ARROW), mask=pc.invert(slow))
 
 
 #: Columns always taken from the JVM (the record's own).

@@ -16,7 +16,9 @@ def local_session(app_name: str, *, cores: int = 2, connectors: bool = True,
     """``local[cores]`` Spark bound to 127.0.0.1, quiet, UTC, with ``format("kmq")`` registered
     and Spark's Kafka source and spark-avro on ``spark.jars``.
 
-    Workers run this interpreter (``PYSPARK_PYTHON``), so they import the same kmq and pyarrow.
+    Workers run this interpreter (``PYSPARK_PYTHON``), so they import the same kmq and pyarrow,
+    and are forked from :mod:`spark_connector._daemon`, which imports kmq's executor-side
+    modules once (``spark.python.daemon.module``; ``config`` may name another).
     Returns the active session if one exists (``getOrCreate``; its JVM keeps the jars it was
     started with).
 
@@ -43,7 +45,9 @@ def local_session(app_name: str, *, cores: int = 2, connectors: bool = True,
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC"))
+               .config("spark.sql.session.timeZone", "UTC")
+               # Workers forked with kmq's executor-side modules already imported.
+               .config("spark.python.daemon.module", "spark_connector._daemon"))
     if connectors:
         from spark_connector.jars import connector_jars
 

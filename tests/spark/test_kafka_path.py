@@ -192,3 +192,26 @@ def test_kafka_source_stream_restarts_from_its_checkpoint(
     assert [r.id for b in batches for r in b] == [str(m.id) for m in later]
     assert run() == []
     assert queue.count() == 7  # peek mode removes nothing
+
+
+def test_every_stage_of_a_kafka_path_read_compiles_to_methods_the_jit_compiles(
+        spark: Any, qm: QueueManager) -> None:
+    """HotSpot does not compile a method of more than 8,000 bytes of bytecode
+    (``DontCompileHugeMethods``), and Spark compiles a stage into one method: a verdict or a
+    set of columns that outgrows it runs interpreted, several times slower. A group-by and the
+    demo report's columns stay under it (``spark_connector.jvmdecode``'s module docs; a read of
+    every column does not: docs/performance.md)."""
+    queue = qm.create_queue(r".\private$\compiled")
+    queue.send(Message(body=b"x", priority=5), wait=True)
+    df = _read(spark, qm, rf"DIRECT=OS:{qm.name}\private$\compiled", path="kafka")
+    adaptive = spark.conf.get("spark.sql.adaptive.enabled")
+    spark.conf.set("spark.sql.adaptive.enabled", "false")  # AQE plans stages at run time
+    try:
+        report = df.select("topic", "message_class", "id", "sent_time", "timestamp",
+                           df["properties"].getItem("sender"))
+        for query in (df.groupBy("priority").count(), report):
+            stages = query._jdf.queryExecution().debug().codegenToSeq()  # noqa: SLF001
+            sizes = [stages.apply(i)._3().maxMethodCodeSize() for i in range(stages.size())]
+            assert sizes and max(sizes) < 8000, sizes
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", adaptive)
