@@ -26,9 +26,11 @@ kafka: install
 
 # Spark's Kafka source and sink and spark-avro (deploy/spark/pom.xml), at exactly the pinned
 # pyspark's version, resolved by Maven into the same jar cache; spark_connector.local_session()
-# puts them on spark.jars. Needs mvn.
+# puts them on spark.jars. Needs mvn. Then the class-data archive local Spark sessions' JVM
+# maps at start (spark_connector/classarchive.py), recorded once per Java and pyspark.
 spark-jars: install
 	$(PY) -c "from spark_connector.jars import connector_jars; print('Spark connector jars:', *connector_jars(), sep='\n  ')"
+	$(PY) -m spark_connector.classarchive
 
 # Everything: unit tests, the type check (mypy), and the integration tests that start Apache
 # Kafka and slapd.

@@ -18,7 +18,10 @@ def local_session(app_name: str, *, cores: int = 2, connectors: bool = True,
 
     Workers run this interpreter (``PYSPARK_PYTHON``), so they import the same kmq and pyarrow,
     and are forked from :mod:`spark_connector._daemon`, which imports kmq's executor-side
-    modules once (``spark.python.daemon.module``; ``config`` may name another).
+    modules once (``spark.python.daemon.module``; ``config`` may name another). The driver's
+    JVM maps the class-data archive of :mod:`spark_connector.classarchive` when one has been
+    built for this Java and pyspark (``make spark-jars``), unless
+    ``spark.driver.extraJavaOptions`` sets class-data sharing itself.
     Returns the active session if one exists (``getOrCreate``; its JVM keeps the jars it was
     started with).
 
@@ -54,6 +57,13 @@ def local_session(app_name: str, *, cores: int = 2, connectors: bool = True,
         jars = [str(jar) for jar in connector_jars()]
         given = config.pop("spark.jars", "")
         builder = builder.config("spark.jars", ",".join([*jars, *filter(None, [given])]))
+    java = config.pop("spark.driver.extraJavaOptions", "")
+    if not any(flag in java for flag in ("Archive", "-Xshare")):  # the caller's CDS wins
+        from spark_connector.classarchive import java_options
+
+        java = " ".join(filter(None, [*java_options(), java]))
+    if java:
+        builder = builder.config("spark.driver.extraJavaOptions", java)
     for key, value in config.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
