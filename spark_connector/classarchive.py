@@ -115,8 +115,12 @@ def build(*, force: bool = False) -> Path | None:
 
 
 def recording_options(recorded: Path) -> list[str]:
-    """The JVM options of the training session: record the archive at ``recorded``."""
-    return [f"-XX:ArchiveClassesAtExit={recorded}", *_LOG_TO_STDERR]
+    """The JVM options of the training session: record the archive at ``recorded``.
+
+    Recording warns once per class it leaves out (Spark's generated classes, old class-file
+    versions): some 800 lines with nothing to act on, so only its errors are shown."""
+    return [f"-XX:ArchiveClassesAtExit={recorded}", *_LOG_TO_STDERR,
+            "-Xlog:cds=error:stderr:uptime,level,tags"]
 
 
 def _wait_for_exit(pid: int, deadline: float) -> None:
