@@ -9,8 +9,7 @@ saves each new worker about a third of a second (docs/performance.md).
 
 from __future__ import annotations
 
-import spark_connector.decode  # noqa: F401 - imported for the workers forked below
-import spark_connector.read  # noqa: F401
+import spark_connector.read  # noqa: F401 - imported for the workers forked below
 from pyspark.daemon import manager
 
 if __name__ == "__main__":

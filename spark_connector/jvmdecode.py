@@ -7,7 +7,6 @@ the JVM's decoding stands. :func:`jvm_columns` computes each
 :data:`~spark_connector.schema.MESSAGE_SCHEMA` column from that struct as
 :func:`spark_connector.decode.decode_messages` computes it (message ids as ``guid\seq`` text,
 enum names, milliseconds as seconds...). No row goes through Python for that.
-:func:`decode_on_jvm` is the two together.
 
 Python's decoder (:func:`facade.model.envelope.decode_message`) stays the authority. A row is decoded
 on the JVM only when it provably reads as Python reads it (:func:`fast_path_conditions`):
@@ -55,8 +54,8 @@ from facade.model.timers import TIMER_RANGES
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["ENVELOPE", "ENVELOPE_SCHEMA_FILE", "FAST_PATH", "RAW_COLUMNS", "check_on_jvm",
-           "decode_on_jvm", "envelope_schema_json", "fast_path_conditions", "jvm_columns"]
+__all__ = ["ENVELOPE", "ENVELOPE_SCHEMA_FILE", "FAST_PATH", "check_on_jvm", "envelope_schema_json",
+           "fast_path_conditions", "jvm_columns"]
 
 ENVELOPE_SCHEMA_FILE = "message_envelope.avsc"
 #: The boolean column saying a row was decoded on the JVM (dropped by the Python steps).
@@ -64,9 +63,6 @@ FAST_PATH = "_kmq_fast"
 #: The struct column ``from_avro`` decodes the envelope into (null where the header is not
 #: the current schema's or the bytes are not an envelope).
 ENVELOPE = "_kmq_env"
-#: Kafka-source columns the Python steps need besides the decoded ones: the record value for
-#: rows the JVM did not decode, its length and headers for the queue view.
-RAW_COLUMNS = ("_kmq_value", "_kmq_size", "_kmq_headers")
 
 _UINT32_MAX = 0xFFFFFFFF
 #: Int-ranged properties (Message declares them with _int_check): (lowest, highest).
@@ -291,36 +287,3 @@ def check_on_jvm(df: DataFrame) -> DataFrame:
         fast = fast & F.coalesce(condition, F.lit(False))
     checked = decoded.select("*", F.coalesce(fast, F.lit(False)).alias(FAST_PATH)).drop("_kmq_body")
     return checked.select("*", F.when(~F.col(FAST_PATH), value).alias("_kmq_value"))
-
-
-def decode_on_jvm(df: DataFrame) -> DataFrame:
-    """Kafka-source rows -> MESSAGE_SCHEMA's columns where the JVM can decode them, plus
-    :data:`FAST_PATH` and :data:`RAW_COLUMNS` for the Python steps that finish the rest
-    (:func:`check_on_jvm`, then :func:`jvm_columns`).
-
-    Args:
-        df (DataFrame): Spark's Kafka-source columns (``format("kafka")``, with headers).
-
-    Returns:
-        DataFrame: MESSAGE_SCHEMA's columns (null envelope columns where :data:`FAST_PATH` is
-        false), then ``_kmq_fast``, ``_kmq_value`` (the record value where not decoded here,
-        else null), ``_kmq_size`` (the value's length) and ``_kmq_headers``.
-    """
-    from pyspark.sql import functions as F
-
-    from spark_connector.schema import MESSAGE_SCHEMA
-
-    checked = check_on_jvm(df)
-    columns = jvm_columns(F.col(ENVELOPE), F.col("timestamp"))
-    outputs = []
-    for field in MESSAGE_SCHEMA.fields:
-        if field.name in columns:
-            expression = F.when(F.col(FAST_PATH), columns[field.name])
-        elif field.name in ("topic", "partition", "offset", "timestamp"):
-            expression = F.col(field.name)
-        else:  # error, raw_value: set by the Python decode step on the rows it decodes
-            expression = F.lit(None)
-        outputs.append(expression.cast(field.dataType).alias(field.name))
-    return checked.select(
-        *outputs, F.col(FAST_PATH), F.col("_kmq_value"),
-        F.length("value").alias("_kmq_size"), F.col("headers").alias("_kmq_headers"))

@@ -18,7 +18,7 @@ from facade.kafka.librdkafka import produce_and_wait
 from facade.manager import QueueManager
 from facade.model.message import BodyType, Delivery, MessageClass, MessageId
 from spark_connector import kafka_source_available, kafka_source_options, read_queue, resolve
-from spark_connector.jvmdecode import FAST_PATH, decode_on_jvm
+from spark_connector.jvmdecode import FAST_PATH, check_on_jvm
 
 pytestmark = pytest.mark.integration
 
@@ -135,7 +135,7 @@ def test_kafka_source_rows_equal_the_python_data_source_rows_column_by_column(
     # Every valid record was decoded on the JVM; only the poison ones went to Python.
     options = kafka_source_options(resolve(queue_fn, bootstrap_servers=qm.session.bootstrap_servers,
                                            queue_manager=qm.name), streaming=False)
-    fast = {r["offset"]: r[FAST_PATH] for r in decode_on_jvm(
+    fast = {r["offset"]: r[FAST_PATH] for r in check_on_jvm(
         spark.read.format("kafka").options(**options).load()).select("offset", FAST_PATH).collect()}
     assert fast == {r["offset"]: r["error"] is None for r in raw_python}
 
