@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,28 @@ from tests.support.outgoing import dead_pid
 pytestmark = pytest.mark.integration
 
 _REPO = Path(__file__).resolve().parents[2]
+
+
+def _alter_topic(broker: BrokerEndpoint, topic: str, configs: dict[str, str]) -> None:
+    """Change a topic's configs as an operator would, and wait until the broker applies them.
+
+    The controller acknowledges an IncrementalAlterConfigs once it is committed to the metadata
+    log; the broker applies it when it replays that log, a moment later (KRaft). Until then the
+    broker still describes and enforces the old value, so a test must wait for the new one."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    change = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in configs.items()])
+    admin.incremental_alter_configs([change])[change].result(30)
+    deadline = time.monotonic() + 60
+    while True:
+        described = ConfigResource(ResourceType.TOPIC, topic)
+        entries = admin.describe_configs([described])[described].result(30)
+        applied = {name: entries[name].value for name in configs if name in entries}
+        if applied == configs:
+            return
+        assert time.monotonic() < deadline, f"{topic}: configs {configs} not applied: {applied}"
+        time.sleep(0.1)
 
 
 def _outgoing(qm: QueueManager) -> OutgoingQueue:
@@ -149,11 +172,7 @@ def test_a_copy_the_broker_refuses_is_dead_lettered_and_removed(
         q.send(Message(body=first_body), wait=True, timeout=30)
         assert q.receive(timeout=10).body == first_body
     topic = q.destinations[0].topics.data
-    change = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
-        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
-        for name, value in configs.items()])
-    kafka_admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-    kafka_admin.incremental_alter_configs([change])[change].result(30)
+    _alter_topic(broker, topic, configs)
     with pytest.raises(BrokerError):
         q.send(Message(body=body, delivery=Delivery.RECOVERABLE,
                        journal=JournalLevel.DEADLETTER, acknowledge=Acknowledgment.NACK_REACH_QUEUE,
@@ -175,10 +194,7 @@ def test_a_topic_with_a_lower_max_message_bytes_refuses_at_send(broker: BrokerEn
     and the kafka-configs command, and nothing is stored."""
     q = qm.create_queue(r".\private$\narrow")
     topic = q.destinations[0].topics.data
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-    change = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
-        ConfigEntry("max.message.bytes", "1500000", incremental_operation=AlterConfigOpType.SET)])
-    admin.incremental_alter_configs([change])[change].result(30)
+    _alter_topic(broker, topic, {"max.message.bytes": "1500000"})
     with pytest.raises(InvalidParameter) as info:
         q.send(Message(body=b"z" * 2_000_000, delivery=Delivery.RECOVERABLE))
     text = str(info.value)
