@@ -72,6 +72,18 @@ def _mixed_queue(qm: QueueManager) -> tuple[Any, str, str, dict[str, Any]]:
                       sent_time=dt.datetime.now(dt.UTC), destination_queue=queue_fn)
     record = encode_message(in_xact)
     produce_and_wait(producer, topic, record.value, headers=record.headers)
+    # Every column filled, its source machine id in capitals: valid, but left to the Python
+    # decoder, so its columns come back to the JVM through the decode step.
+    full = queue.peek_by_id(sent["first"].id)
+    capitals = Message(**{**{f: getattr(full, f) for f in (
+        "body", "label", "priority", "app_specific", "body_type", "properties", "response_queue",
+        "time_to_be_received", "time_to_reach_queue", "delivery", "acknowledge", "admin_queue",
+        "extension", "not_before", "sent_time", "destination_queue")},
+        "id": MessageId(uuid.uuid4(), 5), "correlation_id": full.id})
+    record = {**_record_of(capitals), "source_machine_id": str(uuid.uuid4()).upper()}
+    copy = encode_message(capitals)
+    produce_and_wait(producer, topic, _ENVELOPE.encode(record), headers=copy.headers)
+    sent["capitals"] = capitals
     # Poison: no envelope at all; a valid envelope with trailing bytes; a priority of 9 (each
     # with the headers of a message of its own id, so the view does not take it for a copy).
     produce_and_wait(producer, topic, b"\x00garbage without headers")
@@ -125,6 +137,10 @@ def test_kafka_source_rows_equal_the_python_data_source_rows_column_by_column(
     errors = [r for r in kafka if r["error"] is not None]
     assert len(errors) == 3 and all(r["raw_value"] and r["body"] is None for r in errors)
     assert any("PROPID_M_PRIORITY" in r["error"] for r in errors)
+    capitals = rows[str(sent["capitals"].id)]
+    assert capitals["properties"] == {"region": "eu", "tier": "gold"}
+    assert capitals["correlation_id"] == str(sent["first"].id)
+    assert capitals["not_before"] == first["not_before"] and capitals["extension"] == b"\x00\x01ext"
     in_xact = [r for r in kafka if r["transaction_id"] == "xact-1"]
     assert len(in_xact) == 1 and in_xact[0]["first_in_transaction"] is True
 
@@ -132,28 +148,30 @@ def test_kafka_source_rows_equal_the_python_data_source_rows_column_by_column(
     raw_python = _rows(_read(spark, qm, queue_fn, path="kmq", include_removed=True))
     assert raw_kafka == raw_python and len(raw_kafka) == len(
         [r for r in kafka if r["topic"] == queue.destinations[0].topics.data]) + 2
-    # Every valid record was decoded on the JVM; only the poison ones went to Python.
+    # Every valid record was decoded on the JVM but the one in capitals; the poison ones went
+    # to Python.
     options = kafka_source_options(resolve(queue_fn, bootstrap_servers=qm.session.bootstrap_servers,
                                            queue_manager=qm.name), streaming=False)
     fast = {r["offset"]: r[FAST_PATH] for r in check_on_jvm(
         spark.read.format("kafka").options(**options).load()).select("offset", FAST_PATH).collect()}
-    assert fast == {r["offset"]: r["error"] is None for r in raw_python}
+    assert fast == {r["offset"]: r["error"] is None and r["id"] != str(sent["capitals"].id)
+                    for r in raw_python}
 
 
 def test_poison_records_fail_or_are_dead_lettered_on_the_kafka_path(
         spark: Any, qm: QueueManager) -> None:
     """... and a ``count()``, which reads no message column, counts what ``collect()`` gives:
-    the poison rows too with ``on_error="column"`` (Spark leaves the decoding out), and with
-    ``"fail"`` and ``"dead_letter"`` the decoding still runs, fails or drops them."""
+    the poison rows too with ``on_error="column"``, and with ``"fail"`` and ``"dead_letter"``
+    the decoding runs, fails or drops them."""
     _queue, queue_fn, _admin, _sent = _mixed_queue(qm)
 
-    assert _read(spark, qm, queue_fn, path="kafka").count() == 14
+    assert _read(spark, qm, queue_fn, path="kafka").count() == 15
     for action in (lambda df: df.collect(), lambda df: df.count()):
         with pytest.raises(Exception, match="not a valid kmq message envelope"):
             action(_read(spark, qm, queue_fn, path="kafka", on_error="fail"))
-    assert _read(spark, qm, queue_fn, path="kafka", on_error="dead_letter").count() == 11
+    assert _read(spark, qm, queue_fn, path="kafka", on_error="dead_letter").count() == 12
     kept = _read(spark, qm, queue_fn, path="kafka", on_error="dead_letter").collect()
-    assert all(r.error is None for r in kept) and len(kept) == 11
+    assert all(r.error is None for r in kept) and len(kept) == 12
     dead = _read(spark, qm, f"MACHINE={qm.guid};DEADLETTER", path="kafka").collect()
     # Each poison record dead-lettered once per read (the count and the collect): the queue
     # view of the dead-letter queue drops the second copies as duplicates.
