@@ -37,6 +37,13 @@ _SENDER_PROPERTY = "debian.maintainer"
 REPORT_TIMEOUT = 1800.0
 
 
+#: JVM options of the report's Spark session: HotSpot's C1 compiler alone (no C2). The report
+#: is a short job over some 40,000 rows: C2's compilations would cost more CPU than its faster
+#: code saves on a 2-core machine (the whole corpus: 16.0-17.0 s against 19.8-22.1 s,
+#: docs/performance.md). Long reads keep the default tiered compilation.
+REPORT_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
 #: Seconds one aggregation of the in-memory table may take before its Spark job is cancelled
 #: and run again. They take seconds; but once (2026-11-26, a quiet machine) a collect waited
 #: forever on a job with no task left running, which would hang the demo and CI with it.
@@ -106,7 +113,8 @@ def run_report_job(sources: _Sources, *, top_senders: int, probe_source: str,
     from spark_connector import local_session
 
     owned = SparkSession.getActiveSession() is None  # stop only a session this job started
-    spark = local_session("kmq-demo-report")
+    settings: dict[str, Any] = {"spark.driver.extraJavaOptions": REPORT_JAVA_OPTIONS}
+    spark = local_session("kmq-demo-report", **settings)
     try:
         table = _stream_into_memory(spark, sources, timeout)
         rows = spark.table(table)
