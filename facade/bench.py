@@ -806,8 +806,8 @@ def _drop(qm: QueueManager, queue: Any) -> None:
     queue.close()
     try:
         qm.delete_queue(path)
-    except Exception:  # noqa: BLE001 - best-effort cleanup
-        pass
+    except Exception as exc:  # noqa: BLE001 - cleanup: the figures stand, the leftover is named
+        print(f"bench: could not delete the throwaway queue {path}: {exc}", file=sys.stderr)
 
 
 def _security_ready(qm: QueueManager) -> None:

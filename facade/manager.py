@@ -400,18 +400,21 @@ class QueueManager:
                 queue.close()
         self.outputs.forget(doomed)
         stop_reading(doomed)
-        self.session.delete_topics(doomed)
         if properties.arbitration == "share":
             from facade.queues.sharequeue import share_groups
 
             # A share group outlives its topics on the broker (with its configs and state);
             # one that a receiver in another process still belongs to stays until it leaves.
+            # The group goes before its topics: Kafka's share coordinator deletes the group's
+            # state partition by partition, and retries (for longer than the admin timeout)
+            # while a partition's topic is already gone from its metadata image.
             for group in self.session.delete_groups(share_groups(topics.data)):
                 log.warning("queue %s is deleted, but Kafka share group %r still has members "
                             "(receivers of the queue in other processes), so it stays on the "
                             "broker; delete it once they stop: kafka-share-groups.sh "
                             "--bootstrap-server %s --delete --group %s", properties.path_name,
                             group, self.session.bootstrap_servers, group)
+        self.session.delete_topics(doomed)
 
     def queue_exists(self, path_or_format_name: str) -> bool:
         """True if the queue exists (``MessageQueue.Exists``).

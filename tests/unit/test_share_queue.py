@@ -181,6 +181,28 @@ def test_deleting_a_share_queue_removes_its_topics(memory_qm: QueueManager) -> N
         memory_qm.open_queue(r".\private$\work")
 
 
+def test_deleting_a_share_queue_deletes_its_group_before_its_topics(
+        memory_qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka's share coordinator deletes a group's state per partition and retries, past the
+    admin timeout, for a partition whose topic already left its metadata image (a race with
+    the topic deletion, seen on Kafka 4.4 as DeleteGroups unanswered for 15 s): the group goes
+    first. The order is what this pins; the broker's side is in the integration suite."""
+    _share_queue(memory_qm)
+    data_topic = queue_topics(memory_qm.name, "work", private=True).data
+    calls: list[tuple[str, list[str]]] = []
+    session = memory_qm.session
+    delete_groups, delete_topics = session.delete_groups, session.delete_topics
+    monkeypatch.setattr(session, "delete_groups",
+                        lambda groups: calls.append(("groups", list(groups)))
+                        or delete_groups(groups))
+    monkeypatch.setattr(session, "delete_topics",
+                        lambda names: calls.append(("topics", list(names))) or delete_topics(names))
+    memory_qm.delete_queue(r".\private$\work")
+    assert [kind for kind, _ in calls] == ["groups", "topics"]
+    assert group_of(data_topic) in calls[0][1]
+    assert data_topic in calls[1][1]
+
+
 def test_a_spark_job_may_not_read_a_share_queue_but_may_write_to_it_and_read_its_journal(
         kmq_home: Path) -> None:
     """Spark reads through the queue view and removes with receipts; a share queue's messages
