@@ -363,11 +363,13 @@ class _Raw:
 
     def close(self) -> None:
         if self.topics:
-            for future in self.admin.delete_topics(self.topics, request_timeout=30).values():
+            for topic, future in self.admin.delete_topics(self.topics,
+                                                          request_timeout=30).items():
                 try:
                     future.result(30)
-                except Exception:  # noqa: BLE001 - best-effort cleanup of throwaway topics
-                    pass
+                except Exception as exc:  # noqa: BLE001 - cleanup: the leftover is named
+                    print(f"bench: could not delete the throwaway topic {topic}: {exc}",
+                          file=sys.stderr)
             self.topics.clear()
 
 
