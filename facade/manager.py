@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import logging
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Iterable, Sequence
@@ -53,6 +54,7 @@ from facade.security.principal import PrincipalSource, resolve_principal, unprov
 from facade.queues.qmsecurity import QueueManagerSecurity
 from facade.state.registry import (
     DEFAULT_RECEIVE_RETRY_COUNT,
+    REFRESH_INTERVAL,
     QueueManagerRecord,
     QueueProperties,
     Registry,
@@ -71,7 +73,13 @@ if TYPE_CHECKING:
     from facade.queues.queue import MessageQueue
     from facade.state.queuecounts import QueueCounts
 
-__all__ = ["Destination", "QueueManager"]
+__all__ = ["DELETE_GRACE", "Destination", "QueueManager"]
+
+#: Seconds ``delete_queue`` waits between unregistering a queue and deleting its topics: twice
+#: what a registry view may lag (REFRESH_INTERVAL), so that a handle of another process sees
+#: the queue gone before any receipt of it could land in a queue created again with the name
+#: (facade.queues.destination.incarnation_guard).
+DELETE_GRACE = 2 * REFRESH_INTERVAL
 
 log = logging.getLogger("kmq.manager")
 
@@ -371,6 +379,10 @@ class QueueManager:
     def delete_queue(self, path_or_format_name: str) -> None:
         """Delete a queue, its journal and every message in them (``MQDeleteQueue``).
 
+        Takes :data:`DELETE_GRACE` seconds or more: handles of the queue in other processes
+        must see it unregistered before its topics go, and from then on their receives raise
+        ``QueueNotFound`` (handles of this process are closed at once).
+
         Raises:
             QueueNotFound: no such queue.
             AccessDenied: the caller lacks DELETE (MQSEC_DELETE_QUEUE).
@@ -385,6 +397,7 @@ class QueueManager:
             except DirectoryObjectNotFound:
                 pass  # already unpublished (a previous delete stopped half-way)
         self.registry.remove_queue(properties.path_name)
+        unregistered = time.monotonic()
         journal = topics.journal()
         doomed = [topics.data, topics.receipts, journal.data, journal.receipts]
         if properties.arbitration == "share":
@@ -400,6 +413,7 @@ class QueueManager:
                 queue.close()
         self.outputs.forget(doomed)
         stop_reading(doomed)
+        time.sleep(max(0.0, unregistered + DELETE_GRACE - time.monotonic()))
         if properties.arbitration == "share":
             from facade.queues.sharequeue import share_groups
 

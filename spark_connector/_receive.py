@@ -34,6 +34,7 @@ from facade.errors import EnvelopeError
 from facade.kafka.librdkafka import KafkaRecord
 from facade.state.queueview import QueueView
 from facade.model.receipts import ReceiptAction
+from facade.queues.destination import incarnation_guard
 from facade.queues.receiving import dead_letter_unreceivable, message_of, write_receive_outputs
 from spark_connector.resolve import DriverQueues, Operation, QueueTarget, Resolution
 
@@ -157,7 +158,9 @@ class BatchRemover:
     def _view(self, target: QueueTarget) -> QueueView:
         view = self._views.get(target.data_topic)
         if view is None:
-            view = QueueView(self.queues.manager.session, self.queues.destination(target).topics)
+            manager, destination = self.queues.manager, self.queues.destination(target)
+            view = QueueView(manager.session, destination.topics,
+                             guard=incarnation_guard(manager.registry, destination))
             self._views[target.data_topic] = view
         return view
 

@@ -35,6 +35,7 @@ from facade.model.message import Message
 from facade.queues.protection import ProtectionLevel
 from facade.state.queuestate import IndexEntry, OffsetState
 from facade.state.queueview import QueueView
+from facade.queues.destination import incarnation_guard
 from facade.queues.receiving import message_of
 from facade.queues.resolution import elements_of, is_dynamic, needs_directory
 
@@ -124,7 +125,10 @@ class OpenedQueue:
         known = destination.properties
         if known is not None:
             current = self.manager.access.current(known)
-            if current is not known and current.data_topic == known.data_topic:
+            # Another instance is a queue created again with the name: not this handle's (its
+            # receives refuse, see incarnation_guard).
+            if current is not known and current.data_topic == known.data_topic \
+                    and current.instance == known.instance:
                 destination = dataclasses.replace(destination, properties=current)
                 self.destinations = [destination]
         return destination
@@ -146,7 +150,9 @@ class OpenedQueue:
             QueueNotFound: the queue was deleted since.
         """
         if self.view is None:
-            self.view = QueueView(self.manager.session, self.single().topics)
+            destination = self.single()
+            self.view = QueueView(self.manager.session, destination.topics,
+                                  guard=incarnation_guard(self.manager.registry, destination))
             return self.view
         try:
             self.view.wake()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from facade.queues.interfaces import OutputsHost
+from facade.queues.interfaces import OutputsHost, RegistryHost
 from facade.queues.transmission import TransmitterHost
 
 if TYPE_CHECKING:
@@ -22,10 +22,11 @@ if TYPE_CHECKING:
 __all__ = ["QueueHost"]
 
 
-class QueueHost(TransmitterHost, OutputsHost, Protocol):
+class QueueHost(TransmitterHost, OutputsHost, RegistryHost, Protocol):
     """The queue manager as an opened queue uses it: what the sender and the system outputs
     use (resolution, the system-queue writer, message ids, the Kafka session, the outputs),
-    plus the sender itself and queue properties."""
+    plus the sender itself, queue properties and the registry (is the queue opened still the
+    one registered)."""
 
     @property
     def transmitter(self) -> Transmitter:

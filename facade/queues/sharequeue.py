@@ -267,10 +267,16 @@ class ShareReceiver:
         destination (Destination): the share queue (its properties say ``share``).
         poison (Destination): its ``;poison`` subqueue.
         required (ProtectionLevel): the receiver's protection level.
+        guard (Callable[[], None] | None): called before records are judged and handed out;
+            raises ``QueueNotFound`` once the queue is deleted (see
+            :func:`facade.queues.destination.incarnation_guard`): a queue created again with the
+            name has the same topic and group, and this handle's records of it are not its own.
     """
 
     def __init__(self, host: QueueHost, destination: Destination, poison: Destination,
-                 required: ProtectionLevel = ProtectionLevel.NONE):
+                 required: ProtectionLevel = ProtectionLevel.NONE,
+                 guard: Callable[[], None] | None = None):
+        self._guard = guard
         properties = destination.properties
         assert properties is not None and properties.receive_retry_count is not None
         self._host = host
@@ -450,6 +456,8 @@ class ShareReceiver:
             self._release_stale(keep)
             member = next((m for m in self._members if m.held), None)
             if member is not None:
+                if self._guard is not None:
+                    self._guard()
                 taken = take(member)
                 if taken:
                     return taken

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from facade.errors import InvalidParameter, LockLost
 from facade.model.message import Message
+from facade.queues.destination import incarnation_guard
 from facade.queues.peeklock import LockedMessage, Settles, unlocked
 from facade.queues.sharequeue import ShareReceiver
 from facade.timeouts import DEFAULT_LEASE
@@ -60,9 +61,11 @@ class ShareReceives:
                      "for transactional receives")
         with opened.lock:
             if self._receiver is None:
-                self._receiver = ShareReceiver(opened.manager, opened.single(),
-                                               opened.subqueue_destination("poison"),
-                                               opened.protection_level())
+                destination = opened.single()
+                self._receiver = ShareReceiver(
+                    opened.manager, destination, opened.subqueue_destination("poison"),
+                    opened.protection_level(),
+                    guard=incarnation_guard(opened.manager.registry, destination))
             if lock:
                 message, token, ends = self._receiver.receive_locked(
                     timeout, None if lease is DEFAULT_LEASE else lease)

@@ -104,10 +104,16 @@ class QueueView:
         session (KafkaSession): Kafka clients.
         topics (QueueTopics): the queue's data and receipts topics.
         claimant (str): identifies this process in receipts (diagnostics only).
+        guard (Callable[[], None] | None): called before every receipt is appended; raises
+            (``QueueNotFound``) when the queue this view was opened on is gone, so that no
+            receipt of it lands in a queue created again under its name (see
+            :func:`facade.queues.destination.incarnation_guard`). None: no check (system queues).
     """
 
-    def __init__(self, session: KafkaSession, topics: QueueTopics, claimant: str | None = None):
+    def __init__(self, session: KafkaSession, topics: QueueTopics, claimant: str | None = None,
+                 guard: Callable[[], None] | None = None):
         self.topics = topics
+        self._guard = guard
         self.claimant = claimant or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._session = session
         #: Records of the snapshot topic that are not valid snapshots of this queue (skipped).
@@ -415,7 +421,10 @@ class QueueView:
 
         Raises:
             BrokerError: the producer refused the receipt (nothing was appended).
+            QueueNotFound: the view's guard says the queue was deleted (nothing was appended).
         """
+        if self._guard is not None:
+            self._guard()
         receipt = new_claim(action, offsets, claimant or self.claimant, **fields)
         self._awaiting[receipt.claim_id] = None
         if self._receive_only and not self.state.has_locks:

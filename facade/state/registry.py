@@ -64,7 +64,8 @@ log = logging.getLogger("kmq.registry")
 #: Registry topics are compacted: only the latest record per key matters.
 _REGISTRY_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 _SCAN_TIMEOUT = 15.0
-#: Seconds a registry lookup that hits may serve the cached view without reading new records.
+#: Seconds a registry lookup that hits may serve the cached view without reading new records:
+#: a lookup sees every record acknowledged this long before it (when the broker answers).
 REFRESH_INTERVAL = 1.0
 #: PROPID_Q_LABEL limit in characters.
 MAX_QUEUE_LABEL_LENGTH = 124
@@ -708,6 +709,9 @@ class Registry:
             if self._reader is None:
                 self._reader = self._session.reader()
                 self._reader.assign({topic: 0 for topic in topics})
+            # The view holds every record acknowledged before this instant (the end offsets
+            # asked now), however long the read takes: what get_queue's freshness counts from.
+            asked = time.monotonic()
             ends = self._reader.end_offsets(topics, _SCAN_TIMEOUT)
             deadline = time.monotonic() + _SCAN_TIMEOUT
             while any(self._next.get(topic, 0) < end for topic, end in ends.items()):
@@ -719,7 +723,7 @@ class Registry:
                     self._generation += 1
                     self._apply(record)
                     self._next[record.topic] = record.offset + 1
-            self._refreshed = time.monotonic()
+            self._refreshed = asked
 
     def _apply(self, record: KafkaRecord) -> None:
         """Apply one registry record to the view; a malformed one is skipped, logged, counted."""

@@ -163,3 +163,82 @@ def _wait_until_readers_rest() -> None:
     while not readers_at_rest():
         assert time.monotonic() < deadline, "readers still fetching after 60 s unused"
         time.sleep(0.05)
+
+
+#: Opens the queue, receives its one message, waits until no reader fetches, says "ready";
+#: after "go" (the queue deleted and created again meanwhile) tries to receive from the same
+#: handle twice and reports what each attempt gave.
+_STALE_HOLDER = textwrap.dedent(r"""
+    import json, sys, time
+    from facade.config import KmqConfig
+    from facade.errors import MessageQueueError
+    from facade.kafka.librdkafka import readers_at_rest
+    from facade.manager import QueueManager
+
+    bootstrap, name = sys.argv[1:3]
+    qm = QueueManager.open(KmqConfig.load(bootstrap_servers=bootstrap, queue_manager=name))
+    queue = qm.open_queue(r".\private$\reborn")
+    report = {"first": queue.receive(timeout=60).body.decode()}
+    deadline = time.monotonic() + 60
+    while not readers_at_rest():
+        if time.monotonic() > deadline:
+            sys.exit("readers still fetching after 60 s unused")
+        time.sleep(0.05)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for attempt in ("second", "third"):
+        try:
+            report[attempt] = ["message", queue.receive(timeout=10).body.decode()]
+        except MessageQueueError as exc:
+            report[attempt] = [type(exc).__name__, str(exc)]
+    try:
+        qm.close()
+    except MessageQueueError as exc:
+        report["close"] = [type(exc).__name__, str(exc)]
+    print(json.dumps(report), flush=True)
+""")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("arbitration", ["receipts", "share"])
+def test_a_handle_never_receives_from_a_queue_created_again_with_its_name(
+    broker: BrokerEndpoint, qm: QueueManager, arbitration: str
+) -> None:
+    """A queue deleted and created again has the same topic names. A handle another process
+    kept open on the old queue must not append a receipt (or an ACCEPT) to the new queue's log:
+    its receipt would remove a new message that it never read and nobody would receive
+    (seen: the new queue's second message lost). Its receives raise QueueNotFound instead, and
+    every new message is received once, here."""
+    qm.create_queue(r".\private$\reborn", arbitration=arbitration).send(
+        Message(body=b"old"), wait=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-X", "faulthandler", "-c", _STALE_HOLDER, broker.bootstrap_servers,
+         qm.name],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "ready", "the holder failed before deletion"
+        qm.delete_queue(r".\private$\reborn")
+        reborn = qm.create_queue(r".\private$\reborn")
+        sent = [f"new-{i}" for i in range(5)]
+        reborn.send_many([Message(body=body.encode()) for body in sent], wait=True)
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        out = holder.stdout.read()
+        assert holder.wait(timeout=300) == 0, f"the holder died (status {holder.returncode})"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["first"] == "old"
+    for attempt in ("second", "third"):
+        kind, text = report[attempt]
+        assert kind == "QueueNotFound", report
+        assert "deleted and created again" in text
+    assert "close" not in report, report
+    received = []
+    while len(received) < len(sent):
+        received.append(reborn.receive(timeout=60).body.decode())
+    assert sorted(received) == sent
+    assert reborn.count() == 0
