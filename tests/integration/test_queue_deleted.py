@@ -15,7 +15,9 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -62,28 +64,35 @@ _HOLDER = textwrap.dedent(r"""
 """)
 
 
+def _hold(script: str, broker: BrokerEndpoint, qm: QueueManager,
+          meanwhile: Callable[[], None]) -> dict[str, Any]:
+    """Run a holder ``script`` in another process until it says "ready", do ``meanwhile``,
+    tell it "go", and return the JSON report it prints last."""
+    holder = subprocess.Popen(
+        [sys.executable, "-X", "faulthandler", "-c", script, broker.bootstrap_servers, qm.name],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "ready", "the holder failed before deletion"
+        meanwhile()
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        out = holder.stdout.read()
+        assert holder.wait(timeout=300) == 0, f"the holder died (status {holder.returncode})"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    return cast(dict[str, Any], json.loads(out.strip().splitlines()[-1]))
+
+
 @pytest.mark.timeout(300)
 def test_a_process_with_the_queue_open_gets_queue_not_found_when_another_deletes_it(
     broker: BrokerEndpoint, qm: QueueManager
 ) -> None:
     qm.create_queue(r".\private$\doomed").close()
     qm.create_queue(r".\private$\other").send(Message(body=b"still here"), wait=True)
-    holder = subprocess.Popen(
-        [sys.executable, "-X", "faulthandler", "-c", _HOLDER, broker.bootstrap_servers, qm.name],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)})
-    try:
-        assert holder.stdout is not None and holder.stdin is not None
-        assert holder.stdout.readline().strip() == "ready", "the holder failed before deletion"
-        qm.delete_queue(r".\private$\doomed")
-        holder.stdin.write("go\n")
-        holder.stdin.flush()
-        out = holder.stdout.read()
-        assert holder.wait(timeout=120) == 0, f"the holder died (status {holder.returncode})"
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-    report = json.loads(out.strip().splitlines()[-1])
+    report = _hold(_HOLDER, broker, qm, lambda: qm.delete_queue(r".\private$\doomed"))
     assert report["queues"] == ["other"]
     for attempt in ("first", "second"):
         kind, queue, text = report[attempt]
@@ -211,33 +220,23 @@ def test_a_handle_never_receives_from_a_queue_created_again_with_its_name(
     every new message is received once, here."""
     qm.create_queue(r".\private$\reborn", arbitration=arbitration).send(
         Message(body=b"old"), wait=True)
-    holder = subprocess.Popen(
-        [sys.executable, "-X", "faulthandler", "-c", _STALE_HOLDER, broker.bootstrap_servers,
-         qm.name],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)})
-    try:
-        assert holder.stdout is not None and holder.stdin is not None
-        assert holder.stdout.readline().strip() == "ready", "the holder failed before deletion"
+    sent = [f"new-{i}" for i in range(5)]
+    queues: list[Any] = []
+
+    def delete_and_create_again() -> None:
         qm.delete_queue(r".\private$\reborn")
-        reborn = qm.create_queue(r".\private$\reborn")
-        sent = [f"new-{i}" for i in range(5)]
-        reborn.send_many([Message(body=body.encode()) for body in sent], wait=True)
-        holder.stdin.write("go\n")
-        holder.stdin.flush()
-        out = holder.stdout.read()
-        assert holder.wait(timeout=300) == 0, f"the holder died (status {holder.returncode})"
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-    report = json.loads(out.strip().splitlines()[-1])
+        queues.append(qm.create_queue(r".\private$\reborn"))
+        queues[0].send_many([Message(body=body.encode()) for body in sent], wait=True)
+
+    report = _hold(_STALE_HOLDER, broker, qm, delete_and_create_again)
+    reborn = queues[0]
     assert report["first"] == "old"
     for attempt in ("second", "third"):
         kind, text = report[attempt]
         assert kind == "QueueNotFound", report
         assert "deleted and created again" in text
     assert "close" not in report, report
-    received = []
+    received: list[str] = []
     while len(received) < len(sent):
         received.append(reborn.receive(timeout=60).body.decode())
     assert sorted(received) == sent
