@@ -31,19 +31,20 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 
-#: Opens the doomed queue, counts it, waits (a condition, not a deadline) until no reader
-#: fetches in the background, says "ready", and after "go" uses its queue manager and handle.
-_HOLDER = textwrap.dedent(r"""
+#: What every holder process starts with: its queue manager on the test's broker.
+_HOLDER_START = textwrap.dedent(r"""
     import json, sys, time
     from facade.config import KmqConfig
-    from facade.errors import QueueNotFound
+    from facade.errors import MessageQueueError, QueueNotFound
     from facade.kafka.librdkafka import readers_at_rest
     from facade.manager import QueueManager
 
     bootstrap, name = sys.argv[1:3]
     qm = QueueManager.open(KmqConfig.load(bootstrap_servers=bootstrap, queue_manager=name))
-    doomed = qm.open_queue(r".\private$\doomed")
-    doomed.count()
+""")
+#: Waits (a condition, not a deadline) until no reader fetches in the background, says
+#: "ready", then waits for "go".
+_AT_REST_THEN_GO = textwrap.dedent(r"""
     deadline = time.monotonic() + 60
     while not readers_at_rest():
         if time.monotonic() > deadline:
@@ -51,6 +52,14 @@ _HOLDER = textwrap.dedent(r"""
         time.sleep(0.05)
     print("ready", flush=True)
     sys.stdin.readline()
+""")
+
+#: Opens the doomed queue, counts it, waits until its readers rest, and after "go" uses its
+#: queue manager and handle.
+_HOLDER = _HOLDER_START + textwrap.dedent(r"""
+    doomed = qm.open_queue(r".\private$\doomed")
+    doomed.count()
+""") + _AT_REST_THEN_GO + textwrap.dedent(r"""
     report = {"queues": [p.queue_name for p in qm.list_queues()]}
     for attempt in ("first", "second"):
         try:
@@ -174,27 +183,13 @@ def _wait_until_readers_rest() -> None:
         time.sleep(0.05)
 
 
-#: Opens the queue, receives its one message, waits until no reader fetches, says "ready";
-#: after "go" (the queue deleted and created again meanwhile) tries to receive from the same
-#: handle twice and reports what each attempt gave.
-_STALE_HOLDER = textwrap.dedent(r"""
-    import json, sys, time
-    from facade.config import KmqConfig
-    from facade.errors import MessageQueueError
-    from facade.kafka.librdkafka import readers_at_rest
-    from facade.manager import QueueManager
-
-    bootstrap, name = sys.argv[1:3]
-    qm = QueueManager.open(KmqConfig.load(bootstrap_servers=bootstrap, queue_manager=name))
+#: Opens the queue, receives its one message, waits until its readers rest; after "go" (the
+#: queue deleted and created again meanwhile) tries to receive from the same handle twice and
+#: reports what each attempt gave.
+_STALE_HOLDER = _HOLDER_START + textwrap.dedent(r"""
     queue = qm.open_queue(r".\private$\reborn")
     report = {"first": queue.receive(timeout=60).body.decode()}
-    deadline = time.monotonic() + 60
-    while not readers_at_rest():
-        if time.monotonic() > deadline:
-            sys.exit("readers still fetching after 60 s unused")
-        time.sleep(0.05)
-    print("ready", flush=True)
-    sys.stdin.readline()
+""") + _AT_REST_THEN_GO + textwrap.dedent(r"""
     for attempt in ("second", "third"):
         try:
             report[attempt] = ["message", queue.receive(timeout=10).body.decode()]
