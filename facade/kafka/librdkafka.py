@@ -1503,8 +1503,24 @@ class TopicReader:
         """
         with self._state_lock, map_kafka_errors("resume", topic, servers=self.bootstrap_servers):
             if topic not in self._rested:
-                self._consumer.resume([TopicPartition(topic, 0)])
+                self._resume_consumer([topic])
             self._paused.discard(topic)
+
+    def _resume_consumer(self, topics: Iterable[str]) -> None:
+        """Fetch paused ``topics`` again from where this reader stands.
+
+        Each is sought to its position right after the resume, which changes no position
+        (librdkafka resumes from the position the application reached) but starts the fetch at
+        once: a plain resume of librdkafka 2.16 fetched the first record 90-100 ms later on
+        Apache Kafka 4.4 (a seek, 2-5 ms), and a receiver draining a long queue resumes its
+        body-fetching reader at every cache fill.
+        """
+        parts = [TopicPartition(topic, 0) for topic in topics]
+        self._consumer.resume(parts)
+        for topic in topics:
+            position = self._next.get(topic, -1)
+            self._consumer.seek(TopicPartition(topic, 0,
+                                               position if position >= 0 else OFFSET_BEGINNING))
 
     @_in_use
     def caught_up(self, topics: Iterable[str]) -> bool:
@@ -1782,7 +1798,7 @@ class TopicReader:
                                                   servers=self.bootstrap_servers):
             resumed = rested & self._rested - self._paused
             if resumed:
-                self._consumer.resume([TopicPartition(topic, 0) for topic in resumed])
+                self._resume_consumer(sorted(resumed))
             self._rested -= rested
 
     def _topic_exists(self, topic: str) -> bool:
