@@ -381,29 +381,70 @@ class QueueManager:
 
         Takes :data:`DELETE_GRACE` seconds or more: handles of the queue in other processes
         must see it unregistered before its topics go, and from then on their receives raise
-        ``QueueNotFound`` (handles of this process are closed at once).
+        ``QueueNotFound`` (handles of this process are closed at once). To delete several
+        queues, :meth:`delete_queues` waits once for all of them.
 
         Raises:
             QueueNotFound: no such queue.
             AccessDenied: the caller lacks DELETE (MQSEC_DELETE_QUEUE).
         """
-        properties = self._properties(path_or_format_name)
-        self.access.require_queue(properties, AccessRight.DELETE)
-        topics = QueueTopics(properties.data_topic, properties.receipts_topic)
-        if not properties.private:
-            # The directory first: if it is down, nothing is deleted.
-            try:
-                self.directory.delete_public_queue(properties.instance)
-            except DirectoryObjectNotFound:
-                pass  # already unpublished (a previous delete stopped half-way)
-        self.registry.remove_queue(properties.path_name)
-        unregistered = time.monotonic()
-        journal = topics.journal()
-        doomed = [topics.data, topics.receipts, journal.data, journal.receipts]
-        if properties.arbitration == "share":
-            from facade.queues.sharequeue import share_topics  # see create_queue
+        self._delete_queues([path_or_format_name])
 
-            doomed += share_topics(self.session, topics.data)
+    def delete_queues(self, paths_or_format_names: Iterable[str]) -> None:
+        """Delete several queues as :meth:`delete_queue` does each, waiting
+        :data:`DELETE_GRACE` once for all of them instead of once per queue.
+
+        Every queue is looked up and its DELETE right checked before anything is deleted.
+        Then each is unpublished and unregistered in turn, and after the grace their topics
+        (and share groups) go.
+
+        Args:
+            paths_or_format_names (Iterable[str]): path names or format names, as for
+                :meth:`delete_queue`; a name given twice is deleted once.
+
+        Raises:
+            InvalidParameter: not an iterable of names (one name: :meth:`delete_queue`).
+            QueueNotFound: one of them does not exist (nothing is deleted).
+            AccessDenied: the caller lacks DELETE on one of them (nothing is deleted).
+            DirectoryUnavailable, BrokerUnavailable: a step failed; the queues unregistered
+                before it are deleted, the others are left as they were.
+        """
+        self._delete_queues(_queue_names("paths_or_format_names", paths_or_format_names,
+                                         "delete_queues", "an iterable of queue names (str)"))
+
+    def _delete_queues(self, names: list[Any]) -> None:
+        doomed: dict[str, QueueProperties] = {}
+        for name in names:
+            properties = self._properties(name)
+            self.access.require_queue(properties, AccessRight.DELETE)
+            doomed.setdefault(properties.path_name, properties)
+        unregistered: list[QueueProperties] = []
+        try:
+            for properties in doomed.values():
+                if not properties.private:
+                    # The directory first: if it is down, nothing of this queue is deleted.
+                    try:
+                        self.directory.delete_public_queue(properties.instance)
+                    except DirectoryObjectNotFound:
+                        pass  # already unpublished (a previous delete stopped half-way)
+                self.registry.remove_queue(properties.path_name)
+                unregistered.append(properties)
+        finally:
+            if unregistered:
+                self._delete_unregistered(unregistered, time.monotonic())
+
+    def _delete_unregistered(self, queues: list[QueueProperties], unregistered: float) -> None:
+        """Delete the topics (and share groups) of queues unregistered at ``unregistered``
+        (``time.monotonic()``), once :data:`DELETE_GRACE` has passed since."""
+        doomed: list[str] = []
+        for properties in queues:
+            topics = QueueTopics(properties.data_topic, properties.receipts_topic)
+            journal = topics.journal()
+            doomed += [topics.data, topics.receipts, journal.data, journal.receipts]
+            if properties.arbitration == "share":
+                from facade.queues.sharequeue import share_topics  # see create_queue
+
+                doomed += share_topics(self.session, topics.data)
         # Handles on the queue stop reading it first: librdkafka can crash when a topic a
         # consumer is assigned to disappears under it (seen with librdkafka 2.16). Readers of
         # other queue managers of this process stop too, and raise QueueNotFound from then
@@ -414,7 +455,9 @@ class QueueManager:
         self.outputs.forget(doomed)
         stop_reading(doomed)
         time.sleep(max(0.0, unregistered + DELETE_GRACE - time.monotonic()))
-        if properties.arbitration == "share":
+        for properties in queues:
+            if properties.arbitration != "share":
+                continue
             from facade.queues.sharequeue import share_groups
 
             # A share group outlives its topics on the broker (with its configs and state);
@@ -422,7 +465,7 @@ class QueueManager:
             # The group goes before its topics: Kafka's share coordinator deletes the group's
             # state partition by partition, and retries (for longer than the admin timeout)
             # while a partition's topic is already gone from its metadata image.
-            for group in self.session.delete_groups(share_groups(topics.data)):
+            for group in self.session.delete_groups(share_groups(properties.data_topic)):
                 log.warning("queue %s is deleted, but Kafka share group %r still has members "
                             "(receivers of the queue in other processes), so it stays on the "
                             "broker; delete it once they stop: kafka-share-groups.sh "
@@ -483,15 +526,8 @@ class QueueManager:
         if path_names is None:
             listed = self.list_queues()
         else:
-            expected = "None or an iterable of queue names (str)"
-            if isinstance(path_names, (str, bytes, bytearray, memoryview)) \
-                    or not isinstance(path_names, Iterable):
-                raise InvalidParameter.wrong_type("path_names", expected, path_names,
-                                                  hint="one queue: queue_counts([name])")
-            names = list(path_names)
-            for name in names:
-                if not isinstance(name, str):
-                    raise InvalidParameter.wrong_type("path_names", expected, name)
+            names = _queue_names("path_names", path_names, "queue_counts",
+                                 "None or an iterable of queue names (str)")
             listed = [self.get_properties(name) for name in names]
         for properties in listed:
             self.access.require_queue(properties, AccessRight.GET_PROPERTIES)
@@ -982,3 +1018,19 @@ def _unique_queue_number(properties: QueueProperties,
     while properties.queue_number in taken:
         properties = dataclasses.replace(properties, instance=str(uuid.uuid4()))
     return properties
+
+
+def _queue_names(parameter: str, names: Any, method: str, expected: str) -> list[str]:
+    """``names`` as a list of queue names.
+
+    Raises:
+        InvalidParameter: a single string, or not an iterable of str.
+    """
+    if isinstance(names, (str, bytes, bytearray, memoryview)) or not isinstance(names, Iterable):
+        raise InvalidParameter.wrong_type(parameter, expected, names,
+                                          hint=f"one queue: {method}([name])")
+    listed = list(names)
+    for name in listed:
+        if not isinstance(name, str):
+            raise InvalidParameter.wrong_type(parameter, expected, name)
+    return listed

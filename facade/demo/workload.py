@@ -85,7 +85,7 @@ from facade.demo.mapping import (
     priority_for,
     queue_name,
 )
-from facade.errors import MessageQueueError, ReceiveTimeout, TransientQueueError
+from facade.errors import MessageQueueError, QueueNotFound, ReceiveTimeout, TransientQueueError
 from facade.model.formatnames import SystemQueue, parse_queue_reference
 from facade.kafka.librdkafka import produce_and_wait
 from facade.model.message import (
@@ -317,8 +317,20 @@ def delete_topology(qm: Any, topology: Topology) -> list[str]:
         list[str]: what could not be deleted, with the reason (empty when all went).
     """
     steps = _directory_steps(qm.directory, topology)
-    steps += [(path, functools.partial(qm.delete_queue, path)) for path in topology.paths.values()]
-    return _run_steps(steps)
+    paths = list(topology.paths.values())
+    failures = _run_steps(steps + [("queues", functools.partial(qm.delete_queues, paths))])
+    if failures and failures[-1].startswith("queues: "):
+        # One queue refused or a step failed: the others one by one, to say which is left.
+        failures[-1:] = _run_steps([(path, functools.partial(_delete_if_there, qm, path))
+                                    for path in paths])
+    return failures
+
+
+def _delete_if_there(qm: Any, path: str) -> None:
+    try:
+        qm.delete_queue(path)
+    except QueueNotFound:
+        pass  # deleted already: what teardown wants
 
 
 def delete_directory_objects(config: Any, topology: Topology) -> list[str]:

@@ -212,6 +212,8 @@ CASES = [
     *(Case(f"QueueManager.{name}", lambda e, kw, name=name: getattr(e.qm, name)(**kw),
            {"path_or_format_name": Param(TEXT, "path name")})
       for name in ("delete_queue", "queue_exists", "get_properties", "queue_security")),
+    Case("QueueManager.delete_queues", lambda e, kw: e.qm.delete_queues(**kw),
+         {"paths_or_format_names": Param(ITERABLE)}),
     Case("QueueManager.queue_counts", lambda e, kw: e.qm.queue_counts(**kw),
          {"path_names": Param(("none", *ITERABLE))}),
     Case("QueueManager.open_queue", lambda e, kw: e.qm.open_queue(**kw),
