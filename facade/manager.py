@@ -455,11 +455,10 @@ class QueueManager:
         self.outputs.forget(doomed)
         stop_reading(doomed)
         time.sleep(max(0.0, unregistered + DELETE_GRACE - time.monotonic()))
-        for properties in queues:
-            if properties.arbitration != "share":
-                continue
+        shared = [properties for properties in queues if properties.arbitration == "share"]
+        if shared:
             from facade.queues.sharequeue import share_groups
-
+        for properties in shared:
             # A share group outlives its topics on the broker (with its configs and state);
             # one that a receiver in another process still belongs to stays until it leaves.
             # The group goes before its topics: Kafka's share coordinator deletes the group's

@@ -316,13 +316,12 @@ def delete_topology(qm: Any, topology: Topology) -> list[str]:
     Returns:
         list[str]: what could not be deleted, with the reason (empty when all went).
     """
-    steps = _directory_steps(qm.directory, topology)
+    failures = _run_steps(_directory_steps(qm.directory, topology))
     paths = list(topology.paths.values())
-    failures = _run_steps(steps + [("queues", functools.partial(qm.delete_queues, paths))])
-    if failures and failures[-1].startswith("queues: "):
+    if _run_steps([("queues", functools.partial(qm.delete_queues, paths))]):
         # One queue refused or a step failed: the others one by one, to say which is left.
-        failures[-1:] = _run_steps([(path, functools.partial(_delete_if_there, qm, path))
-                                    for path in paths])
+        failures += _run_steps([(path, functools.partial(_delete_if_there, qm, path))
+                                for path in paths])
     return failures
 
 
