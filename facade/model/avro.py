@@ -135,16 +135,31 @@ class SchemaFamily:
             type as their text rather than ``uuid.UUID`` (the record module converts them):
             fastavro parses each one anew, about 2 us per field and record, where a decoder
             that sees the same few GUIDs again can reuse the objects it made.
+        timestamps_as_ms (bool): :meth:`decode` returns the fields of Avro's
+            ``timestamp-millis`` logical type as their int (epoch milliseconds) rather than an
+            aware ``datetime``, for record modules that keep milliseconds anyway.
+
+    An older writer whose fields are the current schema's first fields, with the same names
+    and types, and whose missing fields all default to null is read with its own schema and
+    the nulls added: what Avro's schema resolution gives, at half its cost (a receipt of
+    version 1, the version most receipts are written with, 8 us instead of 17 us). Any other
+    older writer is resolved by fastavro.
 
     Raises:
         OSError: a schema file cannot be read.
     """
 
-    def __init__(self, directory: Path, filename: str, *, uuids_as_text: bool = False):
-        self._uuids_as_text = uuids_as_text
+    def __init__(self, directory: Path, filename: str, *, uuids_as_text: bool = False,
+                 timestamps_as_ms: bool = False):
+        self._plain_types = frozenset(
+            name for name, wanted in (("uuid", uuids_as_text),
+                                      ("timestamp-millis", timestamps_as_ms)) if wanted)
         #: Per writer fingerprint: the parsed schema fastavro reads its records with.
         self._reading: dict[bytes, Any] = {}
+        #: Per older writer that is a prefix of the current schema: the fields it lacks, null.
+        self._appended: dict[bytes, dict[str, None]] = {}
         current_json = json.loads((directory / filename).read_text("utf-8"))
+        self._current_json = current_json
         self.current = make_writer(current_json)
         self.writers: dict[bytes, WriterSchema] = {self.current.fingerprint: self.current}
         self._reading[self.current.fingerprint] = self._read_form(current_json, self.current)
@@ -176,17 +191,21 @@ class SchemaFamily:
                 f"writer schema {writer.name!r} is not a version of {self.current.name!r}",
                 hint="register only earlier versions of the same record (same full name)",
             )
-        self.writers.setdefault(writer.fingerprint, writer)
-        self._reading.setdefault(writer.fingerprint, self._read_form(schema_json, writer))
+        if writer.fingerprint not in self.writers:
+            self.writers[writer.fingerprint] = writer
+            self._reading[writer.fingerprint] = self._read_form(schema_json, writer)
+            missing = _nulls_appended(schema_json, self._current_json)
+            if missing is not None:
+                self._appended[writer.fingerprint] = missing
         return writer.fingerprint
 
     def _read_form(self, schema_json: Mapping[str, Any], writer: WriterSchema) -> Any:
         """The parsed schema records of ``writer`` are read with: the same, or with the
-        ``uuid`` logical type dropped (``uuids_as_text``). The binary form is the same: a
-        ``uuid`` is an Avro string."""
-        if not self._uuids_as_text:
+        logical types of ``uuids_as_text`` and ``timestamps_as_ms`` dropped. The binary form is
+        the same: a ``uuid`` is an Avro string, a ``timestamp-millis`` a long."""
+        if not self._plain_types:
             return writer.parsed
-        return fastavro.parse_schema(_without_uuid_logical_type(schema_json))
+        return fastavro.parse_schema(_without_logical_types(schema_json, self._plain_types))
 
     def version(self, number: int) -> WriterSchema:
         """The writer schema of one version of this record (the current one or a frozen one).
@@ -262,9 +281,13 @@ class SchemaFamily:
         stream.seek(HEADER_SIZE)
         try:
             reading = self._reading
-            reader = None if writer is self.current else reading[self.current.fingerprint]
+            appended = self._appended.get(fp)
+            reader = None if writer is self.current or appended is not None \
+                else reading[self.current.fingerprint]
             record = cast(dict[str, Any],
                           fastavro.schemaless_reader(stream, reading[fp], reader))
+            if appended:
+                record.update(appended)
         except Exception as exc:  # noqa: BLE001 - fastavro raises many types on bad input
             raise DecodeFailure(
                 f"Avro body of {writer.name} is malformed or truncated "
@@ -291,14 +314,43 @@ class SchemaFamily:
         )
 
 
-def _without_uuid_logical_type(schema: Any) -> Any:
-    """A copy of a schema (parsed JSON) whose ``uuid`` logical types are plain strings."""
+def _without_logical_types(schema: Any, names: frozenset[str]) -> Any:
+    """A copy of a schema (parsed JSON) whose logical types in ``names`` are their plain
+    Avro types (a ``uuid`` a string, a ``timestamp-millis`` a long)."""
     if isinstance(schema, list):
-        return [_without_uuid_logical_type(item) for item in schema]
+        return [_without_logical_types(item, names) for item in schema]
     if not isinstance(schema, Mapping):
         return schema
-    return {key: _without_uuid_logical_type(value) for key, value in schema.items()
-            if not (key == "logicalType" and value == "uuid")}
+    return {key: _without_logical_types(value, names) for key, value in schema.items()
+            if not (key == "logicalType" and value in names)}
+
+
+def _without_docs(schema: Any) -> Any:
+    """A copy of a schema (parsed JSON) without its ``doc`` attributes (they do not change
+    what a record holds)."""
+    if isinstance(schema, list):
+        return [_without_docs(item) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    return {key: _without_docs(value) for key, value in schema.items() if key != "doc"}
+
+
+def _nulls_appended(older: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, None] | None:
+    """The fields ``current`` appends to ``older`` when both are records, ``older``'s fields
+    are ``current``'s first ones (same names, types, logical types and defaults) and every
+    appended field defaults to null: reading with ``older`` and adding those nulls is then
+    exactly Avro's resolution of ``older`` to ``current``. None when that does not hold."""
+    if older.get("type") != "record" or current.get("type") != "record":
+        return None
+    old_fields, new_fields = older.get("fields", []), current.get("fields", [])
+    if len(old_fields) > len(new_fields):
+        return None
+    if any(_without_docs(a) != _without_docs(b) for a, b in zip(old_fields, new_fields)):
+        return None
+    appended = new_fields[len(old_fields):]
+    if any("default" not in field or field["default"] is not None for field in appended):
+        return None
+    return {field["name"]: None for field in appended}
 
 
 #: The directory the schemas are loaded from.
@@ -306,8 +358,12 @@ SCHEMA_DIR = schema_dir()
 #: Families whose decoders take ``uuid`` fields as text (see SchemaFamily): the envelope's
 #: source_machine_id is one of a few queue manager GUIDs, read once per message received.
 _UUIDS_AS_TEXT = frozenset({"message_envelope.avsc"})
+#: Families whose decoders take ``timestamp-millis`` fields as their int: a receipt keeps
+#: milliseconds, and every receiver of a queue reads every receipt.
+_TIMESTAMPS_AS_MS = frozenset({"receipt.avsc"})
 _FAMILIES: dict[str, SchemaFamily] = {
-    name: SchemaFamily(SCHEMA_DIR, name, uuids_as_text=name in _UUIDS_AS_TEXT)
+    name: SchemaFamily(SCHEMA_DIR, name, uuids_as_text=name in _UUIDS_AS_TEXT,
+                       timestamps_as_ms=name in _TIMESTAMPS_AS_MS)
     for name in SCHEMA_FILES}
 
 

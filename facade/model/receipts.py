@@ -17,7 +17,6 @@ previous kmq version keep reading receipts of queues nobody locks. Pure Python, 
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import secrets
 import time
@@ -53,11 +52,10 @@ _RECEIPT_V1 = _RECEIPT.version(1)
 
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
-# Latest instant Python's datetime (and so fastavro's timestamp-millis reader) can represent.
+# Latest instant a Python datetime can represent: readers that turn timestamp-millis into a
+# datetime (fastavro by default) can read every receipt.
 _MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 _MAX_TEXT = 1024  # characters; receipts are small bookkeeping records, not payload carriers
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-_ONE_MS = _dt.timedelta(milliseconds=1)
 
 
 class ReceiptAction(IntEnum):
@@ -418,7 +416,7 @@ def decode_receipt(
             offsets=tuple(r["offsets"]),
             purge_below=r["purge_below"],
             claimant=r["claimant"],
-            time_ms=_to_ms(r["time"]),
+            time_ms=r["time"],  # epoch ms: the family reads timestamp-millis as its long
             transaction_id=r["transaction_id"],
             completes=r["completes"],
             target=r["target"],
@@ -437,15 +435,6 @@ def decode_receipt(
             partition,
             offset,
         ) from exc
-
-
-def _to_ms(value: object) -> int:
-    # fastavro turns timestamp-millis into an aware datetime; integer arithmetic keeps exact ms.
-    if isinstance(value, _dt.datetime):
-        return (value - _EPOCH) // _ONE_MS
-    if type(value) is int:
-        return value
-    raise TypeError(f"time is a {type(value).__name__}")
 
 
 def _receipt_error(

@@ -346,3 +346,44 @@ def test_random_bytes_raise_only_envelope_error(data: bytes) -> None:
             decode_receipt(value)
         except EnvelopeError:
             pass
+
+
+def _resolved(value: bytes, writer_json: dict) -> dict:
+    """What Avro's schema resolution (fastavro's) reads from ``value``: the reference the
+    family's shortcut for prefix writers must match."""
+    plain = frozenset({"timestamp-millis"})
+    stream = io.BytesIO(value[10:])
+    return fastavro.schemaless_reader(
+        stream, fastavro.parse_schema(avro._without_logical_types(writer_json, plain)),
+        fastavro.parse_schema(avro._without_logical_types(_schema_json(), plain)))
+
+
+@settings(max_examples=200)
+@given(receipts())
+def test_version_1_is_read_as_schema_resolution_reads_it(receipt: Receipt) -> None:
+    """Version 1 (most receipts) is read with its own schema plus a null lease_ms, not
+    resolved: the record must be exactly what resolution gives, time as epoch ms."""
+    value = encode_receipt(receipt)
+    family = avro.family("receipt.avsc")
+    record = family.decode(value)
+    writer_json = _schema_json("receipt.v1.avsc" if receipt.lease_ms is None else "receipt.avsc")
+    assert record == _resolved(value, writer_json)
+    assert list(record) == [f["name"] for f in _schema_json()["fields"]]
+    assert record["time"] == receipt.time_ms and type(record["time"]) is int
+
+
+def test_only_writers_that_the_current_schema_extends_with_nulls_skip_resolution() -> None:
+    current = _schema_json()
+    v1 = _schema_json("receipt.v1.avsc")
+    assert avro._nulls_appended(v1, current) == {"lease_ms": None}
+    assert avro._nulls_appended(current, current) == {}
+    without_reason = dict(current, fields=[f for f in current["fields"] if f["name"] != "reason"])
+    assert avro._nulls_appended(without_reason, current) is None  # a field missing inside
+    other_type = dict(v1, fields=[dict(f, type="int") if f["name"] == "time" else f
+                                  for f in v1["fields"]])
+    assert avro._nulls_appended(other_type, current) is None  # a shared field changed type
+    defaulted = dict(current, fields=[*current["fields"][:-1],
+                                      dict(current["fields"][-1], type="long", default=7)])
+    assert avro._nulls_appended(v1, defaulted) is None  # the appended field is not null
+    other_doc = dict(v1, fields=[dict(f, doc="reworded") for f in v1["fields"]])
+    assert avro._nulls_appended(other_doc, current) == {"lease_ms": None}  # docs do not count
