@@ -1506,7 +1506,7 @@ class TopicReader:
                 self._resume_consumer([topic])
             self._paused.discard(topic)
 
-    def _resume_consumer(self, topics: Iterable[str]) -> None:
+    def _resume_consumer(self, topics: Sequence[str]) -> None:
         """Fetch paused ``topics`` again from where this reader stands.
 
         Each is sought to its position right after the resume, which changes no position

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -314,25 +314,25 @@ class SchemaFamily:
         )
 
 
+def _stripped(schema: Any, drop: Callable[[str, Any], bool]) -> Any:
+    """A copy of a schema (parsed JSON) without the attributes ``drop(key, value)`` names."""
+    if isinstance(schema, list):
+        return [_stripped(item, drop) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    return {key: _stripped(value, drop) for key, value in schema.items() if not drop(key, value)}
+
+
 def _without_logical_types(schema: Any, names: frozenset[str]) -> Any:
     """A copy of a schema (parsed JSON) whose logical types in ``names`` are their plain
     Avro types (a ``uuid`` a string, a ``timestamp-millis`` a long)."""
-    if isinstance(schema, list):
-        return [_without_logical_types(item, names) for item in schema]
-    if not isinstance(schema, Mapping):
-        return schema
-    return {key: _without_logical_types(value, names) for key, value in schema.items()
-            if not (key == "logicalType" and value in names)}
+    return _stripped(schema, lambda key, value: key == "logicalType" and value in names)
 
 
 def _without_docs(schema: Any) -> Any:
     """A copy of a schema (parsed JSON) without its ``doc`` attributes (they do not change
     what a record holds)."""
-    if isinstance(schema, list):
-        return [_without_docs(item) for item in schema]
-    if not isinstance(schema, Mapping):
-        return schema
-    return {key: _without_docs(value) for key, value in schema.items() if key != "doc"}
+    return _stripped(schema, lambda key, _value: key == "doc")
 
 
 def _nulls_appended(older: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, None] | None:
