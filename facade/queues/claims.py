@@ -190,9 +190,10 @@ class ReceiveClaims:
         messages it won, in order; the first ``decode_first`` are decoded while the broker
         acknowledges the receipt (the verdict is what takes time), the others if they win."""
         records = tuple((entry, view.record(entry)) for entry in entries)
+        read = self._opened.message_reader()
         pending = view.start_claim(action, tuple(e.offset for e in entries))
         decoded: list[Message | EnvelopeError | None] = [
-            self._decoded(record, entry.offset) if index < decode_first else None
+            _decoded(read, record, entry.offset) if index < decode_first else None
             for index, (entry, record) in enumerate(records)]
         try:
             outcome = view.settle(pending)
@@ -204,12 +205,6 @@ class ReceiveClaims:
         self._undelivered.extend(self._won_messages(records, outcome, decoded))
         return self._deliver_all(limit)
 
-    def _decoded(self, record: Any, lookup_id: int) -> Message | EnvelopeError:
-        try:
-            return self._opened.message(record, lookup_id)
-        except EnvelopeError as exc:
-            return exc
-
     def _won_messages(self, records: tuple[tuple[IndexEntry, Any], ...], outcome: ClaimOutcome,
                       decoded: Sequence[Message | EnvelopeError | None] | None = None
                       ) -> list[Message]:
@@ -218,12 +213,14 @@ class ReceiveClaims:
         dead-lettered (the receipt already removed it, so it must not be lost or handed to the
         application)."""
         messages = []
+        read = None
         for index, (entry, record) in enumerate(records):
             if entry.offset not in outcome.won:
                 continue
             message = decoded[index] if decoded is not None else None
             if message is None:
-                message = self._decoded(record, entry.offset)
+                read = read or self._opened.message_reader()
+                message = _decoded(read, record, entry.offset)
             if isinstance(message, EnvelopeError):
                 self._system.dead_letter_record(record, str(message))
                 continue
@@ -387,3 +384,13 @@ class HandleReader:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _decoded(read: Callable[[Any, int], Message], record: Any,
+             lookup_id: int) -> Message | EnvelopeError:
+    """``read(record, lookup_id)`` (an ``OpenedQueue.message_reader``), or the EnvelopeError
+    that says why the record is poison."""
+    try:
+        return read(record, lookup_id)
+    except EnvelopeError as exc:
+        return exc

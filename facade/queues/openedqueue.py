@@ -206,8 +206,24 @@ class OpenedQueue:
         Raises:
             EnvelopeError: the record's value is not a kmq envelope.
         """
-        return message_of(self.manager, record, lookup_id, self.single(),
-                          self.protection_level())
+        return self.message_reader()(record, lookup_id)
+
+    def message_reader(self) -> Callable[[Any, int], Message]:
+        """:meth:`message` for the records of one receive: the queue's properties and the
+        receiver's protection level are read once, not once per record of a batch.
+
+        Returns:
+            Callable[[KafkaRecord, int], Message]: ``read(record, lookup_id)``, raising
+            EnvelopeError as :meth:`message` does.
+
+        Raises:
+            UnsupportedFormatNameOperation: the handle names several queues (send only).
+        """
+        manager, destination, required = self.manager, self.single(), self.protection_level()
+
+        def read(record: Any, lookup_id: int) -> Message:
+            return message_of(manager, record, lookup_id, destination, required)
+        return read
 
     def subqueue_destination(self, subqueue: str) -> Destination:
         """The subqueue ``<queue>;<subqueue>`` of this queue.

@@ -252,9 +252,10 @@ class PeekLocks:
         token = pending.receipt.claim_id
         decoded: list[tuple[int, Message]] = []
         poison: list[int] = []
+        read = self._opened.message_reader()
         for offset in self._system.keep_receivable(view, outcome, token):
             try:
-                decoded.append((offset, self._opened.message(records[offset], offset)))
+                decoded.append((offset, read(records[offset], offset)))
             except EnvelopeError as exc:
                 self._system.dead_letter_record(records[offset], str(exc))
                 poison.append(offset)

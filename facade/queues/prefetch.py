@@ -196,9 +196,10 @@ class Prefetcher:
             return None
         batch = _Batch(token, pending.receipt.time_ms + lease_ms,
                        int(lease_ms * _PREFETCH_MARGIN), [])
+        read = self._opened.message_reader()
         for offset in won:
             try:
-                message = self._opened.message(records[offset], offset)
+                message = read(records[offset], offset)
             except EnvelopeError as exc:
                 self._system.dead_letter_record(records[offset], str(exc))
                 batch.handed.append(offset)  # completed with the batch
