@@ -1597,12 +1597,34 @@ class TopicReader:
                             cached=False)
                         break
                     except KafkaException as exc:
-                        if time.monotonic() > deadline or not self._worth_retrying(
+                        if time.monotonic() <= deadline and self._worth_retrying(
                                 exc, topic, deadline, missing_since):
-                            raise
-                        time.sleep(0.05)
+                            time.sleep(0.05)
+                            continue
+                        error = exc.args[0] if exc.args else None
+                        if isinstance(error, KafkaError) and error.code() in _NOT_FOUND:
+                            self._missing_past_deadline(exc, topic, missing_since)
+                        raise
                 ends[topic] = max(high, 0)
         return ends
+
+    def _missing_past_deadline(self, exc: KafkaException, topic: str,
+                               missing_since: dict[str, float]) -> None:
+        """Past the deadline, librdkafka still says "unknown partition" for ``topic``: that is
+        its metadata cache (say, right after a broker restart), not the cluster. The cluster is
+        asked once more: QueueNotFound if it says the topic does not exist, else
+        BrokerUnavailable (no answer in time), never "not found" on librdkafka's word alone.
+
+        Raises:
+            QueueNotFound: the cluster answered that ``topic`` does not exist.
+            BrokerUnavailable: otherwise.
+        """
+        self._worth_retrying(exc, topic, time.monotonic(), missing_since)
+        raise BrokerUnavailable(
+            f"read end offsets (topic {topic!r}) failed: the Kafka cluster at "
+            f"{self.bootstrap_servers} lists the topic but gave no end offset in time "
+            f"({exc.args[0].str()})",
+            hint="check that the Kafka brokers are running and reachable") from exc
 
     def _worth_retrying(self, exc: KafkaException, topic: str, deadline: float,
                         missing_since: dict[str, float]) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from facade.errors import BrokerError, BrokerUnavailable, ReceiveTimeout
+from facade.errors import BrokerError, BrokerUnavailable, QueueNotFound, ReceiveTimeout
 from facade.kafka.librdkafka import TopicReader, kafka_error_to_queue_error, map_kafka_errors
 from facade.manager import QueueManager
 from facade.model.message import Message
@@ -66,6 +66,32 @@ def test_end_offsets_ask_again_while_the_leader_moves(code: int) -> None:
         get_watermark_offsets=get_watermark_offsets)
     try:
         assert reader.end_offsets([TOPIC], timeout=5.0) == {TOPIC: 7}
+    finally:
+        reader._consumer = real
+        reader.close()
+
+
+@pytest.mark.parametrize(("listed", "raised"), [(True, BrokerUnavailable),
+                                                 (False, QueueNotFound)])
+def test_end_offsets_past_their_deadline_on_an_unknown_partition(listed: bool,
+                                                                 raised: type) -> None:
+    # Right after a broker restart librdkafka's metadata cache can lack a topic for longer than
+    # a short query's timeout (a receive's starvation check allows 1 s): only the cluster may
+    # say "not found"; a topic it lists is an outage.
+    reader = TopicReader({"bootstrap.servers": "127.0.0.1:9"})
+    real = reader._consumer
+
+    def get_watermark_offsets(part: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
+
+    def list_topics(topic: str, timeout: float) -> Any:
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None)} if listed else {})
+
+    reader._consumer = SimpleNamespace(  # type: ignore[assignment]
+        get_watermark_offsets=get_watermark_offsets, list_topics=list_topics)
+    try:
+        with pytest.raises(raised):
+            reader.end_offsets([TOPIC], timeout=0.3)
     finally:
         reader._consumer = real
         reader.close()
