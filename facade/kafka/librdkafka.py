@@ -79,6 +79,7 @@ __all__ = [
     "map_kafka_errors",
     "poll_producer",
     "produce",
+    "produce_to_current_topic",
     "produce_and_wait",
     "produce_async",
     "client_logging",
@@ -327,10 +328,42 @@ def produce(producer: Producer, topic: str, value: bytes, key: bytes | None,
         BrokerError (or a more specific MessageQueueError): the producer refused the record.
     """
     try:
-        producer.produce(topic, value=value, key=key, headers=cast(Any, headers),
-                         on_delivery=on_delivery)
+        produce_to_current_topic(producer, topic, lambda: producer.produce(
+            topic, value=value, key=key, headers=cast(Any, headers), on_delivery=on_delivery))
     except KafkaException as exc:
         raise _queue_error(exc, operation, topic) from exc
+
+
+def produce_to_current_topic(producer: Any, topic: str, produce: Callable[[], None]) -> None:
+    """Run ``produce`` (one ``producer.produce()`` to ``topic``); when librdkafka refuses it at
+    once as ``_UNKNOWN_TOPIC``, ask the cluster for ``topic`` through ``producer`` and, if the
+    topic exists, run ``produce`` once more.
+
+    A producer that has seen a topic deleted keeps it as non-existent until its next metadata
+    refresh (``topic.metadata.refresh.interval.ms``, 5 minutes by default) and refuses every
+    record for it at once, so a queue deleted and created again under its name would refuse
+    sends and receipts for minutes. The metadata request updates the producer's cache.
+
+    Args:
+        producer (Any): the confluent-kafka ``Producer`` ``produce`` uses.
+        topic (str): the topic ``produce`` writes to.
+        produce (Callable[[], None]): the call; run at most twice.
+
+    Raises:
+        KafkaException: ``produce`` refused the record (``_UNKNOWN_TOPIC`` when the cluster
+            does not have the topic either), or the metadata request failed.
+    """
+    try:
+        produce()
+        return
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        if not isinstance(error, KafkaError) or error.code() != KafkaError._UNKNOWN_TOPIC:
+            raise
+        described = producer.list_topics(topic, timeout=ADMIN_TIMEOUT).topics.get(topic)
+        if described is None or described.error is not None:
+            raise
+    produce()
 
 
 def refused_bootstrap_servers(bootstrap_servers: str, timeout: float = 1.0) -> str | None:
@@ -2011,9 +2044,9 @@ def produce_async(producer: RecordProducer, topic: str, value: bytes | None, *, 
     """
     pending = PendingRecord(producer, topic, operation)
     with map_kafka_errors(operation, topic):
-        producer.produce(topic, value=value, key=key,
-                         headers=None if headers is None else list[Any](headers),
-                         on_delivery=pending._delivered)
+        produce_to_current_topic(producer, topic, lambda: producer.produce(
+            topic, value=value, key=key, headers=None if headers is None else list[Any](headers),
+            on_delivery=pending._delivered))
     return pending
 
 

@@ -48,7 +48,11 @@ from facade.errors import (
     TransactionAborted,
     TransactionUsage,
 )
-from facade.kafka.librdkafka import TransactionalProducer, map_kafka_errors
+from facade.kafka.librdkafka import (
+    TransactionalProducer,
+    map_kafka_errors,
+    produce_to_current_topic,
+)
 from facade.model.envelope import EncodedRecord, encode_message
 from facade.model.message import Message, MessageClass
 from facade.timeouts import wait_seconds
@@ -353,7 +357,9 @@ class MessageQueueTransaction:
     def _produce(self, producer: Any, records: list[tuple[str, EncodedRecord]]) -> list[Any]:
         for topic, record in records:
             with map_kafka_errors("send in transaction", topic):
-                producer.produce(topic, value=record.value, key=record.key, headers=record.headers)
+                produce_to_current_topic(producer, topic, functools.partial(
+                    producer.produce, topic, value=record.value, key=record.key,
+                    headers=record.headers))
         return [(handle, handle.start_complete(messages, producer, self.id))
                 for handle, messages in _by_handle(self._receives)]
 

@@ -236,3 +236,50 @@ def test_a_handle_never_receives_from_a_queue_created_again_with_its_name(
         received.append(reborn.receive(timeout=60).body.decode())
     assert sorted(received) == sent
     assert reborn.count() == 0
+
+
+def test_a_producer_that_saw_a_topic_deleted_writes_to_it_once_it_is_created_again(
+        broker: BrokerEndpoint) -> None:
+    """librdkafka refuses records at once for a topic it last saw deleted, until its next
+    metadata refresh (5 minutes by default): a queue deleted and created again under its name
+    refused sends (QueueNotFound) and receipts meanwhile. kmq's produce asks the cluster once
+    and writes; a topic still missing stays QueueNotFound."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from facade.kafka.librdkafka import produce, produce_async
+
+    servers = broker.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": servers})
+    topic = f"recreated-{os.getpid()}-{time.monotonic_ns()}"
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
+    # A short propagation window: librdkafka waits for a topic it has known for less than
+    # this before calling it missing, and the test needs it called missing.
+    producer = Producer({"bootstrap.servers": servers, "allow.auto.create.topics": False,
+                         "topic.metadata.propagation.max.ms": 100})
+    produce(producer, topic, b"before", None, [], None)
+    assert producer.flush(60) == 0
+    time.sleep(0.5)  # past the propagation window (a lower bound, not a deadline)
+    admin.delete_topics([topic])[topic].result(60)
+    # The producer learns the deletion from a metadata answer that no longer lists the topic.
+    while producer.list_topics(topic, timeout=30).topics[topic].error is None:
+        time.sleep(0.1)
+    with pytest.raises(QueueNotFound):
+        produce(producer, topic, b"missing", None, [], None)
+
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
+    produce(producer, topic, b"after", None, [], None)
+    assert produce_async(producer, topic, b"receipt").wait(60) == 1
+    assert producer.flush(60) == 0
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": f"g-{topic}",
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        values: list[bytes | None] = []
+        give_up = time.monotonic() + 120
+        while len(values) < 2 and time.monotonic() < give_up:
+            values += [m.value() for m in consumer.consume(10, 1.0) if m.error() is None]
+        assert values == [b"after", b"receipt"]
+    finally:
+        consumer.close()
+        admin.delete_topics([topic])
