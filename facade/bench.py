@@ -71,6 +71,7 @@ from facade.errors import ConfigurationError
 from facade.benchnames import DEFAULT_SCENARIOS
 from facade.kafka.devstack import DevStack
 from facade.kafka.librdkafka import client_logging, resolve_bootstrap_servers
+from facade.queues.sharequeue import MAX_POLL_RECORDS
 from facade.manager import QueueManager
 from facade.model.envelope import envelope_record, envelope_writer
 from facade.model.message import AuthLevel, Delivery, Message, MessageId, PrivacyLevel
@@ -385,7 +386,9 @@ class _Context:
     round_no: int
 
     def queue_name(self, scenario: str) -> str:
-        return rf".\private$\bench-{scenario}-{self.round_no}"
+        """A new queue's path: unique, so that no queue reads what an earlier one of the run
+        left under its name (its snapshots)."""
+        return rf".\private$\bench-{scenario}-{self.round_no}-{uuid.uuid4().hex[:6]}"
 
 
 def _send_loop(queue: Any, n: int, payload: bytes, delivery: Delivery) -> float:
@@ -708,8 +711,24 @@ def _process_drain(ctx: _Context, queue: Any, script: str, arguments: list[str],
                    processes: int, label: str,
                    fill: Callable[[], object] | None = None) -> float:
     """Aggregate msg/s of ``processes`` receiver processes running ``script`` on ``queue``
-    (dropped after): each prints ``ready``, then ``fill`` (if any) fills the queue, then all
-    start at once and drain it; checks that the ``ctx.messages + 1`` messages were received
+    (dropped after): see :func:`_worker_drain`, the queue's format name as the target.
+
+    Raises:
+        RuntimeError: a worker did not start, or a message was lost or received twice.
+    """
+    try:
+        return _worker_drain(ctx, queue.format_name, script, arguments, processes, label, fill)
+    finally:
+        _drop(ctx.qm, queue)
+
+
+def _worker_drain(ctx: _Context, target: str, script: str, arguments: list[str],
+                  processes: int, label: str,
+                  fill: Callable[[], object] | None = None) -> float:
+    """Aggregate msg/s of ``processes`` worker processes running ``script`` (argv: the
+    broker settings as JSON, ``target``, ``arguments``): each prints ``ready``, then
+    ``fill`` (if any) fills the queue, then all start at once and drain it, and each prints
+    ``{"start", "end", "ids"}``; checks that the ``ctx.messages + 1`` messages were received
     once each.
 
     Raises:
@@ -720,8 +739,7 @@ def _process_drain(ctx: _Context, queue: Any, script: str, arguments: list[str],
                            "queue_manager": config.queue_manager, "home": str(config.home),
                            "replication_factor": config.replication_factor,
                            "min_insync_replicas": config.min_insync_replicas})
-    workers = [subprocess.Popen([sys.executable, "-c", script, settings, queue.format_name,
-                                 *arguments],
+    workers = [subprocess.Popen([sys.executable, "-c", script, settings, target, *arguments],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                for _ in range(processes)]
     try:
@@ -739,7 +757,6 @@ def _process_drain(ctx: _Context, queue: Any, script: str, arguments: list[str],
         for worker in workers:
             if worker.poll() is None:
                 worker.kill()
-        _drop(ctx.qm, queue)
     ids = [i for result in results for i in result["ids"]]
     if len(ids) != len(set(ids)) or len(ids) != ctx.messages + 1:
         raise RuntimeError(f"{label}: {len(ids)} receives, {len(set(ids))} distinct, "
@@ -760,29 +777,101 @@ _SHARE_RECEIVER = _DRAINER.format(warm_up="""\
         pass""")
 
 
+#: The raw share consumers' group: the data topic's name + this.
+_RAW_SHARE_GROUP = ".bench-raw-share"
+
+#: The raw comparator of the receive-share scenario: a confluent-kafka share consumer of a
+#: group of its own (the topic + argv[4]) on a share queue's data topic (argv[2]), explicit
+#: acknowledgement, the same ``max.poll.records`` as kmq's (argv[3]), one ACCEPT + ``commit_sync`` per record (the
+#: least a destructive receive needs: removed before it returns). It joins while the topic is
+#: empty (a new share group starts at the latest offset, here 0), then drains as
+#: :data:`_DRAINER` does and prints the offsets whose ACCEPT the broker applied.
+_RAW_SHARE_RECEIVER = """
+import json, sys, time
+from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, ShareConsumer
+from facade.kafka.librdkafka import client_logging
+settings, topic = json.loads(sys.argv[1]), sys.argv[2]
+consumer = ShareConsumer({**client_logging(), "bootstrap.servers": settings["bootstrap_servers"],
+                          "group.id": topic + sys.argv[4],
+                          "share.acknowledgement.mode": "explicit",
+                          "max.poll.records": int(sys.argv[3])})
+consumer.subscribe([topic])
+transient = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+             KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._PARTITION_EOF}
+
+def records(timeout):
+    out = []
+    for record in consumer.poll(timeout):
+        error = record.error()
+        if error is None:
+            out.append(record)
+        elif not (error.retriable() or error.code() in transient):
+            raise KafkaException(error)
+    return out
+
+joined = time.monotonic() + 8
+while time.monotonic() < joined:  # untimed: join the share group while the topic is empty
+    if records(0.5):
+        raise SystemExit("receive-share (raw): a record before the topic was filled")
+print("ready", flush=True)
+sys.stdin.readline()  # the start signal
+ids, start, end, last = [], time.time(), time.time(), time.monotonic()
+while time.monotonic() - last < 3:
+    for record in records(0.5):
+        consumer.acknowledge(record, AcknowledgeType.ACCEPT)
+        if all(error is None for error in consumer.commit_sync(60).values()):
+            ids.append(record.offset())
+        end, last = time.time(), time.monotonic()
+print(json.dumps({"start": start, "end": end, "ids": ids}), flush=True)
+consumer.close()
+"""
+
+
 def _receive_share(ctx: _Context) -> tuple[float, float, dict[str, float]]:
     """Aggregate msg/s of 1, 2 and 4 receiver processes draining a share-arbitrated queue
     (each a fresh queue, its receivers joined before it is filled), vs the same run's single
-    default receive; checks that none is lost and none received twice. kmq = 4 processes."""
+    default receive; checks that none is lost and none received twice. kmq = 4 processes.
+
+    Further figures: ``raw_share_N_msg_per_s``, N raw share consumers (one ACCEPT +
+    ``commit_sync`` per record, :data:`_RAW_SHARE_RECEIVER`) draining the same number of
+    records sent by kmq to another share queue: what Kafka's share groups give a destructive
+    receive on this machine, whatever runs above them."""
     single, _raw = _read_loop(ctx, "receive-single", commit=True,
                               reads=lambda q: (q.receive, q.receive))
     figures: dict[str, float] = {"load_avg_1min": os.getloadavg()[0]}
     for processes in SHARE_PROCESSES:
-        figures[f"share_{processes}_msg_per_s"] = _share_drain(ctx, processes)
+        figures[f"share_{processes}_msg_per_s"] = _share_drain(ctx, processes, raw=False)
+        figures[f"raw_share_{processes}_msg_per_s"] = _share_drain(ctx, processes, raw=True)
     figures["load_avg_1min_after"] = os.getloadavg()[0]
     return figures[f"share_{SHARE_PROCESSES[-1]}_msg_per_s"], single, figures
 
 
-def _share_drain(ctx: _Context, processes: int) -> float:
-    queue = ctx.qm.create_queue(ctx.queue_name(f"receive-share-{processes}"),
+def _share_drain(ctx: _Context, processes: int, raw: bool) -> float:
+    """msg/s of ``processes`` kmq receivers (``raw``: raw share consumers) draining a fresh
+    share queue that kmq fills with ``ctx.messages + 1`` messages once they have joined."""
+    side = "raw" if raw else "kmq"
+    queue = ctx.qm.create_queue(ctx.queue_name(f"receive-share-{side}-{processes}"),
                                 arbitration="share")
 
     def fill() -> None:
         for i in range(ctx.messages + 1):
             queue.send(Message(body=ctx.payload), wait=i == ctx.messages)
 
-    return _process_drain(ctx, queue, _SHARE_RECEIVER, [], processes,
-                          f"receive-share ({processes} processes)", fill)
+    label = f"receive-share ({side}, {processes} processes)"
+    if not raw:
+        return _process_drain(ctx, queue, _SHARE_RECEIVER, [], processes, label, fill)
+    topic = queue.properties.data_topic
+    try:
+        return _worker_drain(ctx, topic, _RAW_SHARE_RECEIVER,
+                             [str(MAX_POLL_RECORDS), _RAW_SHARE_GROUP], processes, label, fill)
+    finally:
+        _drop(ctx.qm, queue)
+        group = topic + _RAW_SHARE_GROUP
+        try:
+            ctx.raw.admin.delete_consumer_groups([group])[group].result(_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - cleanup: the figures stand, the leftover is named
+            print(f"bench: could not delete the throwaway share group {group}: {exc}",
+                  file=sys.stderr)
 
 
 def _dl_fanout(ctx: _Context) -> tuple[float, float]:
