@@ -71,10 +71,10 @@ from facade.errors import ConfigurationError
 from facade.benchnames import DEFAULT_SCENARIOS
 from facade.kafka.devstack import DevStack
 from facade.kafka.librdkafka import client_logging, resolve_bootstrap_servers
-from facade.queues.sharequeue import MAX_POLL_RECORDS
 from facade.manager import QueueManager
 from facade.model.envelope import envelope_record, envelope_writer
 from facade.model.message import AuthLevel, Delivery, Message, MessageId, PrivacyLevel
+from facade.queues.sharequeue import MAX_POLL_RECORDS
 
 __all__ = [
     "SCENARIOS",
@@ -782,10 +782,11 @@ _RAW_SHARE_GROUP = ".bench-raw-share"
 
 #: The raw comparator of the receive-share scenario: a confluent-kafka share consumer of a
 #: group of its own (the topic + argv[4]) on a share queue's data topic (argv[2]), explicit
-#: acknowledgement, the same ``max.poll.records`` as kmq's (argv[3]), one ACCEPT + ``commit_sync`` per record (the
-#: least a destructive receive needs: removed before it returns). It joins while the topic is
-#: empty (a new share group starts at the latest offset, here 0), then drains as
-#: :data:`_DRAINER` does and prints the offsets whose ACCEPT the broker applied.
+#: acknowledgement, the same ``max.poll.records`` as kmq's (argv[3]), one ACCEPT +
+#: ``commit_sync`` per record (the least a destructive receive needs: removed before it
+#: returns). It joins while the topic is empty (a new share group starts at the latest
+#: offset, here 0), then drains as :data:`_DRAINER` does and prints the offsets whose ACCEPT
+#: the broker applied.
 _RAW_SHARE_RECEIVER = """
 import json, sys, time
 from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, ShareConsumer

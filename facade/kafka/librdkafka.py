@@ -301,9 +301,15 @@ def map_kafka_errors(operation: str, topic: str | None = None,
                                 "and that most of the KRaft controllers are") from exc
 
 
+def _error_of(exc: KafkaException) -> KafkaError | None:
+    """The ``KafkaError`` a ``KafkaException`` carries, or None when it carries none."""
+    error = exc.args[0] if exc.args else None
+    return error if isinstance(error, KafkaError) else None
+
+
 def _queue_error(exc: KafkaException, operation: str, topic: str | None,
                  servers: str | None = None) -> MessageQueueError:
-    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    error = _error_of(exc)
     if error is None:
         return BrokerError(f"{operation} failed: {exc}")
     return kafka_error_to_queue_error(error, operation, topic, servers)
@@ -357,8 +363,8 @@ def produce_to_current_topic(producer: Any, topic: str, produce: Callable[[], No
         produce()
         return
     except KafkaException as exc:
-        error = exc.args[0] if exc.args else None
-        if not isinstance(error, KafkaError) or error.code() != KafkaError._UNKNOWN_TOPIC:
+        error = _error_of(exc)
+        if error is None or error.code() != KafkaError._UNKNOWN_TOPIC:
             raise
         described = producer.list_topics(topic, timeout=ADMIN_TIMEOUT).topics.get(topic)
         if described is None or described.error is not None:
@@ -569,8 +575,7 @@ class KafkaSession:
                 try:
                     found[part.topic] = max(future.result(remaining).offset, 0)
                 except KafkaException as exc:
-                    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) \
-                        else None
+                    error = _error_of(exc)
                     code = None if error is None else error.code()
                     if code in _NOT_FOUND:
                         continue
@@ -735,7 +740,7 @@ class KafkaSession:
             try:
                 future.result(ADMIN_TIMEOUT)
             except KafkaException as exc:
-                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                error = _error_of(exc)
                 code = None if error is None else error.code()
                 if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     unknown.add(name)
@@ -888,7 +893,7 @@ class KafkaSession:
         try:
             future.result(ADMIN_TIMEOUT)
         except KafkaException as exc:
-            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            error = _error_of(exc)
             code = None if error is None else error.code()
             if error is not None and code in (KafkaError._UNSUPPORTED_FEATURE,
                                               KafkaError.UNSUPPORTED_VERSION,
@@ -1118,8 +1123,8 @@ class KafkaSession:
                 try:
                     future.result(ADMIN_TIMEOUT)
                 except KafkaException as exc:
-                    error = exc.args[0] if exc.args else None
-                    code = error.code() if isinstance(error, KafkaError) else None
+                    error = _error_of(exc)
+                    code = None if error is None else error.code()
                     if code == KafkaError.NON_EMPTY_GROUP:
                         busy.append(group)
                     elif code != KafkaError.GROUP_ID_NOT_FOUND:
@@ -1634,8 +1639,8 @@ class TopicReader:
                                 exc, topic, deadline, missing_since):
                             time.sleep(0.05)
                             continue
-                        error = exc.args[0] if exc.args else None
-                        if isinstance(error, KafkaError) and error.code() in _NOT_FOUND:
+                        error = _error_of(exc)
+                        if error is not None and error.code() in _NOT_FOUND:
                             self._missing_past_deadline(exc, topic, missing_since)
                         raise
                 ends[topic] = max(high, 0)
@@ -1678,7 +1683,7 @@ class TopicReader:
             QueueNotFound: the cluster answered that ``topic`` does not exist.
             BrokerUnavailable: the cluster did not answer.
         """
-        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        error = _error_of(exc)
         if error is None:
             return False
         if error.code() in _LEADER_MOVING:
@@ -2072,7 +2077,7 @@ def poll_producer(producer: RecordProducer) -> BrokerError | None:
     try:
         producer.poll(0)
     except KafkaException as exc:
-        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        error = _error_of(exc)
         return BrokerError(f"producer failed: {exc}",
                            kafka_code="_FATAL" if error is None or error.fatal() else error.name())
     return None
@@ -2187,7 +2192,7 @@ class TransactionalProducer:
         return self._producer
 
     def _abort_after(self, producer: Any, exc: KafkaException, timeout: float) -> None:
-        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        error = _error_of(exc)
         if error is not None and error.fatal():
             # Fenced (PRODUCER_FENCED / INVALID_PRODUCER_EPOCH) or another fatal error: the
             # producer is unusable and the broker aborts what it had open.
