@@ -315,18 +315,20 @@ def _queue_error(exc: KafkaException, operation: str, topic: str | None,
     return kafka_error_to_queue_error(error, operation, topic, servers)
 
 
-def produce(producer: Producer, topic: str, value: bytes, key: bytes | None,
-            headers: list[tuple[str, bytes]], on_delivery: Callable[[Any, Any], None] | None,
+def produce(producer: RecordProducer, topic: str, value: bytes | None, key: bytes | None,
+            headers: list[tuple[str, bytes]] | None,
+            on_delivery: Callable[[Any, Any], None] | None,
             operation: str = "send to queue") -> None:
     """``producer.produce()`` one record, with the errors of :func:`map_kafka_errors` (the
-    send path calls it once per copy: a plain ``try`` costs less than the context manager).
+    send path and every receipt call it once per record: a plain ``try`` costs less than the
+    context manager).
 
     Args:
-        producer (Producer): the producer.
+        producer (RecordProducer): the producer.
         topic (str): the topic (Kafka) the record goes to.
-        value (bytes): the record value.
+        value (bytes | None): the record value (None: a tombstone).
         key (bytes | None): the record key.
-        headers (list[tuple[str, bytes]]): the record headers.
+        headers (list[tuple[str, bytes]] | None): the record headers.
         on_delivery (Callable | None): librdkafka's delivery report callback ``(err, msg)``.
         operation (str): what failed, for the error message.
 
@@ -2048,10 +2050,8 @@ def produce_async(producer: RecordProducer, topic: str, value: bytes | None, *, 
         BrokerError (or a more specific MessageQueueError): the producer refused the record.
     """
     pending = PendingRecord(producer, topic, operation)
-    with map_kafka_errors(operation, topic):
-        produce_to_current_topic(producer, topic, lambda: producer.produce(
-            topic, value=value, key=key, headers=None if headers is None else list[Any](headers),
-            on_delivery=pending._delivered))
+    produce(producer, topic, value, key, None if headers is None else list(headers),
+            pending._delivered, operation)
     return pending
 
 
