@@ -48,11 +48,7 @@ from facade.errors import (
     TransactionAborted,
     TransactionUsage,
 )
-from facade.kafka.librdkafka import (
-    TransactionalProducer,
-    map_kafka_errors,
-    produce_to_current_topic,
-)
+from facade.kafka.librdkafka import TransactionalProducer, produce
 from facade.model.envelope import EncodedRecord, encode_message
 from facade.model.message import Message, MessageClass
 from facade.timeouts import wait_seconds
@@ -356,10 +352,8 @@ class MessageQueueTransaction:
 
     def _produce(self, producer: Any, records: list[tuple[str, EncodedRecord]]) -> list[Any]:
         for topic, record in records:
-            with map_kafka_errors("send in transaction", topic):
-                produce_to_current_topic(producer, topic, functools.partial(
-                    producer.produce, topic, value=record.value, key=record.key,
-                    headers=record.headers))
+            produce(producer, topic, record.value, record.key, record.headers, None,
+                    "send in transaction")
         return [(handle, handle.start_complete(messages, producer, self.id))
                 for handle, messages in _by_handle(self._receives)]
 
