@@ -72,7 +72,9 @@ SNAPSHOT_MAX_ENTRIES = 10_000
 SNAPSHOT_MAX_BYTES = KAFKA_DEFAULT_MAX_MESSAGE_BYTES - 4096
 #: Snapshots of one queue kept in memory while the snapshot topic is read on open (newest).
 _SNAPSHOT_CANDIDATES = 3
-#: Seconds a view counts as contended after one of its claims lost an offset (see pick_head).
+#: Seconds a view counts as contended after one of its claims lost an offset (see pick_head),
+#: and keeps fetching receipts after one of its claims found other receipts before its own
+#: (see start_claim).
 CONTENTION_MEMORY = 1.0
 #: How many head candidates a contended view spreads its by-head claims over (see pick_head).
 CONTENTION_SPREAD = 8
@@ -151,6 +153,9 @@ class QueueView:
         self.malformed_receipts = 0
         #: time.monotonic() of this view's last claim that lost an offset (see pick_head).
         self._lost_at: float | None = None
+        #: time.monotonic() of this view's last claim whose verdict had to wait for other
+        #: receipts before its own (see start_claim).
+        self._interleaved_at: float | None = None
         # Receipts are single, latency-critical records: no batching delay. acks=all makes an
         # acknowledged receipt durable. Idempotence keeps a retried receipt from being written
         # twice: a request that timed out or met a leader change may have been appended before
@@ -406,13 +411,17 @@ class QueueView:
 
         In a view that has only received so far, the receipts topic is not fetched from here
         on while its claims go uncontended (each receipt lands right after the last one the
-        view applied): a receiver alone on its queue then reads no receipts at all. A claim that finds other receipts before its own
-        fetches and reads them; the first peek, cursor move, lookup, count or purge resumes
-        fetching for good. While the view knows of a lock that holds messages it does not pause:
-        a RELEASE puts messages back, and a paused view would not see it before its next
-        contended claim (a receiver waiting on a locked message would wait for the lease). A
-        view learns of other processes' locks only with receipts fetched, so it is fetching
-        then; its own locks need no fetching (it applies its own settle receipts).
+        view applied): a receiver alone on its queue then reads no receipts at all. A claim that
+        finds other receipts before its own fetches and reads them, and the view keeps fetching
+        them for :data:`CONTENTION_MEMORY` seconds after such a claim: librdkafka fetches a
+        resumed partition only once the fetch in flight returns, so pausing and resuming at
+        every claim would add up to a whole fetch wait to each contended verdict. The first
+        peek, cursor move, lookup, count or purge resumes fetching for good. While the view
+        knows of a lock that holds messages it does not pause: a RELEASE puts messages back,
+        and a paused view would not see it before its next contended claim (a receiver waiting
+        on a locked message would wait for the lease). A view learns of other processes' locks
+        only with receipts fetched, so it is fetching then; its own locks need no fetching (it
+        applies its own settle receipts).
 
         ``producer`` appends with another producer than the view's own: a transactional one
         inside a Kafka transaction (:mod:`facade.queues.transaction`), whose commit must come before
@@ -427,7 +436,7 @@ class QueueView:
             self._guard()
         receipt = new_claim(action, offsets, claimant or self.claimant, **fields)
         self._awaiting[receipt.claim_id] = None
-        if self._receive_only and not self.state.has_locks:
+        if self._receive_only and not self.state.has_locks and not self._interleaved:
             self._pause_receipts()
         value = encode_receipt(receipt)
         try:
@@ -475,7 +484,8 @@ class QueueView:
                 self._retention.saw_receipt(offset, int(time.time() * 1000))  # acknowledged now
                 self._apply_receipt(pending.receipt, offset)
                 break
-            if time.monotonic() > deadline:
+            self._interleaved_at = time.monotonic()
+            if self._interleaved_at > deadline:
                 raise BrokerUnavailable(
                     f"receipt {claim_id} for {self.topics.data!r} was not read back "
                     f"within {CLAIM_TIMEOUT:g} s", hint="check that the Kafka broker is running")
@@ -519,6 +529,13 @@ class QueueView:
         if outcome.lost:
             self._lost_at = time.monotonic()
         return outcome
+
+    @property
+    def _interleaved(self) -> bool:
+        """Whether a claim of this view found other receipts before its own within the last
+        :data:`CONTENTION_MEMORY` seconds."""
+        return self._interleaved_at is not None \
+            and time.monotonic() - self._interleaved_at < CONTENTION_MEMORY
 
     @property
     def contended(self) -> bool:

@@ -338,6 +338,24 @@ def test_a_count_reads_the_receipts_once_and_leaves_a_receiver_receive_only(
     assert first._opened.open_view()._receipts_paused
 
 
+def test_a_receiver_whose_claim_met_other_receipts_keeps_fetching_them_for_a_while(
+        qm: QueueManager) -> None:
+    """A receive-only view whose claim had to read another receiver's receipts keeps fetching
+    receipts for CONTENTION_MEMORY seconds (pausing and resuming at every contended claim would
+    add a fetch wait to each verdict); once that has passed, its next uncontended claim stops
+    fetching them again."""
+    first = _first_of_two_receivers(qm, r".\private$\interleaved")
+    view = first._opened.open_view()
+    assert first.receive(timeout=10).body == b"\x02"  # read the other's receipt before its own
+    assert not view._receipts_paused
+    assert first.receive(timeout=10).body == b"\x03"  # uncontended, but within the memory
+    assert not view._receipts_paused
+    first.send(Message(body=b"\x04"), wait=True)
+    view._interleaved_at = time.monotonic() - queueview.CONTENTION_MEMORY  # the memory passed
+    assert first.receive(timeout=10).body == b"\x04"
+    assert view._receipts_paused
+
+
 def test_a_lone_receiver_is_back_to_strict_order_once_its_lost_claim_has_aged_out(
         qm: QueueManager, monkeypatch: pytest.MonkeyPatch) -> None:
     """After a lost claim a ``spread_picks`` receiver spreads its picks over the first candidates of the
